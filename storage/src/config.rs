@@ -1,0 +1,54 @@
+//! Per-log settings, named after Kafka's topic configs where one exists.
+
+use std::time::Duration;
+
+/// How a [`crate::Log`] lays out and retains its data.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll to a new segment when the active one would pass this size.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll when the active segment's first batch is older than this.
+    pub segment_ms: Option<u64>,
+    /// `retention.ms`: delete whole segments whose newest timestamp is older than this.
+    pub retention_ms: Option<u64>,
+    /// `retention.bytes`: delete oldest whole segments while the log is larger than this.
+    pub retention_bytes: Option<u64>,
+    /// `index.interval.bytes`: one offset-index entry per this many bytes of log.
+    pub index_interval_bytes: u32,
+    /// `max.message.bytes`: largest batch accepted by `append`.
+    pub max_batch_bytes: usize,
+    /// Size of one direct write (and of the in-memory chunk appends are copied into).
+    pub write_chunk_bytes: usize,
+    /// How many direct writes one log keeps in flight before `append` waits.
+    pub writes_in_flight: usize,
+    /// Preallocate segment files this far ahead of the write position (fallocate).
+    pub preallocate_bytes: u64,
+    /// Size of one direct read of old data.
+    pub read_chunk_bytes: usize,
+    /// Bytes of sequential read-ahead kept in flight for catch-up readers.
+    pub read_ahead_bytes: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: Some(7 * 24 * 3600 * 1000),
+            retention_ms: Some(7 * 24 * 3600 * 1000),
+            retention_bytes: None,
+            index_interval_bytes: 4096,
+            max_batch_bytes: 8 << 20,
+            write_chunk_bytes: 1 << 20,
+            writes_in_flight: 8,
+            preallocate_bytes: 64 << 20,
+            read_chunk_bytes: 1 << 20,
+            read_ahead_bytes: 16 << 20,
+        }
+    }
+}
+
+impl LogConfig {
+    pub(crate) fn segment_age_limit(&self) -> Option<Duration> {
+        self.segment_ms.map(Duration::from_millis)
+    }
+}

@@ -1,0 +1,157 @@
+//! Errors are values: I/O errors carry the operation, path and position; corrupt bytes and bad
+//! caller input have their own kinds. Nothing in the engine panics on bad bytes.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O error, with what was being done and where.
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        position: Option<u64>,
+        source: std::io::Error,
+    },
+    /// Bytes that do not form a valid record batch (bad magic, length or CRC).
+    CorruptBatch { position: u64, reason: BatchError },
+    /// An index or metadata file that fails its own checks.
+    CorruptFile { path: PathBuf, reason: String },
+    /// Input rejected before anything was written (e.g. an invalid batch from a producer).
+    InvalidBatch(BatchError),
+    /// A batch larger than the log accepts (`max_batch_bytes`).
+    BatchTooLarge { size: usize, max: usize },
+    /// The requested offset is outside `[log_start_offset, log_end_offset]`.
+    OffsetOutOfRange {
+        offset: u64,
+        log_start_offset: u64,
+        log_end_offset: u64,
+    },
+    /// An earlier write failed; the log refuses further appends until it is reopened.
+    LogFailed(String),
+    /// The log was closed.
+    Closed,
+}
+
+/// Why bytes are not a valid v2 record batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// Fewer bytes than a batch header, or than the header's length says.
+    Truncated { have: usize, need: usize },
+    /// `batch_length` is smaller than the header or absurdly large.
+    BadLength(i32),
+    /// The magic byte is not 2.
+    BadMagic(i8),
+    /// CRC-32C over attributes..end does not match the header.
+    ChecksumMismatch { expected: u32, got: u32 },
+    /// `records_count` or `last_offset_delta` are inconsistent.
+    BadCount { records: i32, last_offset_delta: i32 },
+    /// The batch's base offset does not follow the previous batch.
+    OffsetGap { expected: u64, got: i64 },
+}
+
+impl std::fmt::Display for BatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BatchError::Truncated { have, need } => {
+                write!(f, "truncated batch: {have} bytes, need {need}")
+            }
+            BatchError::BadLength(l) => write!(f, "bad batch length {l}"),
+            BatchError::BadMagic(m) => write!(f, "unsupported magic {m} (need 2)"),
+            BatchError::ChecksumMismatch { expected, got } => {
+                write!(f, "crc32c mismatch: header says {expected:#010x}, data has {got:#010x}")
+            }
+            BatchError::BadCount {
+                records,
+                last_offset_delta,
+            } => write!(
+                f,
+                "inconsistent counts: records_count {records}, last_offset_delta {last_offset_delta}"
+            ),
+            BatchError::OffsetGap { expected, got } => {
+                write!(f, "base offset {got} does not follow {expected}")
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Io {
+                op,
+                path,
+                position,
+                source,
+            } => match position {
+                Some(p) => write!(f, "{op} {} at {p}: {source}", path.display()),
+                None => write!(f, "{op} {}: {source}", path.display()),
+            },
+            Error::CorruptBatch { position, reason } => {
+                write!(f, "corrupt batch at file position {position}: {reason}")
+            }
+            Error::CorruptFile { path, reason } => {
+                write!(f, "corrupt file {}: {reason}", path.display())
+            }
+            Error::InvalidBatch(reason) => write!(f, "invalid record batch: {reason}"),
+            Error::BatchTooLarge { size, max } => {
+                write!(f, "record batch of {size} bytes exceeds the limit of {max}")
+            }
+            Error::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                log_end_offset,
+            } => write!(
+                f,
+                "offset {offset} out of range [{log_start_offset}, {log_end_offset}]"
+            ),
+            Error::LogFailed(why) => write!(f, "log failed after an earlier I/O error: {why}"),
+            Error::Closed => write!(f, "log is closed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+        position: Option<u64>,
+        source: impl Into<std::io::Error>,
+    ) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            position,
+            source: source.into(),
+        }
+    }
+
+    /// True for errors that mean the disk failed (Kafka's KAFKA_STORAGE_ERROR).
+    pub fn is_storage_error(&self) -> bool {
+        matches!(
+            self,
+            Error::Io { .. } | Error::LogFailed(_) | Error::CorruptFile { .. } | Error::CorruptBatch { .. }
+        )
+    }
+
+    /// True when the disk is full (ENOSPC): the caller may retry once space is freed.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error() == Some(28),
+            Error::LogFailed(why) => why.contains("No space left"),
+            _ => false,
+        }
+    }
+}
