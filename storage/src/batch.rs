@@ -328,11 +328,17 @@ impl RecordBatchBuilder {
     /// compressing anything: the engine stores compressed batches as they come, so tests
     /// only need the flag.
     pub fn compression_flag(mut self, codec: u8) -> Self {
-        self.attributes = (self.attributes & !COMPRESSION_MASK) | (i16::from(codec) & COMPRESSION_MASK);
+        self.attributes =
+            (self.attributes & !COMPRESSION_MASK) | (i16::from(codec) & COMPRESSION_MASK);
         self
     }
 
-    pub fn record(self, key: Option<&[u8]>, value: Option<&[u8]>, headers: &[(&str, &[u8])]) -> Self {
+    pub fn record(
+        self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&str, &[u8])],
+    ) -> Self {
         let ts = self.base_timestamp;
         self.record_at(ts, key, value, headers)
     }
@@ -419,7 +425,10 @@ mod tests {
         assert_eq!(info.max_timestamp, 1_005);
         let mut m = b.to_vec();
         assign_offset(&mut m, 42, 7);
-        assert!(validate(&m).is_ok(), "offset assignment must not break the CRC");
+        assert!(
+            validate(&m).is_ok(),
+            "offset assignment must not break the CRC"
+        );
         let recs = decode_records(&m).expect("decodes");
         assert_eq!(recs[1].offset, 43);
         assert_eq!(recs[1].timestamp, 1_005);
@@ -429,19 +438,26 @@ mod tests {
 
     #[test]
     fn every_single_bit_flip_is_caught() {
-        let b = RecordBatchBuilder::new(5).record(Some(b"key"), Some(b"value"), &[]).build();
+        let b = RecordBatchBuilder::new(5)
+            .record(Some(b"key"), Some(b"value"), &[])
+            .build();
         for i in CRC_START..b.len() {
             for bit in 0..8 {
                 let mut m = b.to_vec();
                 m[i] ^= 1 << bit;
-                assert!(validate(&m).is_err(), "flip at byte {i} bit {bit} undetected");
+                assert!(
+                    validate(&m).is_err(),
+                    "flip at byte {i} bit {bit} undetected"
+                );
             }
         }
     }
 
     #[test]
     fn truncated_and_garbage_inputs_are_errors() {
-        let b = RecordBatchBuilder::new(5).record(None, Some(b"value"), &[]).build();
+        let b = RecordBatchBuilder::new(5)
+            .record(None, Some(b"value"), &[])
+            .build();
         for cut in 0..b.len() {
             assert!(validate(&b[..cut]).is_err());
         }

@@ -48,7 +48,10 @@ pub enum BatchError {
     /// CRC-32C over attributes..end does not match the header.
     ChecksumMismatch { expected: u32, got: u32 },
     /// `records_count` or `last_offset_delta` are inconsistent.
-    BadCount { records: i32, last_offset_delta: i32 },
+    BadCount {
+        records: i32,
+        last_offset_delta: i32,
+    },
     /// The batch's base offset does not follow the previous batch.
     OffsetGap { expected: u64, got: i64 },
 }
@@ -142,7 +145,10 @@ impl Error {
     pub fn is_storage_error(&self) -> bool {
         matches!(
             self,
-            Error::Io { .. } | Error::LogFailed(_) | Error::CorruptFile { .. } | Error::CorruptBatch { .. }
+            Error::Io { .. }
+                | Error::LogFailed(_)
+                | Error::CorruptFile { .. }
+                | Error::CorruptBatch { .. }
         )
     }
 

@@ -64,11 +64,6 @@ impl Watch {
         woken.into_iter().for_each(Waker::wake);
     }
 
-    /// Sets the value outright (used when a log is truncated or reset); wakes nobody.
-    pub(crate) fn reset(&self, to: u64) {
-        self.value.set(to);
-    }
-
     /// Fails every current and future waiter.
     pub(crate) fn fail(&self) {
         self.failed.set(true);
