@@ -304,6 +304,7 @@ impl IoFile {
                 Ok(n)
             }
             (IoFile::Sim(f, disk, p), b) => {
+                futures_lite::future::yield_now().await;
                 disk.check(SimOp::Write, p, pos)?;
                 f.write(pos, b.as_ref());
                 Ok(b.len())
@@ -344,6 +345,7 @@ impl IoFile {
                 .await
                 .map_err(|e| Error::io("fdatasync", &**p, None, e)),
             IoFile::Sim(f, disk, p) => {
+                futures_lite::future::yield_now().await;
                 disk.check(SimOp::Sync, p, 0)?;
                 disk.syncs.set(disk.syncs.get() + 1);
                 f.sync();
@@ -482,16 +484,22 @@ impl SimFile {
     }
 }
 
-/// What a simulated crash does to each write that was not yet flushed.
+/// The unit a disk writes atomically (the logical block of the disk weir is tested on).
+pub const SECTOR: usize = 512;
+
+/// What a simulated crash does to each write that was not yet flushed. The model of the
+/// disk (see `DESIGN.md`): a sector is written whole or not at all, and rewriting bytes with
+/// the same values never damages them; anything else may happen to unflushed writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashFate {
     /// The write reached the disk.
     Kept,
     /// The write never reached the disk.
     Lost,
-    /// Only the first `n` bytes reached the disk.
+    /// Only the sectors within the first `n` bytes reached the disk.
     Torn(usize),
-    /// The write reached the disk with one byte flipped at this index.
+    /// The write reached the disk with one of the bytes it changed flipped (chosen by this
+    /// index modulo their number).
     Flipped(usize),
 }
 
@@ -547,21 +555,26 @@ impl SimDisk {
         for (path, file) in self.files.borrow().iter() {
             let mut image = file.durable.borrow().clone();
             for (i, (pos, bytes)) in file.unsynced.borrow().iter().enumerate() {
+                let start = *pos as usize;
                 let chosen = fate(path, i, bytes.len());
                 let keep: &[u8] = match chosen {
                     CrashFate::Lost => continue,
                     CrashFate::Kept | CrashFate::Flipped(_) => bytes,
-                    CrashFate::Torn(n) => &bytes[..n.min(bytes.len())],
+                    // A sector is written whole or not at all.
+                    CrashFate::Torn(n) => &bytes[..(n / SECTOR * SECTOR).min(bytes.len())],
                 };
-                let start = *pos as usize;
                 let end = start + keep.len();
                 if image.len() < end {
                     image.resize(end, 0);
                 }
+                // Bytes the write changes; a write never damages bytes it rewrites unchanged.
+                let changed: Vec<usize> = (0..keep.len())
+                    .filter(|&j| image[start + j] != keep[j])
+                    .collect();
                 image[start..end].copy_from_slice(keep);
                 if let CrashFate::Flipped(at) = chosen {
-                    if let Some(b) = image.get_mut(start + at.min(keep.len().saturating_sub(1))) {
-                        *b ^= 0x10;
+                    if !changed.is_empty() {
+                        image[start + changed[at % changed.len()]] ^= 0x10;
                     }
                 }
             }

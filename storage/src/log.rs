@@ -66,6 +66,9 @@ impl ReadOutcome {
     }
 }
 
+/// A callback run when the high watermark moves.
+type Listener = Rc<dyn Fn(Watermarks)>;
+
 struct WriteSlot {
     seq: u64,
     covered_offset: u64,
@@ -93,7 +96,7 @@ struct Inner {
     sync_running: Cell<bool>,
     syncs_completed: Watch,
     failed: RefCell<Option<String>>,
-    listeners: RefCell<Vec<Rc<dyn Fn(Watermarks)>>>,
+    listeners: RefCell<Vec<Listener>>,
     cache: Rc<LogCache>,
     reader: ReadCache,
     closed: Cell<bool>,
@@ -837,7 +840,7 @@ impl Inner {
             if offset > self.hw.get() {
                 self.hw.advance(offset);
                 let wm = self.watermarks();
-                let listeners: Vec<Rc<dyn Fn(Watermarks)>> = self.listeners.borrow().clone();
+                let listeners: Vec<Listener> = self.listeners.borrow().clone();
                 for l in listeners {
                     l(wm);
                 }

@@ -1,0 +1,269 @@
+//! Segment lifecycle on real files: roll by size and by age, retention by time and by
+//! size, log start offset, timestamp lookup, index rebuild, clean vs unclean reopen, and
+//! the notification of new data.
+
+mod common;
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use weir_storage::batch::RecordBatchBuilder;
+use weir_storage::log::CLEAN_SHUTDOWN_FILE;
+use weir_storage::{Error, Log, LogConfig};
+
+fn batch_at(ts: i64, bytes: usize) -> bytes::Bytes {
+    RecordBatchBuilder::new(ts)
+        .record(None, Some(&vec![1u8; bytes]), &[])
+        .build()
+}
+
+fn log_files(dir: &std::path::Path, ext: &str) -> usize {
+    std::fs::read_dir(dir)
+        .expect("list")
+        .filter(|e| {
+            e.as_ref()
+                .expect("entry")
+                .path()
+                .extension()
+                .is_some_and(|x| x == ext)
+        })
+        .count()
+}
+
+#[test]
+fn retention_by_size_and_time_deletes_whole_old_segments() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p");
+    common::run(dir.path(), move || async move {
+        let cfg = LogConfig {
+            segment_bytes: 16 << 10,
+            ..common::small_config()
+        };
+        let log = Log::open(&path, cfg.clone()).await.expect("open");
+        // 100 batches of ~1 KiB with old timestamps, then 100 recent ones.
+        for i in 0..200 {
+            let ts = if i < 100 { 1_000 } else { 10_000_000 };
+            log.append(batch_at(ts, 1000)).await.expect("append");
+        }
+        let (segments, bytes) = log.size();
+        assert!(
+            segments >= 10,
+            "expected many 16 KiB segments, got {segments}"
+        );
+        // Time: everything with timestamps below now - 1000 goes, in whole segments.
+        log.set_config(LogConfig {
+            retention_ms: Some(1000),
+            ..cfg.clone()
+        });
+        let deleted = log.enforce_retention(10_000_500).await.expect("retention");
+        assert!(deleted > 0);
+        let start = log.watermarks().log_start_offset;
+        assert!(
+            start > 0 && start <= 100,
+            "old data deleted up to a segment boundary, start {start}"
+        );
+        assert!(matches!(
+            log.read(0, 100).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        let r = log.read(start, 100).await.expect("read at new start");
+        assert_eq!(
+            r.batches().next().expect("batch").0.base_offset.get() as u64,
+            start
+        );
+        // Size: keep at most ~40 KiB.
+        log.set_config(LogConfig {
+            retention_ms: None,
+            retention_bytes: Some(40 << 10),
+            ..cfg.clone()
+        });
+        log.enforce_retention(10_000_500).await.expect("retention");
+        let (segments2, bytes2) = log.size();
+        assert!(
+            bytes2 <= (40 << 10) + (16 << 10) && bytes2 < bytes,
+            "size {bytes2} of {bytes}"
+        );
+        assert!(segments2 < segments);
+        assert_eq!(log_files(&path, "log"), segments2);
+        log.close().await.expect("close");
+        let log = Log::open(&path, cfg).await.expect("reopen");
+        assert!(
+            log.watermarks().log_start_offset > start,
+            "log start survives reopen"
+        );
+        assert_eq!(log.watermarks().log_end_offset, 200);
+    });
+}
+
+#[test]
+fn roll_by_age_and_delete_records() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p");
+    common::run(dir.path(), move || async move {
+        let cfg = LogConfig {
+            segment_ms: Some(10),
+            ..common::small_config()
+        };
+        let log = Log::open(&path, cfg.clone()).await.expect("open");
+        log.append(batch_at(1, 10)).await.expect("append");
+        assert_eq!(log.size().0, 1);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i64;
+        log.enforce_retention(now + 1_000).await.expect("age roll");
+        assert_eq!(log.size().0, 2, "an aged segment rolls");
+        for _ in 0..5 {
+            log.append(batch_at(2, 10)).await.expect("append");
+        }
+        log.set_log_start_offset(3).await.expect("delete records");
+        assert_eq!(log.watermarks().log_start_offset, 3);
+        assert_eq!(log.size().0, 1, "the segment wholly below 3 is gone");
+        assert!(matches!(
+            log.read(2, 100).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        drop(log);
+        let log = Log::open(&path, cfg).await.expect("reopen");
+        assert_eq!(
+            log.watermarks().log_start_offset,
+            3,
+            "log start set inside a segment survives a crash"
+        );
+    });
+}
+
+#[test]
+fn timestamp_lookup_finds_first_record_at_or_after() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p");
+    common::run(dir.path(), move || async move {
+        let log = Log::open(&path, common::small_config())
+            .await
+            .expect("open");
+        for i in 0..100i64 {
+            let b = RecordBatchBuilder::new(i * 10)
+                .record_at(i * 10, None, Some(b"a"), &[])
+                .record_at(i * 10 + 5, None, Some(b"b"), &[])
+                .build();
+            log.append(b).await.expect("append");
+        }
+        assert_eq!(log.offset_for_timestamp(0).await.expect("ts"), Some((0, 0)));
+        assert_eq!(
+            log.offset_for_timestamp(503).await.expect("ts"),
+            Some((101, 505))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(505).await.expect("ts"),
+            Some((101, 505))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(506).await.expect("ts"),
+            Some((102, 510))
+        );
+        assert_eq!(log.offset_for_timestamp(10_000).await.expect("ts"), None);
+    });
+}
+
+#[test]
+fn damaged_indexes_are_rebuilt_and_clean_reopen_trusts_them() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p");
+    common::run(dir.path(), move || async move {
+        let cfg = common::small_config();
+        let log = Log::open(&path, cfg.clone()).await.expect("open");
+        for i in 0..300 {
+            log.append(batch_at(i, 700)).await.expect("append");
+        }
+        log.close().await.expect("close");
+        assert!(
+            path.join(CLEAN_SHUTDOWN_FILE).exists(),
+            "close leaves the marker"
+        );
+        // Damage one sealed index and delete another.
+        let mut idx: Vec<_> = std::fs::read_dir(&path)
+            .expect("ls")
+            .map(|e| e.expect("e").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "index"))
+            .collect();
+        idx.sort();
+        assert!(idx.len() >= 3);
+        let mut bytes = std::fs::read(&idx[0]).expect("read index");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(&idx[0], bytes).expect("damage");
+        std::fs::remove_file(&idx[1]).expect("delete index");
+        let log = Log::open(&path, cfg.clone()).await.expect("reopen");
+        assert!(
+            !path.join(CLEAN_SHUTDOWN_FILE).exists(),
+            "open removes the marker"
+        );
+        assert_eq!(log.watermarks().log_end_offset, 300);
+        for off in [0u64, 1, 17, 150, 299] {
+            let r = log.read(off, 1).await.expect("read");
+            assert_eq!(
+                r.batches().next().expect("batch").0.base_offset.get() as u64,
+                off
+            );
+        }
+        log.close().await.expect("close");
+        let log = Log::open(&path, cfg).await.expect("reopen again");
+        assert_eq!(log.watermarks().log_end_offset, 300);
+    });
+}
+
+#[test]
+fn readers_are_told_when_data_arrives() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p");
+    common::run(dir.path(), move || async move {
+        let log = Rc::new(
+            Log::open(&path, common::small_config())
+                .await
+                .expect("open"),
+        );
+        let calls = Rc::new(Cell::new(0u64));
+        let c = calls.clone();
+        log.on_append(move |wm| c.set(wm.high_watermark));
+        let l2 = log.clone();
+        let waiter = glommio::spawn_local(async move {
+            l2.wait_for_data(0).await.expect("wait");
+            l2.read(0, 100).await.expect("read").batches().count()
+        });
+        glommio::yield_if_needed().await;
+        log.append(batch_at(1, 10)).await.expect("append");
+        assert_eq!(waiter.await, 1);
+        assert_eq!(calls.get(), 1, "the callback saw the new high watermark");
+    });
+}
+
+#[test]
+fn bad_batches_are_refused_and_nothing_is_written() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p");
+    common::run(dir.path(), move || async move {
+        let log = Log::open(&path, common::small_config())
+            .await
+            .expect("open");
+        let good = batch_at(1, 10);
+        let mut bad = good.to_vec();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert!(matches!(
+            log.append(bad.into()).await,
+            Err(Error::InvalidBatch(_))
+        ));
+        assert!(matches!(
+            log.append(bytes::Bytes::from_static(&[0; 10])).await,
+            Err(Error::InvalidBatch(_))
+        ));
+        let big = batch_at(1, 9 << 20);
+        assert!(matches!(
+            log.append(big).await,
+            Err(Error::BatchTooLarge { .. })
+        ));
+        assert_eq!(log.watermarks().log_end_offset, 0);
+        log.append(good).await.expect("good batch after bad ones");
+        assert_eq!(log.watermarks().log_end_offset, 1);
+    });
+}
