@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The whole test suite of weir: the one command the README gives, and what CI runs.
+#
+# On a fresh Debian machine (as root) it installs what it needs first — kcat from Debian's
+# packages, the pinned Python clients from scripts/requirements-test.txt — and then runs:
+#   cargo fmt --check, cargo clippy -D warnings, cargo build --release, cargo test --workspace,
+#   pytest tests/ (the real `weir` binary driven by kcat, confluent-kafka and kafka-python).
+# Any failure stops it with a non-zero exit. Nothing is skipped: a missing tool is installed.
+# When everything is already installed the install step costs about a second.
+#
+# Environment:
+#   PYTHON=python3        the interpreter whose pip gets the test clients
+#   PYTEST_ARGS="..."     extra arguments for pytest (e.g. "-k restart -x")
+#   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the release build still runs); for
+#                         iterating on tests/ only — CI never sets it.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+PYTHON=${PYTHON:-python3}
+START=$(date +%s)
+
+step() { printf '\n==> [%4ss] %s\n' "$(($(date +%s) - START))" "$*"; }
+die() { printf '\nFAILED: %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# ---------------------------------------------------------------------------------------------
+step "tools"
+APT_UPDATED=0
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    if [ "$APT_UPDATED" = 0 ]; then
+        as_root apt-get update -qq || die "apt-get update"
+        APT_UPDATED=1
+    fi
+    as_root apt-get install -y -qq --no-install-recommends "$@" || die "apt-get install $*"
+}
+
+# kcat (Debian's package; the older name 'kafkacat' is the same tool).
+if ! command -v kcat >/dev/null 2>&1; then
+    if command -v kafkacat >/dev/null 2>&1; then
+        :
+    else
+        apt_install kcat
+    fi
+fi
+KCAT=$(command -v kcat || command -v kafkacat) || die "kcat is not installed"
+export KCAT
+echo "kcat: $KCAT ($("$KCAT" -V 2>&1 | head -n 1))"
+
+command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH (install a Rust toolchain first)"
+cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing: rustup component add rustfmt"
+cargo clippy --version >/dev/null 2>&1 || die "clippy is missing: rustup component add clippy"
+
+command -v "$PYTHON" >/dev/null 2>&1 || apt_install python3
+"$PYTHON" -m pip --version >/dev/null 2>&1 || apt_install python3-pip
+echo "python: $("$PYTHON" --version 2>&1) at $(command -v "$PYTHON")"
+
+# Install the pinned clients unless exactly those versions are already there.
+REQS="$ROOT/scripts/requirements-test.txt"
+if ! "$PYTHON" - "$REQS" <<'PY'
+import sys
+from importlib import metadata
+ok = True
+for line in open(sys.argv[1]):
+    line = line.split("#", 1)[0].strip()
+    if not line:
+        continue
+    name, want = line.split("==")
+    try:
+        have = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        have = None
+    if have != want:
+        print(f"  {name}: want {want}, have {have}")
+        ok = False
+sys.exit(0 if ok else 1)
+PY
+then
+    # PIP_BREAK_SYSTEM_PACKAGES: Debian's own python3 refuses pip installs otherwise (PEP 668).
+    PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+        "$PYTHON" -m pip install -q --root-user-action=ignore -r "$REQS" \
+        || die "pip install -r $REQS"
+fi
+"$PYTHON" -c 'import confluent_kafka, kafka, pytest, snappy, lz4, zstandard
+print("confluent-kafka", confluent_kafka.version()[0], "librdkafka", confluent_kafka.libversion()[0],
+      "| kafka-python", kafka.__version__, "| pytest", pytest.__version__)'
+
+# ---------------------------------------------------------------------------------------------
+if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
+    step "cargo fmt --all -- --check"
+    cargo fmt --all -- --check || die "cargo fmt: run 'cargo fmt --all'"
+
+    step "cargo clippy --all-targets -- -D warnings"
+    cargo clippy --workspace --all-targets -- -D warnings || die "cargo clippy"
+fi
+
+step "cargo build --release"
+cargo build --release || die "cargo build --release"
+[ -x "$ROOT/target/release/weir" ] || die "target/release/weir was not built"
+
+if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
+    step "cargo test --workspace"
+    cargo test --workspace || die "cargo test --workspace"
+fi
+
+# ---------------------------------------------------------------------------------------------
+step "pytest tests/"
+export WEIR_BIN="$ROOT/target/release/weir"
+# pytest exits 5 when it collected no test: that is a failure here too (set -e sees non-zero).
+# shellcheck disable=SC2086
+"$PYTHON" -m pytest "$ROOT/tests" -v -ra -p no:cacheprovider ${PYTEST_ARGS:-} \
+    || die "pytest (exit $?)"
+
+step "all tests passed"
