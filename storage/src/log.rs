@@ -93,6 +93,7 @@ struct Inner {
     next_write_seq: Cell<u64>,
     partials_in_flight: Cell<usize>,
     writes_completed: Watch,
+    kick_scheduled: Cell<bool>,
     sync_running: Cell<bool>,
     syncs_completed: Watch,
     failed: RefCell<Option<String>>,
@@ -283,6 +284,7 @@ impl Log {
             next_write_seq: Cell::new(0),
             partials_in_flight: Cell::new(0),
             writes_completed: Watch::new(0),
+            kick_scheduled: Cell::new(false),
             sync_running: Cell::new(false),
             syncs_completed: Watch::new(0),
             failed: RefCell::new(None),
@@ -365,7 +367,7 @@ impl Log {
         let file_end = inner.appender.borrow().end_pos() + records.len() as u64;
         inner.appender.borrow_mut().mark(file_end, end_offset);
         inner.copy_in(&records).await?;
-        inner.kick();
+        inner.schedule_kick();
         drop(permit);
 
         if !inner.hw.wait_for(end_offset).await {
@@ -769,6 +771,22 @@ impl Inner {
         Ok(())
     }
 
+    /// Arranges for [`Inner::kick`] to run once the tasks that are ready now have run: appenders
+    /// woken by a completed write (or arriving together) fill the chunk first, so their data
+    /// goes out in full chunks instead of a partial write that full chunks would wait for.
+    fn schedule_kick(self: &Rc<Self>) {
+        if self.kick_scheduled.replace(true) {
+            return;
+        }
+        let inner = self.clone();
+        glommio::spawn_local(async move {
+            futures_lite::future::yield_now().await;
+            inner.kick_scheduled.set(false);
+            inner.kick();
+        })
+        .detach();
+    }
+
     /// Writes whatever is waiting in the chunk, if nothing is in flight.
     fn kick(self: &Rc<Self>) {
         if self.failed.borrow().is_some() || !self.writes.borrow().is_empty() {
@@ -846,7 +864,7 @@ impl Inner {
                 }
             }
         }
-        self.kick();
+        self.schedule_kick();
     }
 
     /// Waits until every appended byte is written.
