@@ -1,0 +1,4 @@
+//! weir as a library: the native Kafka-protocol client and the `weir bench` harness.
+
+pub mod bench;
+pub mod client;
