@@ -1,1 +1,374 @@
-fn main() {}
+//! `weir`: a Kafka-wire-compatible streaming log broker, thread-per-core on glommio.
+//!
+//! `weir serve` starts one pinned glommio executor per core. See ARCHITECTURE.md for the
+//! path of a Produce and a Fetch through the modules.
+
+mod config;
+mod errors;
+mod fetch_response;
+mod kafka;
+mod metadata;
+mod server;
+mod shard;
+mod sync;
+mod wheel;
+
+use std::net::ToSocketAddrs;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+use tracing::{error, info, warn};
+
+use crate::config::BrokerConfig;
+use crate::metadata::Metadata;
+use crate::shard::{Global, ReqMsg, RespMsg, Shard};
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "Kafka-compatible streaming log broker, thread-per-core"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Directory for partition logs and metadata [default: ./data]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:9092]
+    #[arg(long)]
+    listen: Option<String>,
+    /// host:port given to clients in Metadata responses [default: the bound address]
+    #[arg(long)]
+    advertised_listener: Option<String>,
+    /// Number of cores (executors) [default: every CPU this process may run on]
+    #[arg(long)]
+    cores: Option<usize>,
+    /// File of Kafka-named key=value settings
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A Kafka-named setting, e.g. --set log.retention.ms=60000 (repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+fn main() {
+    init_logging();
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Serve(args) => match serve(args) {
+            Ok(()) => 0,
+            Err(e) => {
+                error!("{e}");
+                eprintln!("weir: {e}");
+                1
+            }
+        },
+    };
+    std::process::exit(code);
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // `init` also installs the `log` → `tracing` bridge (glommio logs through `log`).
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// CPUs this process may run on (sched_getaffinity), in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+fn build_config(args: &ServeArgs) -> Result<BrokerConfig, String> {
+    let mut c = BrokerConfig::default();
+    if let Some(path) = &args.config {
+        c.load_file(path)?;
+    }
+    for kv in &args.set {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--set {kv}: expected KEY=VALUE"))?;
+        c.set(k, v)?;
+    }
+    if let Some(d) = &args.data_dir {
+        c.data_dir = d.clone();
+    }
+    if let Some(l) = &args.listen {
+        c.listen = l.clone();
+    }
+    if let Some(a) = &args.advertised_listener {
+        c.advertised_listener = Some(a.clone());
+    }
+    Ok(c)
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = build_config(&args)?;
+    // TcpListener::bind panics on an unresolvable address: check it here, with a message.
+    let listen_addr = config
+        .listen
+        .to_socket_addrs()
+        .map_err(|e| format!("--listen {}: {e}", config.listen))?
+        .next()
+        .ok_or_else(|| format!("--listen {}: no address", config.listen))?;
+    let cpus = allowed_cpus();
+    let cores = args.cores.unwrap_or(cpus.len()).max(1);
+    if cores > 1024 {
+        return Err(format!("--cores {cores}: too many"));
+    }
+    shard::data_dir_ok(&config.data_dir)?;
+
+    // Metadata: loaded (or created) before any executor starts; partitions are re-spread
+    // if the core count changed since the last run.
+    let mut meta = Metadata::load(&config.data_dir)?.unwrap_or_else(|| Metadata::empty(cores));
+    if meta.respread(cores) {
+        info!(
+            cores,
+            "core count changed: partitions re-spread over the cores"
+        );
+    }
+    meta.save(&config.data_dir)?;
+    info!(
+        data_dir = %config.data_dir.display(),
+        topics = meta.topics.len(),
+        cores,
+        "starting"
+    );
+    let meta = Arc::new(meta);
+    let config = Arc::new(config);
+    let global = Arc::new(Global::new());
+
+    // Signals: first SIGINT/SIGTERM starts a graceful shutdown, a second one exits at once.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| format!("installing signal handlers: {e}"))?;
+    {
+        let global = global.clone();
+        std::thread::Builder::new()
+            .name("weir-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if global.shutdown.swap(true, Ordering::SeqCst) {
+                        warn!(sig, "second signal: exiting now");
+                        std::process::exit(130);
+                    }
+                    info!(
+                        sig,
+                        "shutting down: no new connections, finishing requests, closing logs"
+                    );
+                }
+            })
+            .map_err(|e| e.to_string())?;
+    }
+
+    let req_mesh: MeshBuilder<ReqMsg, _> = MeshBuilder::full(cores, config.mesh_queue_depth);
+    let resp_mesh: MeshBuilder<RespMsg, _> = MeshBuilder::full(cores, config.mesh_queue_depth);
+    let mut handles = Vec::new();
+    for i in 0..cores {
+        let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
+        let (config, global, meta) = (config.clone(), global.clone(), meta.clone());
+        let (req_mesh, resp_mesh) = (req_mesh.clone(), resp_mesh.clone());
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("weir-core-{i}"))
+            .io_memory(2 << 20)
+            .preempt_timer(Duration::from_millis(10))
+            .spawn(move || async move {
+                core_main(
+                    cores,
+                    config,
+                    global,
+                    meta,
+                    req_mesh,
+                    resp_mesh,
+                    listen_addr,
+                )
+                .await
+            })
+            .map_err(|e| format!("starting executor {i} on cpu {cpu}: {e}"))?;
+        handles.push(handle);
+    }
+    let mut failed = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failed = Some(e),
+            Err(e) => failed = Some(format!("executor failed: {e}")),
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => {
+            info!("shut down cleanly");
+            Ok(())
+        }
+    }
+}
+
+async fn core_main(
+    cores: usize,
+    config: Arc<BrokerConfig>,
+    global: Arc<Global>,
+    meta: Arc<Metadata>,
+    req_mesh: MeshBuilder<ReqMsg, glommio::channels::channel_mesh::Full>,
+    resp_mesh: MeshBuilder<RespMsg, glommio::channels::channel_mesh::Full>,
+    listen: std::net::SocketAddr,
+) -> Result<(), String> {
+    // Must precede every other DMA open on this thread (glommio#605).
+    weir_storage::io::prime_dma_probe(&config.data_dir)
+        .await
+        .map_err(|e| format!("priming direct I/O in {}: {e}", config.data_dir.display()))?;
+    let (shard, receivers) = if cores > 1 {
+        let (req_tx, req_rx) = req_mesh
+            .join()
+            .await
+            .map_err(|_| "joining the request mesh")?;
+        let (resp_tx, resp_rx) = resp_mesh
+            .join()
+            .await
+            .map_err(|_| "joining the reply mesh")?;
+        let id = req_tx.peer_id();
+        assert_eq!(
+            id,
+            resp_tx.peer_id(),
+            "both meshes order peers by executor id"
+        );
+        let shard = Shard::new(
+            id,
+            cores,
+            config.clone(),
+            global.clone(),
+            meta,
+            Some(req_tx),
+            Some(resp_tx),
+        );
+        (shard, Some((req_rx, resp_rx)))
+    } else {
+        (
+            Shard::new(0, 1, config.clone(), global.clone(), meta, None, None),
+            None,
+        )
+    };
+    if let Some((req_rx, resp_rx)) = receivers {
+        shard.start_mesh(req_rx, resp_rx);
+    }
+    let id = shard.id;
+    shard.open_owned().await;
+
+    let wheel_queue = glommio::executor().create_task_queue(
+        glommio::Shares::default(),
+        glommio::Latency::Matters(Duration::from_millis(2)),
+        "fetch-wheel",
+    );
+    glommio::spawn_local_into(shard.clone().run_wheel(), wheel_queue)
+        .map_err(|e| e.to_string())?
+        .detach();
+    glommio::spawn_local(shard.clone().run_retention()).detach();
+
+    // Core 0 binds first (port 0 → the kernel picks); the others bind the same port.
+    let listener = if id == 0 {
+        let l = glommio::net::TcpListener::bind(listen)
+            .map_err(|e| format!("binding {listen}: {e}"))?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        global.port.store(port, Ordering::SeqCst);
+        l
+    } else {
+        let started = Instant::now();
+        while global.port.load(Ordering::SeqCst) == 0 {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("core 0 never bound its listener".into());
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        let addr = std::net::SocketAddr::new(listen.ip(), global.port.load(Ordering::SeqCst));
+        glommio::net::TcpListener::bind(addr).map_err(|e| format!("binding {addr}: {e}"))?
+    };
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    *shard.advertised.borrow_mut() = advertised(&config, &bound);
+    if global.bound.fetch_add(1, Ordering::SeqCst) + 1 == cores {
+        server::log_listening(&bound);
+    }
+
+    // Shutdown watcher: the signal thread sets a flag; each core notices within 20 ms.
+    {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while !shard.shutting_down() {
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            shard.shutdown.fire();
+        })
+        .detach();
+    }
+
+    server::accept_loop(shard.clone(), listener).await;
+
+    // Answer in-flight requests (parked fetches were fired by the wheel driver).
+    let started = Instant::now();
+    while shard.connections.get() > 0 && started.elapsed() < Duration::from_secs(10) {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    // Keep serving other cores' requests until every core is done with its connections.
+    global.drained.fetch_add(1, Ordering::SeqCst);
+    while global.drained.load(Ordering::SeqCst) < cores
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    shard.close_all().await;
+    // Stay reachable until every core closed its logs (a late cross-core reply may be
+    // in flight).
+    global.exited.fetch_add(1, Ordering::SeqCst);
+    while global.exited.load(Ordering::SeqCst) < cores
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+fn advertised(config: &BrokerConfig, bound: &std::net::SocketAddr) -> (String, i32) {
+    if let Some(a) = &config.advertised_listener {
+        if let Some((h, p)) = a.rsplit_once(':') {
+            if let Ok(p) = p.parse::<i32>() {
+                return (h.trim_matches(['[', ']']).to_string(), p);
+            }
+        }
+        return (a.clone(), i32::from(bound.port()));
+    }
+    let host = if bound.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        bound.ip().to_string()
+    };
+    (host, i32::from(bound.port()))
+}

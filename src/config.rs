@@ -1,0 +1,241 @@
+//! Broker settings: Kafka-named `key=value` pairs from `--config FILE` and `--set`, with
+//! defaults; and the per-topic overrides that turn them into a `LogConfig`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use weir_storage::LogConfig;
+
+/// Topic-level config names a topic may override (CreateTopics configs), and the broker
+/// setting each one defaults from.
+pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
+    ("segment.bytes", "log.segment.bytes"),
+    ("segment.ms", "log.roll.ms"),
+    ("retention.ms", "log.retention.ms"),
+    ("retention.bytes", "log.retention.bytes"),
+    ("max.message.bytes", "message.max.bytes"),
+    ("cleanup.policy", "log.cleanup.policy"),
+];
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub data_dir: PathBuf,
+    pub listen: String,
+    /// host:port put in Metadata responses; the bound address when not given.
+    pub advertised_listener: Option<String>,
+    pub segment_bytes: u64,
+    pub segment_ms: Option<u64>,
+    pub retention_ms: Option<u64>,
+    pub retention_bytes: Option<u64>,
+    pub max_message_bytes: usize,
+    pub num_partitions: u32,
+    pub auto_create_topics: bool,
+    pub socket_request_max_bytes: usize,
+    /// How often each core applies retention.
+    pub retention_check_interval_ms: u64,
+    /// Upper bound on parked fetches per core; past it a fetch is answered at once.
+    pub max_parked_fetches: usize,
+    /// Longest a fetch is parked, whatever the client asks (must stay below clients'
+    /// request timeouts: librdkafka's default socket timeout is 60 s).
+    pub fetch_max_wait_ms: u64,
+    /// Requests read ahead and in process per connection (pipelining depth).
+    pub max_inflight_per_connection: usize,
+    /// Cross-core requests in flight from one core to another (channel bound).
+    pub mesh_queue_depth: usize,
+    /// Bytes of recently appended batches kept in memory per core.
+    pub cache_bytes_per_core: usize,
+    /// Everything as given, for DescribeConfigs on the broker.
+    pub raw: BTreeMap<String, String>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            data_dir: PathBuf::from("./data"),
+            listen: "127.0.0.1:9092".into(),
+            advertised_listener: None,
+            segment_bytes: 1 << 30,
+            segment_ms: Some(7 * 24 * 3600 * 1000),
+            retention_ms: Some(7 * 24 * 3600 * 1000),
+            retention_bytes: None,
+            max_message_bytes: 8 << 20,
+            num_partitions: 1,
+            auto_create_topics: true,
+            socket_request_max_bytes: 100 << 20,
+            retention_check_interval_ms: 30_000,
+            max_parked_fetches: 100_000,
+            fetch_max_wait_ms: 30_000,
+            max_inflight_per_connection: 64,
+            mesh_queue_depth: 1024,
+            cache_bytes_per_core: 256 << 20,
+            raw: BTreeMap::new(),
+        }
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{key}: '{value}' is not a valid number"))
+}
+
+/// `-1` means "no limit" for Kafka's retention settings.
+fn parse_limit(key: &str, value: &str) -> Result<Option<u64>, String> {
+    let v: i64 = parse_num(key, value)?;
+    Ok(if v < 0 { None } else { Some(v as u64) })
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{key}: '{value}' is not true or false")),
+    }
+}
+
+impl BrokerConfig {
+    /// Applies one Kafka-named setting.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let key = key.trim();
+        match key {
+            "log.segment.bytes" => self.segment_bytes = parse_num(key, value)?,
+            "log.roll.ms" => self.segment_ms = parse_limit(key, value)?,
+            "log.retention.ms" => self.retention_ms = parse_limit(key, value)?,
+            "log.retention.hours" => {
+                self.retention_ms = parse_limit(key, value)?.map(|h| h * 3600 * 1000)
+            }
+            "log.retention.bytes" => self.retention_bytes = parse_limit(key, value)?,
+            "message.max.bytes" => self.max_message_bytes = parse_num(key, value)?,
+            "num.partitions" => {
+                self.num_partitions = parse_num(key, value)?;
+                if self.num_partitions == 0 {
+                    return Err("num.partitions must be at least 1".into());
+                }
+            }
+            "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
+            "socket.request.max.bytes" => self.socket_request_max_bytes = parse_num(key, value)?,
+            "log.retention.check.interval.ms" => {
+                self.retention_check_interval_ms = parse_num::<u64>(key, value)?.max(10)
+            }
+            "fetch.max.parked" => self.max_parked_fetches = parse_num(key, value)?,
+            "fetch.max.wait.ms" => self.fetch_max_wait_ms = parse_num(key, value)?,
+            "log.dirs" | "log.dir" => self.data_dir = PathBuf::from(value.trim()),
+            "listeners" => self.listen = strip_scheme(value),
+            "advertised.listeners" => self.advertised_listener = Some(strip_scheme(value)),
+            "cache.bytes.per.core" => self.cache_bytes_per_core = parse_num(key, value)?,
+            _ => return Err(format!("unknown setting '{key}'")),
+        }
+        self.raw.insert(key.to_string(), value.trim().to_string());
+        Ok(())
+    }
+
+    /// Reads `key=value` lines (`#` comments and blank lines ignored).
+    pub fn load_file(&mut self, path: &std::path::Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading config {}: {e}", path.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| format!("{}:{}: expected key=value", path.display(), n + 1))?;
+            self.set(k, v)
+                .map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
+        }
+        Ok(())
+    }
+
+    /// The broker default of a topic config, as a string (DescribeConfigs).
+    pub fn topic_default(&self, topic_key: &str) -> Option<String> {
+        let opt = |v: Option<u64>| v.map_or("-1".to_string(), |v| v.to_string());
+        Some(match topic_key {
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "segment.ms" => opt(self.segment_ms),
+            "retention.ms" => opt(self.retention_ms),
+            "retention.bytes" => opt(self.retention_bytes),
+            "max.message.bytes" => self.max_message_bytes.to_string(),
+            "cleanup.policy" => "delete".to_string(),
+            _ => return None,
+        })
+    }
+
+    /// The `LogConfig` of a topic: broker defaults with the topic's overrides.
+    pub fn log_config(&self, overrides: &BTreeMap<String, String>) -> LogConfig {
+        let mut c = LogConfig {
+            segment_bytes: self.segment_bytes,
+            segment_ms: self.segment_ms,
+            retention_ms: self.retention_ms,
+            retention_bytes: self.retention_bytes,
+            max_batch_bytes: self.max_message_bytes,
+            ..LogConfig::default()
+        };
+        for (k, v) in overrides {
+            // Overrides were validated when the topic was created.
+            let _ = apply_topic_config(&mut c, k, v);
+        }
+        c
+    }
+}
+
+/// Checks and applies one topic-level config to a `LogConfig`.
+pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(), String> {
+    match key {
+        "segment.bytes" => {
+            let v: u64 = parse_num(key, value)?;
+            if v < 4096 {
+                return Err("segment.bytes must be at least 4096".into());
+            }
+            c.segment_bytes = v;
+        }
+        "segment.ms" => c.segment_ms = parse_limit(key, value)?,
+        "retention.ms" => c.retention_ms = parse_limit(key, value)?,
+        "retention.bytes" => c.retention_bytes = parse_limit(key, value)?,
+        "max.message.bytes" => c.max_batch_bytes = parse_num(key, value)?,
+        "cleanup.policy" => {
+            if value.trim() != "delete" {
+                return Err("only cleanup.policy=delete is supported".into());
+            }
+        }
+        _ => return Err(format!("unsupported topic config '{key}'")),
+    }
+    Ok(())
+}
+
+fn strip_scheme(v: &str) -> String {
+    let v = v.trim();
+    match v.split_once("://") {
+        Some((_, rest)) => rest.to_string(),
+        None => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_names_parse_and_minus_one_means_unlimited() {
+        let mut c = BrokerConfig::default();
+        c.set("log.retention.ms", "-1").unwrap();
+        c.set("log.retention.bytes", "1048576").unwrap();
+        c.set("num.partitions", "3").unwrap();
+        c.set("auto.create.topics.enable", "false").unwrap();
+        assert_eq!(c.retention_ms, None);
+        assert_eq!(c.retention_bytes, Some(1 << 20));
+        assert_eq!(c.num_partitions, 3);
+        assert!(!c.auto_create_topics);
+        assert!(c.set("nope", "1").is_err());
+        assert!(c.set("num.partitions", "x").is_err());
+    }
+
+    #[test]
+    fn topic_overrides_win() {
+        let c = BrokerConfig::default();
+        let mut o = BTreeMap::new();
+        o.insert("retention.ms".to_string(), "1000".to_string());
+        assert_eq!(c.log_config(&o).retention_ms, Some(1000));
+    }
+}

@@ -1,0 +1,66 @@
+//! Kafka error codes, and the one place where storage errors become them.
+
+use weir_storage::Error;
+
+pub const NONE: i16 = 0;
+pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+pub const CORRUPT_MESSAGE: i16 = 2;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+pub const MESSAGE_TOO_LARGE: i16 = 10;
+pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+pub const INVALID_REQUIRED_ACKS: i16 = 21;
+pub const UNSUPPORTED_VERSION: i16 = 35;
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+pub const INVALID_PARTITIONS: i16 = 37;
+pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+pub const INVALID_CONFIG: i16 = 40;
+pub const INVALID_REQUEST: i16 = 42;
+pub const KAFKA_STORAGE_ERROR: i16 = 56;
+
+/// Maps a storage error to the Kafka error code a client should see for that partition.
+pub fn storage_error_code(e: &Error) -> i16 {
+    if e.is_storage_error() || e.is_no_space() {
+        return KAFKA_STORAGE_ERROR;
+    }
+    match e {
+        Error::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
+        Error::InvalidBatch(_) => CORRUPT_MESSAGE,
+        Error::BatchTooLarge { .. } => MESSAGE_TOO_LARGE,
+        // The log was closed under us (shutdown, topic deleted): the client should refresh
+        // its metadata and retry.
+        Error::Closed => NOT_LEADER_OR_FOLLOWER,
+        _ => UNKNOWN_SERVER_ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir_storage::error::BatchError;
+
+    #[test]
+    fn mapping() {
+        assert_eq!(
+            storage_error_code(&Error::InvalidBatch(BatchError::BadMagic(1))),
+            CORRUPT_MESSAGE
+        );
+        assert_eq!(
+            storage_error_code(&Error::BatchTooLarge { size: 2, max: 1 }),
+            MESSAGE_TOO_LARGE
+        );
+        assert_eq!(
+            storage_error_code(&Error::OffsetOutOfRange {
+                offset: 9,
+                log_start_offset: 0,
+                log_end_offset: 1
+            }),
+            OFFSET_OUT_OF_RANGE
+        );
+        assert_eq!(
+            storage_error_code(&Error::LogFailed("x".into())),
+            KAFKA_STORAGE_ERROR
+        );
+    }
+}

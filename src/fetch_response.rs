@@ -1,0 +1,204 @@
+//! Encodes Fetch responses (v4..=12) as a list of `Bytes` pieces: small encoded fields in
+//! between, and the record chunks exactly as `Log::read` returned them (slices of the batch
+//! cache or of the read buffers) — the record bytes are never copied into the response.
+//!
+//! Layout (Kafka protocol; `*` = v12 flexible encoding: compact lengths + tagged fields):
+//! ```text
+//! size:i32 | correlation_id:i32 [tags*]
+//! throttle_time_ms:i32 | error_code:i16 (v7+) | session_id:i32 (v7+)
+//! [topics]: name:string
+//!   [partitions]: partition_index:i32 error_code:i16 high_watermark:i64
+//!                 last_stable_offset:i64 log_start_offset:i64 (v5+)
+//!                 aborted_transactions:[] preferred_read_replica:i32 (v11+)
+//!                 records:bytes [tags*]
+//!   [tags*]
+//! [tags*]
+//! ```
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::shard::FetchResult;
+
+/// One topic of a fetch response, partitions in request order.
+pub struct FetchReply {
+    pub topic: String,
+    pub partitions: Vec<(i32, FetchResult)>,
+}
+
+fn put_uvarint(buf: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        buf.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.put_u8(v as u8);
+}
+
+struct Writer {
+    flexible: bool,
+    buf: BytesMut,
+    pieces: Vec<Bytes>,
+}
+
+impl Writer {
+    fn array_len(&mut self, n: usize) {
+        if self.flexible {
+            put_uvarint(&mut self.buf, n as u64 + 1);
+        } else {
+            self.buf.put_i32(n as i32);
+        }
+    }
+
+    fn string(&mut self, s: &str) {
+        if self.flexible {
+            put_uvarint(&mut self.buf, s.len() as u64 + 1);
+        } else {
+            self.buf.put_i16(s.len() as i16);
+        }
+        self.buf.put_slice(s.as_bytes());
+    }
+
+    fn tags(&mut self) {
+        if self.flexible {
+            self.buf.put_u8(0);
+        }
+    }
+
+    /// A bytes field whose content is the chunks, passed by reference.
+    fn records(&mut self, chunks: &[Bytes]) {
+        let len: usize = chunks.iter().map(Bytes::len).sum();
+        if self.flexible {
+            put_uvarint(&mut self.buf, len as u64 + 1);
+        } else {
+            self.buf.put_i32(len as i32);
+        }
+        for c in chunks.iter().filter(|c| !c.is_empty()) {
+            if c.len() < 512 {
+                self.buf.put_slice(c);
+            } else {
+                let head = self.buf.split().freeze();
+                self.pieces.push(head);
+                self.pieces.push(c.clone());
+            }
+        }
+    }
+}
+
+/// Encodes the whole response, size prefix included.
+pub fn encode(version: i16, correlation_id: i32, topics: &[FetchReply]) -> Vec<Bytes> {
+    let flexible = version >= 12;
+    let mut w = Writer {
+        flexible,
+        buf: BytesMut::with_capacity(256),
+        pieces: Vec::new(),
+    };
+    w.buf.put_i32(0); // size, patched below
+    w.buf.put_i32(correlation_id);
+    w.tags();
+    w.buf.put_i32(0); // throttle_time_ms
+    if version >= 7 {
+        w.buf.put_i16(0); // error_code
+        w.buf.put_i32(0); // session_id: sessionless, every request is a full fetch
+    }
+    w.array_len(topics.len());
+    for t in topics {
+        w.string(&t.topic);
+        w.array_len(t.partitions.len());
+        for (index, r) in &t.partitions {
+            w.buf.put_i32(*index);
+            w.buf.put_i16(r.error);
+            w.buf.put_i64(r.high_watermark);
+            w.buf.put_i64(r.high_watermark); // last_stable_offset: no transactions
+            if version >= 5 {
+                w.buf.put_i64(r.log_start_offset);
+            }
+            w.array_len(0); // aborted_transactions
+            if version >= 11 {
+                w.buf.put_i32(-1); // preferred_read_replica
+            }
+            w.records(&r.chunks);
+            w.tags();
+        }
+        w.tags();
+    }
+    w.tags();
+    let tail = w.buf.split().freeze();
+    w.pieces.push(tail);
+    let total: usize = w.pieces.iter().map(Bytes::len).sum();
+    let mut first = BytesMut::from(&w.pieces[0][..]);
+    first[..4].copy_from_slice(&((total - 4) as i32).to_be_bytes());
+    w.pieces[0] = first.freeze();
+    w.pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{FetchResponse, ResponseHeader};
+    use kafka_protocol::protocol::Decodable;
+
+    #[test]
+    fn decodes_with_the_reference_codec_in_every_version() {
+        let big = Bytes::from(vec![7u8; 3000]);
+        let small = Bytes::from_static(b"tiny");
+        let topics = vec![
+            FetchReply {
+                topic: "orders".into(),
+                partitions: vec![
+                    (
+                        0,
+                        FetchResult {
+                            error: 0,
+                            high_watermark: 42,
+                            log_start_offset: 3,
+                            chunks: vec![big.clone(), small.clone()],
+                        },
+                    ),
+                    (
+                        1,
+                        FetchResult {
+                            error: 1,
+                            high_watermark: -1,
+                            log_start_offset: -1,
+                            chunks: vec![],
+                        },
+                    ),
+                ],
+            },
+            FetchReply {
+                topic: "x".into(),
+                partitions: vec![],
+            },
+        ];
+        for version in 4..=12i16 {
+            let pieces = encode(version, 77, &topics);
+            assert!(
+                pieces.iter().any(|p| p.as_ptr() == big.as_ptr()),
+                "v{version}: the big chunk must be passed by reference"
+            );
+            let mut all = BytesMut::new();
+            for p in &pieces {
+                all.extend_from_slice(p);
+            }
+            let mut all = all.freeze();
+            let size = i32::from_be_bytes(all[..4].try_into().unwrap()) as usize;
+            assert_eq!(size, all.len() - 4, "v{version} size prefix");
+            let _ = all.split_to(4);
+            let hv = if version >= 12 { 1 } else { 0 };
+            let h = ResponseHeader::decode(&mut all, hv).unwrap();
+            assert_eq!(h.correlation_id, 77);
+            let r = FetchResponse::decode(&mut all, version).unwrap();
+            assert!(all.is_empty(), "v{version}: trailing bytes");
+            assert_eq!(r.responses.len(), 2);
+            let p0 = &r.responses[0].partitions[0];
+            assert_eq!(r.responses[0].topic.as_str(), "orders");
+            assert_eq!(p0.high_watermark, 42);
+            if version >= 5 {
+                assert_eq!(p0.log_start_offset, 3);
+            }
+            let recs = p0.records.as_ref().unwrap();
+            assert_eq!(recs.len(), 3004);
+            assert_eq!(&recs[3000..], b"tiny");
+            assert_eq!(r.responses[0].partitions[1].error_code, 1);
+        }
+    }
+}

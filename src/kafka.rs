@@ -1,0 +1,814 @@
+//! The Kafka wire protocol: which APIs and versions weir speaks, request decoding, and one
+//! handler per API. Handlers run on the core that owns the connection; partition work is
+//! sent to the owning cores through [`Shard::call`].
+//!
+//! Codec: the `kafka-protocol` crate, decoding from the request's `Bytes` (so produce
+//! records are zero-copy slices of the request). Fetch responses are encoded by
+//! [`crate::fetch_response`] so that record chunks go to the socket without a copy.
+
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tracing::{debug, warn};
+
+use crate::errors;
+use crate::fetch_response::{self, FetchReply};
+use crate::metadata::valid_topic_name;
+use crate::shard::{FetchKey, FetchPart, ListPart, NewTopic, ProducePart, Req, Resp, Shard};
+
+/// (api key, min version, max version) — only what weir really implements.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 0, 5),
+    (ApiKey::DeleteTopics, 0, 5),
+    (ApiKey::DescribeConfigs, 0, 4),
+];
+
+pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, lo, hi)| (*lo, *hi))
+}
+
+/// A response ready for the socket: pieces written in order (record chunks are shared
+/// `Bytes`, not copies). `None` for produce with acks=0.
+pub type Response = Option<Vec<Bytes>>;
+
+/// Why a connection must be closed.
+#[derive(Debug)]
+pub struct ProtocolError(pub String);
+
+impl std::fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A decoded request, ready to be processed.
+pub struct Request {
+    pub key: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    pub body: Body,
+}
+
+pub enum Body {
+    Produce(ProduceRequest),
+    Fetch(FetchRequest),
+    ListOffsets(ListOffsetsRequest),
+    Metadata(MetadataRequest),
+    ApiVersions(ApiVersionsRequest),
+    /// An ApiVersions request of a version we do not speak: answered with
+    /// UNSUPPORTED_VERSION and our version list (KIP-511).
+    ApiVersionsUnsupported,
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    DescribeConfigs(DescribeConfigsRequest),
+}
+
+fn perr(msg: impl Into<String>) -> ProtocolError {
+    ProtocolError(msg.into())
+}
+
+/// Decodes one request frame (without its 4-byte size prefix). Synchronous and cheap: runs
+/// in the connection's read loop, so requests are decoded in arrival order.
+pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
+    if frame.len() < 8 {
+        return Err(perr(format!(
+            "frame of {} bytes is too short for a request header",
+            frame.len()
+        )));
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let key = ApiKey::try_from(raw_key).map_err(|_| perr(format!("unknown api key {raw_key}")))?;
+    let Some((lo, hi)) = supported(key) else {
+        return Err(perr(format!(
+            "unsupported api {key:?} (key {raw_key}) v{version}"
+        )));
+    };
+    if version < lo || version > hi {
+        if key == ApiKey::ApiVersions {
+            return Ok(Request {
+                key,
+                version,
+                correlation_id,
+                body: Body::ApiVersionsUnsupported,
+            });
+        }
+        return Err(perr(format!(
+            "unsupported version {version} of {key:?} (weir speaks {lo}..={hi})"
+        )));
+    }
+    let header_version = key.request_header_version(version);
+    let header = RequestHeader::decode(&mut frame, header_version)
+        .map_err(|e| perr(format!("bad request header: {e}")))?;
+    debug_assert_eq!(header.correlation_id, correlation_id);
+    let body = match key {
+        ApiKey::Produce => Body::Produce(decode(&mut frame, version)?),
+        ApiKey::Fetch => Body::Fetch(decode(&mut frame, version)?),
+        ApiKey::ListOffsets => Body::ListOffsets(decode(&mut frame, version)?),
+        ApiKey::Metadata => Body::Metadata(decode(&mut frame, version)?),
+        ApiKey::ApiVersions => Body::ApiVersions(decode(&mut frame, version)?),
+        ApiKey::CreateTopics => Body::CreateTopics(decode(&mut frame, version)?),
+        ApiKey::DeleteTopics => Body::DeleteTopics(decode(&mut frame, version)?),
+        ApiKey::DescribeConfigs => Body::DescribeConfigs(decode(&mut frame, version)?),
+        _ => return Err(perr(format!("unsupported api {key:?}"))),
+    };
+    Ok(Request {
+        key,
+        version,
+        correlation_id,
+        body,
+    })
+}
+
+fn decode<T: Decodable>(frame: &mut Bytes, version: i16) -> Result<T, ProtocolError> {
+    T::decode(frame, version).map_err(|e| perr(format!("malformed request body: {e}")))
+}
+
+/// Encodes header + body into one buffer with its size prefix.
+pub fn encode_response<T: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+) -> Result<Bytes, ProtocolError> {
+    let header_version = key.response_header_version(version);
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    let size = header
+        .compute_size(header_version)
+        .and_then(|h| body.compute_size(version).map(|b| h + b))
+        .map_err(|e| perr(format!("encoding {key:?} v{version}: {e}")))?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(size as i32);
+    header
+        .encode(&mut buf, header_version)
+        .and_then(|_| body.encode(&mut buf, version))
+        .map_err(|e| perr(format!("encoding {key:?} v{version}: {e}")))?;
+    Ok(buf.freeze())
+}
+
+fn one<T: Encodable>(req: &Request, body: &T) -> Result<Response, ProtocolError> {
+    Ok(Some(vec![encode_response(
+        req.key,
+        req.version,
+        req.correlation_id,
+        body,
+    )?]))
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// Processes one request on the connection's core.
+pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
+    match &req.body {
+        Body::ApiVersions(_) => one(&req, &api_versions(errors::NONE)),
+        Body::ApiVersionsUnsupported => {
+            // KIP-511: answer in v0 so any client can read the list and retry.
+            let body = api_versions(errors::UNSUPPORTED_VERSION);
+            Ok(Some(vec![encode_response(
+                ApiKey::ApiVersions,
+                0,
+                req.correlation_id,
+                &body,
+            )?]))
+        }
+        Body::Metadata(m) => {
+            let resp = metadata(&shard, req.version, m).await;
+            one(&req, &resp)
+        }
+        Body::Produce(p) => produce(&shard, &req, p).await,
+        Body::Fetch(f) => fetch(&shard, &req, f).await,
+        Body::ListOffsets(l) => {
+            let resp = list_offsets(&shard, l).await;
+            one(&req, &resp)
+        }
+        Body::CreateTopics(c) => {
+            let resp = create_topics(&shard, req.version, c).await;
+            one(&req, &resp)
+        }
+        Body::DeleteTopics(d) => {
+            let resp = delete_topics(&shard, req.version, d).await;
+            one(&req, &resp)
+        }
+        Body::DescribeConfigs(d) => {
+            let resp = describe_configs(&shard, d);
+            one(&req, &resp)
+        }
+    }
+}
+
+// ---- ApiVersions ----
+
+fn api_versions(error: i16) -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.error_code = error;
+    r.api_keys = SUPPORTED
+        .iter()
+        .map(|(k, lo, hi)| {
+            let mut v = ApiVersion::default();
+            v.api_key = *k as i16;
+            v.min_version = *lo;
+            v.max_version = *hi;
+            v
+        })
+        .collect();
+    r.finalized_features_epoch = -1;
+    r
+}
+
+// ---- Metadata ----
+
+/// Creates missing topics through core 0 (auto.create.topics.enable).
+async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
+    if names.is_empty() {
+        return;
+    }
+    let topics = names
+        .into_iter()
+        .map(|name| NewTopic {
+            name,
+            partitions: -1,
+            replication_factor: -1,
+            configs: Vec::new(),
+        })
+        .collect();
+    if let Resp::Topics(results) = shard
+        .call(
+            0,
+            Req::CreateTopics {
+                topics,
+                validate_only: false,
+            },
+        )
+        .await
+    {
+        for r in results {
+            if r.error != errors::NONE && r.error != errors::TOPIC_ALREADY_EXISTS {
+                debug!(topic = %r.name, error = r.error, "auto-create failed");
+            }
+        }
+    }
+}
+
+fn topic_uuid(hex: &str) -> uuid::Uuid {
+    uuid::Uuid::try_parse(hex).unwrap_or(uuid::Uuid::nil())
+}
+
+async fn metadata(shard: &Rc<Shard>, version: i16, req: &MetadataRequest) -> MetadataResponse {
+    // v0: an empty list means all topics; v1+: null means all, empty means none.
+    let requested: Option<Vec<String>> = match &req.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(
+            t.iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+                .collect(),
+        ),
+    };
+    let allow_auto =
+        shard.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    if let (Some(names), true) = (&requested, allow_auto) {
+        let meta = shard.metadata();
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| !meta.topics.contains_key(*n) && valid_topic_name(n))
+            .cloned()
+            .collect();
+        auto_create(shard, missing).await;
+    }
+    let meta = shard.metadata();
+    let (host, port) = shard.advertised.borrow().clone();
+    let mut r = MetadataResponse::default();
+    let mut broker = MetadataResponseBroker::default();
+    broker.node_id = BrokerId(0);
+    broker.host = s(&host);
+    broker.port = port;
+    r.brokers = vec![broker];
+    r.cluster_id = Some(s("weir"));
+    r.controller_id = BrokerId(0);
+    r.cluster_authorized_operations = i32::MIN;
+    let names: Vec<String> = match requested {
+        None => meta.topics.keys().cloned().collect(),
+        Some(n) => n,
+    };
+    for name in names {
+        let mut t = MetadataResponseTopic::default();
+        t.name = Some(TopicName(s(&name)));
+        t.topic_authorized_operations = i32::MIN;
+        match meta.topics.get(&name) {
+            None => {
+                t.error_code = if valid_topic_name(&name) {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                } else {
+                    errors::INVALID_TOPIC_EXCEPTION
+                };
+            }
+            Some(tm) => {
+                t.topic_id = topic_uuid(&tm.id);
+                t.partitions = (0..tm.owners.len() as i32)
+                    .map(|p| {
+                        let mut mp = MetadataResponsePartition::default();
+                        mp.partition_index = p;
+                        mp.leader_id = BrokerId(0);
+                        mp.leader_epoch = 0;
+                        mp.replica_nodes = vec![BrokerId(0)];
+                        mp.isr_nodes = vec![BrokerId(0)];
+                        mp
+                    })
+                    .collect();
+            }
+        }
+        r.topics.push(t);
+    }
+    r
+}
+
+// ---- Produce ----
+
+async fn produce(
+    shard: &Rc<Shard>,
+    req: &Request,
+    p: &ProduceRequest,
+) -> Result<Response, ProtocolError> {
+    let acks = p.acks;
+    let valid_acks = matches!(acks, -1..=1);
+    if shard.config.auto_create_topics && valid_acks {
+        let meta = shard.metadata();
+        let missing: Vec<String> = p
+            .topic_data
+            .iter()
+            .map(|t| t.name.to_string())
+            .filter(|n| !meta.topics.contains_key(n) && valid_topic_name(n))
+            .collect();
+        auto_create(shard, missing).await;
+    }
+    let meta = shard.metadata();
+    // Results in request order; partitions grouped by owning core.
+    let mut results: Vec<Vec<(i32, crate::shard::ProduceResult)>> = Vec::new();
+    let mut groups: BTreeMap<usize, (Vec<ProducePart>, Vec<(usize, usize)>)> = BTreeMap::new();
+    for (ti, t) in p.topic_data.iter().enumerate() {
+        let name = t.name.to_string();
+        let mut row = Vec::with_capacity(t.partition_data.len());
+        for (pi, pd) in t.partition_data.iter().enumerate() {
+            let mut res = crate::shard::ProduceResult {
+                error: errors::NONE,
+                base_offset: -1,
+                log_start_offset: -1,
+            };
+            if !valid_acks {
+                res.error = errors::INVALID_REQUIRED_ACKS;
+            } else {
+                match meta.owner(&name, pd.index) {
+                    None => res.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    Some(owner) => {
+                        let g = groups.entry(owner).or_default();
+                        g.0.push(ProducePart {
+                            topic: name.clone(),
+                            partition: pd.index,
+                            records: pd.records.clone().unwrap_or_default(),
+                        });
+                        g.1.push((ti, pi));
+                    }
+                }
+            }
+            row.push((pd.index, res));
+        }
+        results.push(row);
+    }
+    // Every group starts now (remote ones are sent in order); local work runs in place.
+    let mut tasks = Vec::new();
+    for (owner, (parts, slots)) in groups {
+        let sh = shard.clone();
+        let task =
+            glommio::spawn_local(async move { sh.call(owner, Req::Produce { acks, parts }).await });
+        tasks.push((task, slots));
+    }
+    for (task, slots) in tasks {
+        match task.await {
+            Resp::Produce(rs) => {
+                for (r, (ti, pi)) in rs.into_iter().zip(slots) {
+                    results[ti][pi].1 = r;
+                }
+            }
+            _ => {
+                for (ti, pi) in slots {
+                    results[ti][pi].1.error = errors::NOT_LEADER_OR_FOLLOWER;
+                }
+            }
+        }
+    }
+    if acks == 0 {
+        return Ok(None);
+    }
+    let mut resp = ProduceResponse::default();
+    for (t, row) in p.topic_data.iter().zip(results) {
+        let mut tr = TopicProduceResponse::default();
+        tr.name = t.name.clone();
+        for (index, r) in row {
+            let mut pr = PartitionProduceResponse::default();
+            pr.index = index;
+            pr.error_code = r.error;
+            pr.base_offset = r.base_offset;
+            pr.log_append_time_ms = -1;
+            pr.log_start_offset = r.log_start_offset;
+            tr.partition_responses.push(pr);
+        }
+        resp.responses.push(tr);
+    }
+    one(req, &resp)
+}
+
+// ---- Fetch ----
+
+async fn fetch(
+    shard: &Rc<Shard>,
+    req: &Request,
+    f: &FetchRequest,
+) -> Result<Response, ProtocolError> {
+    let meta = shard.metadata();
+    // (topic index, partition index) of every part, grouped by owner.
+    let mut replies: Vec<FetchReply> = Vec::new();
+    let mut groups: BTreeMap<usize, (Vec<FetchPart>, Vec<(usize, usize)>)> = BTreeMap::new();
+    for (ti, t) in f.topics.iter().enumerate() {
+        let name = t.topic.to_string();
+        let mut reply = FetchReply {
+            topic: name.clone(),
+            partitions: Vec::with_capacity(t.partitions.len()),
+        };
+        for (pi, fp) in t.partitions.iter().enumerate() {
+            let mut r = crate::shard::FetchResult {
+                error: errors::NONE,
+                high_watermark: -1,
+                log_start_offset: -1,
+                chunks: Vec::new(),
+            };
+            match meta.owner(&name, fp.partition) {
+                None => r.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(owner) => {
+                    let g = groups.entry(owner).or_default();
+                    g.0.push(FetchPart {
+                        topic: name.clone(),
+                        partition: fp.partition,
+                        offset: fp.fetch_offset,
+                        max_bytes: fp.partition_max_bytes,
+                    });
+                    g.1.push((ti, pi));
+                }
+            }
+            reply.partitions.push((fp.partition, r));
+        }
+        replies.push(reply);
+    }
+    // A request for unknown partitions is answered at once.
+    let any_error = replies
+        .iter()
+        .any(|t| t.partitions.iter().any(|(_, r)| r.error != errors::NONE));
+    let max_wait_ms = if any_error { 0 } else { f.max_wait_ms };
+    let id = shard.next_fetch_id();
+    let key = FetchKey { from: shard.id, id };
+    let n_groups = groups.len();
+    if n_groups == 1 {
+        let (owner, (parts, slots)) = groups.into_iter().next().expect("one group");
+        let rs = if owner == shard.id {
+            shard
+                .fetch_local(None, f.min_bytes, max_wait_ms, f.max_bytes, &parts)
+                .await
+        } else {
+            match shard
+                .call(
+                    owner,
+                    Req::Fetch {
+                        key,
+                        min_bytes: f.min_bytes,
+                        max_wait_ms,
+                        max_bytes: f.max_bytes,
+                        parts,
+                    },
+                )
+                .await
+            {
+                Resp::Fetch(rs) => rs,
+                _ => Vec::new(),
+            }
+        };
+        place(&mut replies, rs, slots);
+    } else if n_groups > 1 {
+        // Ask every owning core at once; as soon as the replies so far hold min_bytes, tell
+        // the cores still waiting to answer now (no polling).
+        let (tx, rx) = glommio::channels::local_channel::new_bounded(n_groups);
+        let tx = Rc::new(tx);
+        let mut pending: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        for (owner, (parts, slots)) in groups {
+            pending.insert(owner, slots);
+            let sh = shard.clone();
+            let tx = tx.clone();
+            let (min_bytes, max_bytes) = (f.min_bytes, f.max_bytes);
+            glommio::spawn_local(async move {
+                let resp = sh
+                    .call(
+                        owner,
+                        Req::Fetch {
+                            key,
+                            min_bytes,
+                            max_wait_ms,
+                            max_bytes,
+                            parts,
+                        },
+                    )
+                    .await;
+                let _ = tx.send((owner, resp)).await;
+            })
+            .detach();
+        }
+        drop(tx);
+        let mut total = 0usize;
+        let mut woke = false;
+        while !pending.is_empty() {
+            let Some((owner, resp)) = rx.recv().await else {
+                break;
+            };
+            let slots = pending.remove(&owner).unwrap_or_default();
+            let rs = match resp {
+                Resp::Fetch(rs) => rs,
+                _ => Vec::new(),
+            };
+            total += rs.iter().map(|r| r.bytes()).sum::<usize>();
+            let errored = rs.iter().any(|r| r.error != errors::NONE);
+            place(&mut replies, rs, slots);
+            if !woke && (total as i64 >= i64::from(f.min_bytes) || errored) {
+                woke = true;
+                for &other in pending.keys() {
+                    let sh = shard.clone();
+                    glommio::spawn_local(async move {
+                        sh.call(other, Req::FetchWake(key)).await;
+                    })
+                    .detach();
+                }
+            }
+        }
+    }
+    let body = fetch_response::encode(req.version, req.correlation_id, &replies);
+    Ok(Some(body))
+}
+
+fn place(
+    replies: &mut [FetchReply],
+    rs: Vec<crate::shard::FetchResult>,
+    slots: Vec<(usize, usize)>,
+) {
+    for (r, (ti, pi)) in rs.into_iter().zip(slots) {
+        replies[ti].partitions[pi].1 = r;
+    }
+}
+
+// ---- ListOffsets ----
+
+async fn list_offsets(shard: &Rc<Shard>, l: &ListOffsetsRequest) -> ListOffsetsResponse {
+    let meta = shard.metadata();
+    let mut resp = ListOffsetsResponse::default();
+    let mut groups: BTreeMap<usize, (Vec<ListPart>, Vec<(usize, usize)>)> = BTreeMap::new();
+    for (ti, t) in l.topics.iter().enumerate() {
+        let name = t.name.to_string();
+        let mut tr = ListOffsetsTopicResponse::default();
+        tr.name = t.name.clone();
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            pr.offset = -1;
+            pr.timestamp = -1;
+            pr.leader_epoch = 0;
+            match meta.owner(&name, p.partition_index) {
+                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(owner) => {
+                    let g = groups.entry(owner).or_default();
+                    g.0.push(ListPart {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        timestamp: p.timestamp,
+                    });
+                    g.1.push((ti, pi));
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    for (owner, (parts, slots)) in groups {
+        if let Resp::ListOffsets(rs) = shard.call(owner, Req::ListOffsets(parts)).await {
+            for (r, (ti, pi)) in rs.into_iter().zip(slots) {
+                let pr = &mut resp.topics[ti].partitions[pi];
+                pr.error_code = r.error;
+                pr.offset = r.offset;
+                pr.timestamp = r.timestamp;
+            }
+        }
+    }
+    resp
+}
+
+// ---- Admin ----
+
+async fn create_topics(
+    shard: &Rc<Shard>,
+    version: i16,
+    c: &CreateTopicsRequest,
+) -> CreateTopicsResponse {
+    let topics: Vec<NewTopic> = c
+        .topics
+        .iter()
+        .map(|t| NewTopic {
+            name: t.name.to_string(),
+            partitions: if t.assignments.is_empty() {
+                t.num_partitions
+            } else {
+                t.assignments.len() as i32
+            },
+            replication_factor: if t.assignments.is_empty() {
+                t.replication_factor
+            } else {
+                1
+            },
+            configs: t
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect(),
+        })
+        .collect();
+    let results = match shard
+        .call(
+            0,
+            Req::CreateTopics {
+                topics,
+                validate_only: c.validate_only,
+            },
+        )
+        .await
+    {
+        Resp::Topics(r) => r,
+        _ => Vec::new(),
+    };
+    let meta = shard.metadata();
+    let mut resp = CreateTopicsResponse::default();
+    for r in results {
+        let mut tr = CreatableTopicResult::default();
+        tr.name = TopicName(s(&r.name));
+        tr.error_code = r.error;
+        tr.error_message = r.message.as_deref().map(s);
+        if version >= 5 {
+            tr.num_partitions = r.partitions;
+            tr.replication_factor = 1;
+            tr.configs = Some(Vec::new());
+        }
+        if let Some(t) = meta.topics.get(&r.name) {
+            tr.topic_id = topic_uuid(&t.id);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}
+
+async fn delete_topics(
+    shard: &Rc<Shard>,
+    version: i16,
+    d: &DeleteTopicsRequest,
+) -> DeleteTopicsResponse {
+    let names: Vec<String> = if version >= 6 {
+        d.topics
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+            .collect()
+    } else {
+        d.topic_names.iter().map(|n| n.to_string()).collect()
+    };
+    let results = match shard.call(0, Req::DeleteTopics(names)).await {
+        Resp::Topics(r) => r,
+        _ => Vec::new(),
+    };
+    let mut resp = DeleteTopicsResponse::default();
+    for r in results {
+        let mut tr = DeletableTopicResult::default();
+        tr.name = Some(TopicName(s(&r.name)));
+        tr.error_code = r.error;
+        resp.responses.push(tr);
+    }
+    resp
+}
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+const SOURCE_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DEFAULT: i8 = 5;
+
+fn describe_configs(shard: &Rc<Shard>, d: &DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let meta = shard.metadata();
+    let mut resp = DescribeConfigsResponse::default();
+    for res in &d.resources {
+        let mut out = DescribeConfigsResult::default();
+        out.resource_type = res.resource_type;
+        out.resource_name = res.resource_name.clone();
+        let wanted = |k: &str| {
+            res.configuration_keys
+                .as_ref()
+                .is_none_or(|ks| ks.iter().any(|w| w.as_str() == k))
+        };
+        let entry = |name: &str, value: String, source: i8| {
+            let mut e = DescribeConfigsResourceResult::default();
+            e.name = s(name);
+            e.value = Some(s(&value));
+            e.read_only = false;
+            e.config_source = source;
+            e.is_sensitive = false;
+            e
+        };
+        match res.resource_type {
+            RESOURCE_TOPIC => match meta.topics.get(res.resource_name.as_str()) {
+                None => {
+                    out.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
+                    out.error_message = Some(s("unknown topic"));
+                }
+                Some(t) => {
+                    for (key, _) in crate::config::TOPIC_CONFIGS {
+                        if !wanted(key) {
+                            continue;
+                        }
+                        let (value, source) = match t.configs.get(*key) {
+                            Some(v) => (v.clone(), SOURCE_TOPIC),
+                            None => (
+                                shard.config.topic_default(key).unwrap_or_default(),
+                                SOURCE_DEFAULT,
+                            ),
+                        };
+                        out.configs.push(entry(key, value, source));
+                    }
+                }
+            },
+            RESOURCE_BROKER => {
+                let c = &shard.config;
+                let opt = |v: Option<u64>| v.map_or("-1".to_string(), |v| v.to_string());
+                let all = [
+                    ("log.segment.bytes", c.segment_bytes.to_string()),
+                    ("log.retention.ms", opt(c.retention_ms)),
+                    ("log.retention.bytes", opt(c.retention_bytes)),
+                    ("num.partitions", c.num_partitions.to_string()),
+                    (
+                        "auto.create.topics.enable",
+                        c.auto_create_topics.to_string(),
+                    ),
+                    (
+                        "socket.request.max.bytes",
+                        c.socket_request_max_bytes.to_string(),
+                    ),
+                    ("message.max.bytes", c.max_message_bytes.to_string()),
+                ];
+                for (k, v) in all {
+                    if wanted(k) {
+                        let source = if c.raw.contains_key(k) {
+                            SOURCE_STATIC_BROKER
+                        } else {
+                            SOURCE_DEFAULT
+                        };
+                        out.configs.push(entry(k, v, source));
+                    }
+                }
+            }
+            other => {
+                out.error_code = errors::INVALID_REQUEST;
+                out.error_message = Some(s(&format!("resource type {other} is not supported")));
+            }
+        }
+        resp.results.push(out);
+    }
+    if resp.results.iter().any(|r| r.error_code != errors::NONE) {
+        warn!(resources = d.resources.len(), "DescribeConfigs with errors");
+    }
+    resp
+}

@@ -1,0 +1,217 @@
+//! Durable cluster metadata: topics, their partition counts, config overrides, and which
+//! core owns each partition.
+//!
+//! One JSON file, `DATA_DIR/weir-metadata.json`, replaced atomically (write a temp file,
+//! fsync it, rename over the old one, fsync the directory), so a crash leaves either the old
+//! or the new version. Core 0 is the only writer at run time (`crate::shard::Shard::admin_*`);
+//! every core holds an `Arc<Metadata>` snapshot, replaced when core 0 sends a new one.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub const METADATA_FILE: &str = "weir-metadata.json";
+const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TopicMeta {
+    /// Kafka topic id (UUID), as 16 bytes in hex.
+    pub id: String,
+    /// Owning core of each partition, indexed by partition number.
+    pub owners: Vec<usize>,
+    /// Topic-level config overrides (Kafka names, e.g. `retention.ms`).
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Metadata {
+    pub format_version: u32,
+    /// Bumped on every change.
+    pub epoch: u64,
+    /// The number of cores the owners were spread over.
+    pub cores: usize,
+    pub topics: BTreeMap<String, TopicMeta>,
+}
+
+impl Metadata {
+    pub fn empty(cores: usize) -> Metadata {
+        Metadata {
+            format_version: FORMAT_VERSION,
+            epoch: 0,
+            cores,
+            topics: BTreeMap::new(),
+        }
+    }
+
+    pub fn path(data_dir: &Path) -> PathBuf {
+        data_dir.join(METADATA_FILE)
+    }
+
+    /// Loads the metadata of `data_dir`, or `None` if there is none yet.
+    pub fn load(data_dir: &Path) -> Result<Option<Metadata>, String> {
+        let path = Self::path(data_dir);
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        };
+        let m: Metadata = serde_json::from_slice(&text)
+            .map_err(|e| format!("corrupt metadata file {}: {e}", path.display()))?;
+        if m.format_version != FORMAT_VERSION {
+            return Err(format!(
+                "{}: unsupported metadata format version {}",
+                path.display(),
+                m.format_version
+            ));
+        }
+        Ok(Some(m))
+    }
+
+    /// Writes atomically: temp file, fsync, rename, fsync of the directory.
+    pub fn save(&self, data_dir: &Path) -> Result<(), String> {
+        let path = Self::path(data_dir);
+        let tmp = data_dir.join(format!("{METADATA_FILE}.tmp"));
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
+        let res = (|| -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            drop(f);
+            std::fs::rename(&tmp, &path)?;
+            std::fs::File::open(data_dir)?.sync_all()
+        })();
+        res.map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+
+    /// Number of partitions each core owns.
+    fn load_per_core(&self, cores: usize) -> Vec<usize> {
+        let mut load = vec![0; cores];
+        for t in self.topics.values() {
+            for &c in &t.owners {
+                if c < cores {
+                    load[c] += 1;
+                }
+            }
+        }
+        load
+    }
+
+    /// Owners for `count` new partitions: each goes to the least loaded core.
+    pub fn place_new(&self, count: usize) -> Vec<usize> {
+        let mut load = self.load_per_core(self.cores);
+        (0..count)
+            .map(|_| {
+                let (core, _) = load
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(i, l)| (**l, *i))
+                    .expect("at least one core");
+                load[core] += 1;
+                core
+            })
+            .collect()
+    }
+
+    /// Re-spreads every partition evenly over `cores` (called at start when the core count
+    /// changed). Returns whether anything moved.
+    pub fn respread(&mut self, cores: usize) -> bool {
+        if self.cores == cores {
+            return false;
+        }
+        self.cores = cores;
+        let mut i = 0usize;
+        for t in self.topics.values_mut() {
+            for owner in t.owners.iter_mut() {
+                *owner = i % cores;
+                i += 1;
+            }
+        }
+        self.epoch += 1;
+        true
+    }
+
+    /// Owner core of a partition, if the partition exists.
+    pub fn owner(&self, topic: &str, partition: i32) -> Option<usize> {
+        let t = self.topics.get(topic)?;
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| t.owners.get(p).copied())
+    }
+}
+
+/// Directory of a partition's log: `DATA_DIR/topic-partition`, like Kafka.
+pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
+    data_dir.join(format!("{topic}-{partition}"))
+}
+
+/// Kafka's topic name rule: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn valid_topic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+/// A fresh topic id (random enough: time, counter and address entropy through a hash).
+pub fn new_topic_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = String::with_capacity(32);
+    for i in 0..2u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(i);
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_load_roundtrip_and_respread() {
+        let dir = std::env::temp_dir().join(format!("weir-meta-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut m = Metadata::empty(2);
+        let owners = m.place_new(3);
+        assert_eq!(owners, vec![0, 1, 0]);
+        m.topics.insert(
+            "t".into(),
+            TopicMeta {
+                id: new_topic_id(),
+                owners,
+                configs: BTreeMap::new(),
+            },
+        );
+        m.save(&dir).unwrap();
+        let back = Metadata::load(&dir).unwrap().unwrap();
+        assert_eq!(back, m);
+        let mut four = back.clone();
+        assert!(four.respread(4));
+        assert_eq!(four.topics["t"].owners, vec![0, 1, 2]);
+        assert_eq!(four.owner("t", 2), Some(2));
+        assert_eq!(four.owner("t", 3), None);
+        assert_eq!(four.owner("t", -1), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn topic_names() {
+        assert!(valid_topic_name("orders.v1_x-2"));
+        assert!(!valid_topic_name(""));
+        assert!(!valid_topic_name(".."));
+        assert!(!valid_topic_name("a/b"));
+        assert!(!valid_topic_name(&"x".repeat(250)));
+    }
+}

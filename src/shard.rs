@@ -1,0 +1,996 @@
+//! One core's share of the broker: the partitions it owns, its pending-fetch wheel, and its
+//! end of the cross-core channels.
+//!
+//! A `Shard` lives on one glommio executor (it is `!Send`). Work for a partition always runs
+//! on the partition's owning core: a connection's core calls [`Shard::call`], which runs the
+//! request in place when it owns the partitions, or sends it over the `channel_mesh` to the
+//! owner and awaits the reply. Requests and replies travel on two separate meshes; the
+//! number of requests in flight from one core to another is bounded by a semaphore whose
+//! size equals the channel capacity, so a send never waits on a full channel and the two
+//! directions can never deadlock each other. Everything crossing cores is `Send` data:
+//! topic names, `bytes::Bytes` records, `Arc<Metadata>` snapshots.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use glommio::channels::channel_mesh::{Receivers, Senders};
+use glommio::sync::Semaphore;
+use tracing::{debug, info, warn};
+use weir_storage::{BatchCache, Log};
+
+use crate::config::{apply_topic_config, BrokerConfig};
+use crate::errors::{self, storage_error_code};
+use crate::metadata::{new_topic_id, partition_dir, valid_topic_name, Metadata, TopicMeta};
+use crate::sync::{Event, Notify, Slot};
+use crate::wheel::{Wheel, WheelKey};
+
+/// State shared by all cores (startup and shutdown coordination only; never on the data
+/// path).
+pub struct Global {
+    pub shutdown: AtomicBool,
+    /// Cores that have finished serving their connections.
+    pub drained: AtomicUsize,
+    /// Cores whose listener is bound (the "listening on" line is printed when all are).
+    pub bound: AtomicUsize,
+    /// The port every core binds (set by core 0).
+    pub port: std::sync::atomic::AtomicU16,
+    pub exited: AtomicUsize,
+}
+
+impl Global {
+    pub fn new() -> Global {
+        Global {
+            shutdown: AtomicBool::new(false),
+            drained: AtomicUsize::new(0),
+            bound: AtomicUsize::new(0),
+            port: std::sync::atomic::AtomicU16::new(0),
+            exited: AtomicUsize::new(0),
+        }
+    }
+}
+
+// ---- Messages between cores -------------------------------------------------------------
+
+#[derive(Debug)]
+pub struct ProducePart {
+    pub topic: String,
+    pub partition: i32,
+    pub records: Bytes,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProduceResult {
+    pub error: i16,
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchPart {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub max_bytes: i32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FetchResult {
+    pub error: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub chunks: Vec<Bytes>,
+}
+
+impl FetchResult {
+    pub fn bytes(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ListPart {
+    pub topic: String,
+    pub partition: i32,
+    pub timestamp: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ListResult {
+    pub error: i16,
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TopicResult {
+    pub name: String,
+    pub error: i16,
+    pub message: Option<String>,
+    pub partitions: i32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FetchKey {
+    pub from: usize,
+    pub id: u64,
+}
+
+#[derive(Debug)]
+pub enum Req {
+    Produce {
+        acks: i16,
+        parts: Vec<ProducePart>,
+    },
+    Fetch {
+        key: FetchKey,
+        min_bytes: i32,
+        max_wait_ms: i32,
+        max_bytes: i32,
+        parts: Vec<FetchPart>,
+    },
+    /// The requesting core has enough data from other cores: answer the parked fetch now.
+    FetchWake(FetchKey),
+    ListOffsets(Vec<ListPart>),
+    /// Core 0 → others: a new metadata snapshot; reply once local logs match it.
+    Apply(Arc<Metadata>),
+    /// → core 0.
+    CreateTopics {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    /// → core 0.
+    DeleteTopics(Vec<String>),
+}
+
+#[derive(Debug)]
+pub enum Resp {
+    Produce(Vec<ProduceResult>),
+    Fetch(Vec<FetchResult>),
+    ListOffsets(Vec<ListResult>),
+    Topics(Vec<TopicResult>),
+    Done,
+}
+
+/// Envelope on the request mesh: (from core, call id, request).
+pub type ReqMsg = (usize, u64, Req);
+/// Envelope on the reply mesh: (call id, reply).
+pub type RespMsg = (u64, Resp);
+
+// ---- Partitions and parked fetches --------------------------------------------------------
+
+/// A fetch waiting for data, in the wheel and on its partitions' waiter lists.
+struct Parked {
+    fired: Cell<bool>,
+    /// Fired by the requesting core (enough data from elsewhere): answer, don't re-park.
+    external: Cell<bool>,
+    signal: Event,
+}
+
+impl Parked {
+    fn fire(&self) {
+        if !self.fired.replace(true) {
+            self.signal.fire();
+        }
+    }
+}
+
+type Waiters = Rc<RefCell<Vec<Weak<Parked>>>>;
+
+pub struct Partition {
+    pub topic_id: String,
+    pub log: Log,
+    waiters: Waiters,
+}
+
+fn wake_waiters(waiters: &Waiters) {
+    let list = std::mem::take(&mut *waiters.borrow_mut());
+    for w in list {
+        if let Some(p) = w.upgrade() {
+            p.fire();
+        }
+    }
+}
+
+// ---- The shard ----------------------------------------------------------------------------
+
+pub struct Shard {
+    pub id: usize,
+    pub cores: usize,
+    pub config: Arc<BrokerConfig>,
+    pub global: Arc<Global>,
+    /// host and port put in Metadata responses.
+    pub advertised: RefCell<(String, i32)>,
+    meta: RefCell<Arc<Metadata>>,
+    partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    cache: Rc<BatchCache>,
+
+    req_tx: Option<Senders<ReqMsg>>,
+    resp_tx: Option<Senders<RespMsg>>,
+    permits: Vec<Semaphore>,
+    pending: RefCell<HashMap<u64, Rc<Slot<Resp>>>>,
+    next_call: Cell<u64>,
+
+    wheel: RefCell<Wheel<Rc<Parked>>>,
+    wheel_work: Notify,
+    remote_parked: RefCell<HashMap<FetchKey, Weak<Parked>>>,
+    early_wakes: RefCell<HashSet<FetchKey>>,
+    warned_parked_limit: Cell<bool>,
+
+    admin_lock: Semaphore,
+    pub shutdown: Event,
+    pub connections: Cell<usize>,
+}
+
+pub const WHEEL_TICK: Duration = Duration::from_millis(2);
+const WHEEL_SLOTS: usize = 4096;
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        cores: usize,
+        config: Arc<BrokerConfig>,
+        global: Arc<Global>,
+        meta: Arc<Metadata>,
+        req_tx: Option<Senders<ReqMsg>>,
+        resp_tx: Option<Senders<RespMsg>>,
+    ) -> Rc<Shard> {
+        let depth = config.mesh_queue_depth;
+        Rc::new(Shard {
+            id,
+            cores,
+            cache: BatchCache::new(config.cache_bytes_per_core),
+            advertised: RefCell::new((String::new(), 0)),
+            config,
+            global,
+            meta: RefCell::new(meta),
+            partitions: RefCell::new(HashMap::new()),
+            req_tx,
+            resp_tx,
+            permits: (0..cores).map(|_| Semaphore::new(depth as u64)).collect(),
+            pending: RefCell::new(HashMap::new()),
+            next_call: Cell::new(1),
+            wheel: RefCell::new(Wheel::new(WHEEL_TICK, WHEEL_SLOTS, Instant::now())),
+            wheel_work: Notify::default(),
+            remote_parked: RefCell::new(HashMap::new()),
+            early_wakes: RefCell::new(HashSet::new()),
+            warned_parked_limit: Cell::new(false),
+            admin_lock: Semaphore::new(1),
+            shutdown: Event::default(),
+            connections: Cell::new(0),
+        })
+    }
+
+    pub fn metadata(&self) -> Arc<Metadata> {
+        self.meta.borrow().clone()
+    }
+
+    fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    /// A fresh id for a fetch that may park on other cores (see `Req::FetchWake`).
+    pub fn next_fetch_id(&self) -> u64 {
+        let id = self.next_call.get();
+        self.next_call.set(id + 1);
+        id
+    }
+
+    pub fn parked_fetches(&self) -> usize {
+        self.wheel.borrow().len()
+    }
+
+    // ---- Cross-core calls ----
+
+    /// Runs `req` on core `owner`: in place if that is this core, else over the mesh.
+    pub async fn call(self: &Rc<Self>, owner: usize, req: Req) -> Resp {
+        if owner == self.id {
+            return self.handle(self.id, req).await;
+        }
+        let (Some(tx), Some(permits)) = (self.req_tx.as_ref(), self.permits.get(owner)) else {
+            panic!("call to core {owner} from core {} without a mesh", self.id);
+        };
+        // Bounded: at most `mesh_queue_depth` calls in flight to one core (backpressure).
+        let Ok(_permit) = permits.acquire_permit(1).await else {
+            return Resp::Done;
+        };
+        let id = self.next_call.get();
+        self.next_call.set(id + 1);
+        let slot = Rc::new(Slot::default());
+        self.pending.borrow_mut().insert(id, slot.clone());
+        if tx.send_to(owner, (self.id, id, req)).await.is_err() {
+            self.pending.borrow_mut().remove(&id);
+            warn!(core = self.id, to = owner, "cross-core channel closed");
+            return Resp::Done;
+        }
+        slot.take().await
+    }
+
+    /// Starts the tasks that serve the meshes: one receiver task per peer and direction.
+    pub fn start_mesh(self: &Rc<Self>, mut reqs: Receivers<ReqMsg>, mut resps: Receivers<RespMsg>) {
+        for (_, rx) in reqs.streams() {
+            let me = self.clone();
+            glommio::spawn_local(async move {
+                while let Some((from, id, req)) = rx.recv().await {
+                    let me2 = me.clone();
+                    glommio::spawn_local(async move {
+                        let resp = me2.handle(from, req).await;
+                        if let Some(tx) = me2.resp_tx.as_ref() {
+                            let _ = tx.send_to(from, (id, resp)).await;
+                        }
+                    })
+                    .detach();
+                }
+            })
+            .detach();
+        }
+        for (_, rx) in resps.streams() {
+            let me = self.clone();
+            glommio::spawn_local(async move {
+                while let Some((id, resp)) = rx.recv().await {
+                    let slot = me.pending.borrow_mut().remove(&id);
+                    match slot {
+                        Some(s) => s.set(resp),
+                        None => warn!(core = me.id, id, "reply for an unknown call"),
+                    }
+                }
+            })
+            .detach();
+        }
+    }
+
+    /// Runs a request on this core (the owner of its partitions).
+    async fn handle(self: &Rc<Self>, from: usize, req: Req) -> Resp {
+        match req {
+            Req::Produce { acks, parts } => Resp::Produce(self.produce_local(acks, parts).await),
+            Req::Fetch {
+                key,
+                min_bytes,
+                max_wait_ms,
+                max_bytes,
+                parts,
+            } => Resp::Fetch(
+                self.fetch_local(Some(key), min_bytes, max_wait_ms, max_bytes, &parts)
+                    .await,
+            ),
+            Req::FetchWake(key) => {
+                self.wake_remote(key);
+                Resp::Done
+            }
+            Req::ListOffsets(parts) => Resp::ListOffsets(self.list_offsets_local(parts).await),
+            Req::Apply(meta) => {
+                self.apply_metadata(meta).await;
+                Resp::Done
+            }
+            Req::CreateTopics {
+                topics,
+                validate_only,
+            } => {
+                debug_assert_eq!(
+                    self.id, 0,
+                    "admin request from core {from} sent to core {}",
+                    self.id
+                );
+                Resp::Topics(self.admin_create(topics, validate_only).await)
+            }
+            Req::DeleteTopics(names) => Resp::Topics(self.admin_delete(names).await),
+        }
+    }
+
+    // ---- Produce ----
+
+    pub async fn produce_local(
+        self: &Rc<Self>,
+        acks: i16,
+        parts: Vec<ProducePart>,
+    ) -> Vec<ProduceResult> {
+        if parts.len() == 1 {
+            let p = parts.into_iter().next().expect("one part");
+            return vec![self.produce_one(acks, p).await];
+        }
+        // One task per partition, spawned in request order: appends start in order, and
+        // batches for different partitions are written (and flushed) concurrently.
+        let tasks: Vec<_> = parts
+            .into_iter()
+            .map(|p| {
+                let me = self.clone();
+                glommio::spawn_local(async move { me.produce_one(acks, p).await })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            out.push(t.await);
+        }
+        out
+    }
+
+    async fn produce_one(&self, acks: i16, p: ProducePart) -> ProduceResult {
+        let fail = |error| ProduceResult {
+            error,
+            base_offset: -1,
+            log_start_offset: -1,
+        };
+        let Some(part) = self.partition(&p.topic, p.partition) else {
+            return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
+        };
+        if p.records.is_empty() {
+            return fail(errors::CORRUPT_MESSAGE);
+        }
+        match part.log.append(p.records).await {
+            Ok(info) => {
+                if acks == -1 {
+                    if let Err(e) = part.log.flush().await {
+                        warn!(topic = %p.topic, partition = p.partition, error = %e, "flush failed");
+                        return fail(storage_error_code(&e));
+                    }
+                }
+                ProduceResult {
+                    error: errors::NONE,
+                    base_offset: info.base_offset as i64,
+                    log_start_offset: info.log_start_offset as i64,
+                }
+            }
+            Err(e) => {
+                if e.is_storage_error() {
+                    warn!(topic = %p.topic, partition = p.partition, error = %e, "append failed");
+                } else {
+                    debug!(topic = %p.topic, partition = p.partition, error = %e, "append refused");
+                }
+                fail(storage_error_code(&e))
+            }
+        }
+    }
+
+    // ---- Fetch ----
+
+    async fn read_parts(
+        &self,
+        parts: &[FetchPart],
+        max_bytes: i32,
+    ) -> (Vec<FetchResult>, Vec<u64>) {
+        let mut remaining = max_bytes.max(0) as usize;
+        let mut out = Vec::with_capacity(parts.len());
+        let mut hws = Vec::with_capacity(parts.len());
+        for p in parts {
+            let Some(part) = self.partition(&p.topic, p.partition) else {
+                out.push(FetchResult {
+                    error: errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    high_watermark: -1,
+                    log_start_offset: -1,
+                    chunks: Vec::new(),
+                });
+                hws.push(0);
+                continue;
+            };
+            let wm = part.log.watermarks();
+            let mut r = FetchResult {
+                error: errors::NONE,
+                high_watermark: wm.high_watermark as i64,
+                log_start_offset: wm.log_start_offset as i64,
+                chunks: Vec::new(),
+            };
+            if p.offset < 0 {
+                r.error = errors::OFFSET_OUT_OF_RANGE;
+            } else if remaining > 0 || out.iter().all(|r: &FetchResult| r.chunks.is_empty()) {
+                let limit = (p.max_bytes.max(0) as usize).min(remaining.max(1));
+                match part.log.read(p.offset as u64, limit).await {
+                    Ok(read) => {
+                        r.high_watermark = read.watermarks.high_watermark as i64;
+                        r.log_start_offset = read.watermarks.log_start_offset as i64;
+                        remaining = remaining.saturating_sub(read.len());
+                        r.chunks = read.chunks;
+                    }
+                    Err(e) => {
+                        if e.is_storage_error() {
+                            warn!(topic = %p.topic, partition = p.partition, error = %e, "read failed");
+                        }
+                        r.error = storage_error_code(&e);
+                    }
+                }
+            }
+            hws.push(r.high_watermark.max(0) as u64);
+            out.push(r);
+        }
+        (out, hws)
+    }
+
+    /// Serves a fetch for partitions this core owns; parks it in the wheel while it has
+    /// less than `min_bytes`, until data arrives (woken by `Log::on_append`), the deadline
+    /// passes, or the requesting core says it has enough (`FetchWake`).
+    pub async fn fetch_local(
+        self: &Rc<Self>,
+        key: Option<FetchKey>,
+        min_bytes: i32,
+        max_wait_ms: i32,
+        max_bytes: i32,
+        parts: &[FetchPart],
+    ) -> Vec<FetchResult> {
+        let wait = (max_wait_ms.max(0) as u64).min(self.config.fetch_max_wait_ms);
+        let deadline = Instant::now() + Duration::from_millis(wait);
+        let mut external = false;
+        loop {
+            let (results, hws) = self.read_parts(parts, max_bytes).await;
+            let total: usize = results.iter().map(FetchResult::bytes).sum();
+            let any_error = results.iter().any(|r| r.error != errors::NONE);
+            if total as i64 >= i64::from(min_bytes)
+                || any_error
+                || external
+                || Instant::now() >= deadline
+                || self.shutdown.is_fired()
+            {
+                return results;
+            }
+            if let Some(k) = key {
+                if self.early_wakes.borrow_mut().remove(&k) {
+                    return results;
+                }
+            }
+            // Data may have landed while we were reading: read again instead of parking.
+            let moved = parts.iter().zip(&hws).any(|(p, hw)| {
+                self.partition(&p.topic, p.partition)
+                    .is_some_and(|part| part.log.watermarks().high_watermark != *hw)
+            });
+            if moved {
+                continue;
+            }
+            if self.wheel.borrow().len() >= self.config.max_parked_fetches {
+                if !self.warned_parked_limit.replace(true) {
+                    warn!(
+                        core = self.id,
+                        limit = self.config.max_parked_fetches,
+                        "parked fetch limit reached: fetches are answered at once (fetch.max.parked)"
+                    );
+                }
+                return results;
+            }
+            let parked = Rc::new(Parked {
+                fired: Cell::new(false),
+                external: Cell::new(false),
+                signal: Event::default(),
+            });
+            for p in parts {
+                if let Some(part) = self.partition(&p.topic, p.partition) {
+                    let mut ws = part.waiters.borrow_mut();
+                    // Amortised cleanup of entries left by fetches that timed out.
+                    if ws.len() >= 32 && ws.len().is_power_of_two() {
+                        ws.retain(|w| w.upgrade().is_some_and(|p| !p.fired.get()));
+                    }
+                    ws.push(Rc::downgrade(&parked));
+                }
+            }
+            let wheel_key: WheelKey = {
+                let mut wheel = self.wheel.borrow_mut();
+                let was_empty = wheel.is_empty();
+                let k = wheel.insert(deadline, parked.clone());
+                if was_empty {
+                    self.wheel_work.notify();
+                }
+                k
+            };
+            if let Some(k) = key {
+                self.remote_parked
+                    .borrow_mut()
+                    .insert(k, Rc::downgrade(&parked));
+            }
+            parked.signal.wait().await;
+            self.wheel.borrow_mut().remove(wheel_key);
+            if let Some(k) = key {
+                self.remote_parked.borrow_mut().remove(&k);
+            }
+            external = parked.external.get();
+        }
+    }
+
+    fn wake_remote(&self, key: FetchKey) {
+        let parked = self.remote_parked.borrow_mut().remove(&key);
+        match parked.and_then(|w| w.upgrade()) {
+            Some(p) => {
+                p.external.set(true);
+                p.fire();
+            }
+            None => {
+                let mut early = self.early_wakes.borrow_mut();
+                if early.len() > 10_000 {
+                    early.clear();
+                }
+                early.insert(key);
+            }
+        }
+    }
+
+    /// Drives the wheel: one timer, sleeping a tick at a time while anything is parked.
+    pub async fn run_wheel(self: Rc<Self>) {
+        let mut expired = Vec::new();
+        loop {
+            if self.wheel.borrow().is_empty() {
+                futures_lite::future::or(self.wheel_work.notified(), self.shutdown.wait()).await;
+            } else {
+                let next = self.wheel.borrow().next_tick_at();
+                let now = Instant::now();
+                if next > now {
+                    glommio::timer::sleep(next - now).await;
+                }
+            }
+            if self.shutdown.is_fired() {
+                // Answer everything parked now; later fetches return at once.
+                let all: Vec<Rc<Parked>> = {
+                    let mut w = self.wheel.borrow_mut();
+                    let mut out = Vec::new();
+                    w.advance(Instant::now() + Duration::from_secs(3600), &mut out);
+                    out
+                };
+                all.iter().for_each(|p| p.fire());
+                if self.wheel.borrow().is_empty() {
+                    glommio::timer::sleep(Duration::from_millis(5)).await;
+                }
+                continue;
+            }
+            self.wheel
+                .borrow_mut()
+                .advance(Instant::now(), &mut expired);
+            for p in expired.drain(..) {
+                p.fire();
+            }
+        }
+    }
+
+    // ---- ListOffsets ----
+
+    async fn list_offsets_local(&self, parts: Vec<ListPart>) -> Vec<ListResult> {
+        let mut out = Vec::with_capacity(parts.len());
+        for p in parts {
+            let Some(part) = self.partition(&p.topic, p.partition) else {
+                out.push(ListResult {
+                    error: errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    offset: -1,
+                    timestamp: -1,
+                });
+                continue;
+            };
+            let wm = part.log.watermarks();
+            let r = match p.timestamp {
+                -1 => Ok((wm.high_watermark as i64, -1)),
+                -2 => Ok((wm.log_start_offset as i64, -1)),
+                ts if ts < 0 => Ok((wm.high_watermark as i64, -1)),
+                ts => match part.log.offset_for_timestamp(ts).await {
+                    Ok(Some((off, t))) => Ok((off as i64, t)),
+                    Ok(None) => Ok((-1, -1)),
+                    Err(e) => Err(e),
+                },
+            };
+            out.push(match r {
+                Ok((offset, timestamp)) => ListResult {
+                    error: errors::NONE,
+                    offset,
+                    timestamp,
+                },
+                Err(e) => ListResult {
+                    error: storage_error_code(&e),
+                    offset: -1,
+                    timestamp: -1,
+                },
+            });
+        }
+        out
+    }
+
+    // ---- Metadata changes (core 0) ----
+
+    async fn admin_create(
+        self: &Rc<Self>,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    ) -> Vec<TopicResult> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let mut results = Vec::new();
+        let mut changed = false;
+        for t in topics {
+            let mut r = TopicResult {
+                name: t.name.clone(),
+                error: errors::NONE,
+                message: None,
+                partitions: t.partitions,
+            };
+            let count = if t.partitions == -1 {
+                self.config.num_partitions as i32
+            } else {
+                t.partitions
+            };
+            r.partitions = count;
+            let mut configs = std::collections::BTreeMap::new();
+            let mut probe = self.config.log_config(&configs);
+            let mut bad_config = None;
+            for (k, v) in &t.configs {
+                let Some(v) = v else { continue };
+                match apply_topic_config(&mut probe, k, v) {
+                    Ok(()) => {
+                        configs.insert(k.clone(), v.clone());
+                    }
+                    Err(e) => bad_config = Some(e),
+                }
+            }
+            if !valid_topic_name(&t.name) {
+                r.error = errors::INVALID_TOPIC_EXCEPTION;
+                r.message = Some(format!("invalid topic name '{}'", t.name));
+            } else if meta.topics.contains_key(&t.name) {
+                r.error = errors::TOPIC_ALREADY_EXISTS;
+                r.message = Some(format!("topic '{}' already exists", t.name));
+            } else if count <= 0 || count > 100_000 {
+                r.error = errors::INVALID_PARTITIONS;
+                r.message = Some(format!("invalid partition count {count}"));
+            } else if t.replication_factor > 1
+                || t.replication_factor == 0
+                || t.replication_factor < -1
+            {
+                r.error = errors::INVALID_REPLICATION_FACTOR;
+                r.message = Some(format!(
+                    "replication factor {} is not available: this is a single broker",
+                    t.replication_factor
+                ));
+            } else if let Some(e) = bad_config {
+                r.error = errors::INVALID_CONFIG;
+                r.message = Some(e);
+            } else if !validate_only {
+                let owners = meta.place_new(count as usize);
+                meta.topics.insert(
+                    t.name.clone(),
+                    TopicMeta {
+                        id: new_topic_id(),
+                        owners,
+                        configs,
+                    },
+                );
+                changed = true;
+                info!(topic = %t.name, partitions = count, "topic created");
+            }
+            results.push(r);
+        }
+        if changed {
+            if let Err(e) = self.commit_metadata(meta).await {
+                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+                    r.error = errors::KAFKA_STORAGE_ERROR;
+                    r.message = Some(e.clone());
+                }
+            }
+        }
+        results
+    }
+
+    async fn admin_delete(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicResult> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let mut results = Vec::new();
+        let mut changed = false;
+        for name in names {
+            let mut r = TopicResult {
+                name: name.clone(),
+                error: errors::NONE,
+                message: None,
+                partitions: 0,
+            };
+            if meta.topics.remove(&name).is_some() {
+                changed = true;
+                info!(topic = %name, "topic deleted");
+            } else {
+                r.error = errors::UNKNOWN_TOPIC_OR_PARTITION;
+            }
+            results.push(r);
+        }
+        if changed {
+            if let Err(e) = self.commit_metadata(meta).await {
+                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+                    r.error = errors::KAFKA_STORAGE_ERROR;
+                    r.message = Some(e.clone());
+                }
+            }
+        }
+        results
+    }
+
+    /// Writes the new metadata durably, then makes every core apply it (this one first).
+    async fn commit_metadata(self: &Rc<Self>, mut meta: Metadata) -> Result<(), String> {
+        meta.epoch += 1;
+        // A rare, small, blocking write on core 0: acceptable off the data path.
+        meta.save(&self.config.data_dir)?;
+        let meta = Arc::new(meta);
+        self.apply_metadata(meta.clone()).await;
+        for core in 0..self.cores {
+            if core != self.id {
+                // Boxed: `call` → `handle` → `admin_*` → here is a recursive async cycle.
+                Box::pin(self.call(core, Req::Apply(meta.clone()))).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens the logs this core now owns, closes and deletes the ones of deleted topics,
+    /// updates configs, and installs the snapshot.
+    pub async fn apply_metadata(self: &Rc<Self>, meta: Arc<Metadata>) {
+        // Deleted (or recreated) topics first, so a recreated topic gets a fresh directory.
+        let stale: Vec<(String, i32)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|((topic, p), part)| {
+                meta.owner(topic, *p) != Some(self.id)
+                    || meta.topics.get(topic).is_none_or(|t| t.id != part.topic_id)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            let part = self.partitions.borrow_mut().remove(&key);
+            if let Some(part) = part {
+                let gone = meta
+                    .topics
+                    .get(&key.0)
+                    .is_none_or(|t| t.id != part.topic_id);
+                wake_waiters(&part.waiters);
+                self.retire(part, gone).await;
+            }
+        }
+        for (name, t) in &meta.topics {
+            let config = self.config.log_config(&t.configs);
+            for (p, &owner) in t.owners.iter().enumerate() {
+                if owner != self.id {
+                    continue;
+                }
+                let p = p as i32;
+                if let Some(existing) = self.partition(name, p) {
+                    existing.log.set_config(config.clone());
+                    continue;
+                }
+                match self.open_partition(name, p, &t.id, config.clone()).await {
+                    Ok(()) => {}
+                    Err(e) => {
+                        warn!(topic = %name, partition = p, error = %e, "cannot open partition log")
+                    }
+                }
+            }
+        }
+        *self.meta.borrow_mut() = meta;
+    }
+
+    pub async fn open_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        topic_id: &str,
+        config: weir_storage::LogConfig,
+    ) -> Result<(), weir_storage::Error> {
+        let dir = partition_dir(&self.config.data_dir, topic, partition);
+        let log = Log::open_with_cache(&dir, config, self.cache.clone()).await?;
+        let waiters: Waiters = Rc::new(RefCell::new(Vec::new()));
+        let w = waiters.clone();
+        log.on_append(move |_| wake_waiters(&w));
+        debug!(core = self.id, topic, partition, "partition opened");
+        self.partitions.borrow_mut().insert(
+            (topic.to_string(), partition),
+            Rc::new(Partition {
+                topic_id: topic_id.to_string(),
+                log,
+                waiters,
+            }),
+        );
+        Ok(())
+    }
+
+    /// Closes (or deletes, for a deleted topic) a log once no request holds it.
+    async fn retire(&self, mut part: Rc<Partition>, delete: bool) {
+        for _ in 0..600 {
+            match Rc::try_unwrap(part) {
+                Ok(p) => {
+                    let dir = p.log.dir().to_path_buf();
+                    let res = if delete {
+                        p.log.delete().await
+                    } else {
+                        p.log.close().await
+                    };
+                    if let Err(e) = res {
+                        warn!(dir = %dir.display(), error = %e, "closing a retired log failed");
+                    }
+                    return;
+                }
+                Err(still_shared) => {
+                    part = still_shared;
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        warn!(dir = %part.log.dir().display(), "log still in use after 30 s; left open");
+    }
+
+    // ---- Retention and shutdown ----
+
+    pub async fn run_retention(self: Rc<Self>) {
+        let every = Duration::from_millis(self.config.retention_check_interval_ms);
+        loop {
+            futures_lite::future::or(glommio::timer::sleep(every), self.shutdown.wait()).await;
+            if self.shutdown.is_fired() {
+                return;
+            }
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            let parts: Vec<((String, i32), Rc<Partition>)> = self
+                .partitions
+                .borrow()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for ((topic, p), part) in parts {
+                match part.log.enforce_retention(now_ms).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        info!(topic = %topic, partition = p, segments = n, "retention deleted segments")
+                    }
+                    Err(e) => warn!(topic = %topic, partition = p, error = %e, "retention failed"),
+                }
+                glommio::yield_if_needed().await;
+            }
+        }
+    }
+
+    /// Flushes and closes every log of this core (writes the clean-shutdown markers).
+    pub async fn close_all(&self) {
+        let parts: Vec<Rc<Partition>> = self
+            .partitions
+            .borrow_mut()
+            .drain()
+            .map(|(_, v)| v)
+            .collect();
+        let mut closed = 0;
+        for part in parts {
+            wake_waiters(&part.waiters);
+            let dir = part.log.dir().to_path_buf();
+            match Rc::try_unwrap(part) {
+                Ok(p) => match p.log.close().await {
+                    Ok(()) => closed += 1,
+                    Err(e) => warn!(dir = %dir.display(), error = %e, "close failed"),
+                },
+                Err(p) => {
+                    if let Err(e) = p.log.flush().await {
+                        warn!(dir = %dir.display(), error = %e, "flush at shutdown failed");
+                    }
+                    warn!(dir = %dir.display(), "log still in use at shutdown: flushed, not closed");
+                }
+            }
+        }
+        info!(core = self.id, logs = closed, "logs closed");
+    }
+
+    /// Opens the logs this core owns at start.
+    pub async fn open_owned(self: &Rc<Self>) {
+        let meta = self.metadata();
+        self.apply_metadata(meta).await;
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.global.shutdown.load(Ordering::Relaxed)
+    }
+}
+
+pub fn data_dir_ok(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))
+}
