@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import confluent_kafka
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 import kafka
 
@@ -205,6 +205,13 @@ def rd_create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dic
                                        config=config or {})], operation_timeout=10, request_timeout=timeout)
     fs[topic].result(timeout)
     wait_for_topic(bootstrap, topic, partitions)
+
+
+def rd_topic_configs(bootstrap: str, topic: str, timeout: float = CLIENT_TIMEOUT_S) -> dict[str, str | None]:
+    """DescribeConfigs of a topic: {name: value}."""
+    admin = rd_admin(bootstrap)  # must outlive the future
+    [future] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout).values()
+    return {name: entry.value for name, entry in future.result(timeout).items()}
 
 
 def wait_for_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 10.0) -> None:

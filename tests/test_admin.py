@@ -9,21 +9,16 @@ import kafka
 import kafka.errors
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import NewTopic
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpConfigResourceType
 
-from clients import Msg, rd_admin, rd_consume, rd_create_topic, rd_produce, rd_producer, wait_for_topic
+from clients import (Msg, rd_admin, rd_consume, rd_create_topic, rd_produce, rd_producer, rd_topic_configs,
+                     wait_for_topic)
 
 
 def kp_admin(bootstrap):
     return kafka.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
-
-
-def describe(bootstrap, topic) -> dict[str, str]:
-    [future] = rd_admin(bootstrap).describe_configs([ConfigResource(ResourceType.TOPIC, topic)],
-                                                   request_timeout=10).values()
-    return {name: entry.value for name, entry in future.result(10).items()}
 
 
 def test_librdkafka_create_list_delete(broker, topic_name):
@@ -129,13 +124,13 @@ def test_kafka_python_admin(broker, topic_name):
 
 def test_describe_configs_returns_topic_configs(broker, topic_name):
     rd_create_topic(broker.bootstrap, topic_name, 1, config={"retention.ms": "3600000", "segment.bytes": "16777216"})
-    configs = describe(broker.bootstrap, topic_name)
+    configs = rd_topic_configs(broker.bootstrap, topic_name)
     assert configs.get("retention.ms") == "3600000", configs
     assert configs.get("segment.bytes") == "16777216", configs
     # Topics without overrides still report the effective values of Kafka's topic settings.
     other = f"{topic_name}-defaults"
     rd_create_topic(broker.bootstrap, other, 1)
-    configs = describe(broker.bootstrap, other)
+    configs = rd_topic_configs(broker.bootstrap, other)
     for name in ("retention.ms", "retention.bytes", "segment.bytes"):
         assert name in configs and configs[name] not in (None, ""), f"{name} missing from {configs}"
     assert int(configs["segment.bytes"]) > 0

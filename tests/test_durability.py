@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import ConfigResource, ResourceType
 
 from clients import (Msg, assert_exact, kp_consume, rd_admin, rd_consume, rd_consumer, rd_create_topic,
-                     rd_produce, rd_producer, sample_messages, wait_for_topic)
+                     rd_produce, rd_producer, rd_topic_configs, sample_messages, wait_for_topic)
 
 PARTITIONS = 3
 
@@ -58,9 +57,7 @@ def test_topics_and_data_survive(broker, topic_name, how):
     assert [(r.offset, r.value) for r in got] == [(0, b"auto-created")]
 
     # The topic's config came back too.
-    [future] = rd_admin(broker.bootstrap).describe_configs(
-        [ConfigResource(ResourceType.TOPIC, topic_name)], request_timeout=10).values()
-    assert future.result(10)["retention.ms"].value == "86400000"
+    assert rd_topic_configs(broker.bootstrap, topic_name)["retention.ms"] == "86400000"
 
     # New records continue at the old log end.
     more = sample_messages(30, PARTITIONS, t0=msgs[-1].timestamp + 1)
@@ -97,9 +94,7 @@ def test_created_topic_survives_immediate_kill9(broker, topic_name):
     rd_create_topic(broker.bootstrap, topic_name, 5, config={"retention.bytes": "1073741824"})
     broker.kill9()
     wait_for_topic(broker.bootstrap, topic_name, 5)
-    [future] = rd_admin(broker.bootstrap).describe_configs(
-        [ConfigResource(ResourceType.TOPIC, topic_name)], request_timeout=10).values()
-    assert future.result(10)["retention.bytes"].value == "1073741824"
+    assert rd_topic_configs(broker.bootstrap, topic_name)["retention.bytes"] == "1073741824"
     produce_acked(broker.bootstrap, topic_name, [Msg(None, b"x", (), None, 4)])
     assert [r.offset for r in rd_consume(broker.bootstrap, topic_name, [4], 1)] == [0]
 
