@@ -206,7 +206,7 @@ pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, Protoco
         Body::Produce(p) => produce(&shard, &req, p).await,
         Body::Fetch(f) => fetch(&shard, &req, f).await,
         Body::ListOffsets(l) => {
-            let resp = list_offsets(&shard, l).await;
+            let resp = list_offsets(&shard, req.version, l).await;
             one(&req, &resp)
         }
         Body::CreateTopics(c) => {
@@ -590,7 +590,7 @@ fn place(
 
 // ---- ListOffsets ----
 
-async fn list_offsets(shard: &Rc<Shard>, l: &ListOffsetsRequest) -> ListOffsetsResponse {
+async fn list_offsets(shard: &Rc<Shard>, version: i16, l: &ListOffsetsRequest) -> ListOffsetsResponse {
     let meta = shard.metadata();
     let mut resp = ListOffsetsResponse::default();
     let mut groups: BTreeMap<usize, (Vec<ListPart>, Vec<(usize, usize)>)> = BTreeMap::new();
@@ -603,7 +603,9 @@ async fn list_offsets(shard: &Rc<Shard>, l: &ListOffsetsRequest) -> ListOffsetsR
             pr.partition_index = p.partition_index;
             pr.offset = -1;
             pr.timestamp = -1;
-            pr.leader_epoch = 0;
+            if version >= 4 {
+                pr.leader_epoch = 0;
+            }
             match meta.owner(&name, p.partition_index) {
                 None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(owner) => {

@@ -162,6 +162,17 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         cores,
         "starting"
     );
+    // Create the direct-I/O probe file once, before the cores race to create it.
+    {
+        let dir = config.data_dir.clone();
+        LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(move || async move { weir_storage::io::prime_dma_probe(&dir).await })
+            .map_err(|e| format!("starting the probe executor: {e}"))?
+            .join()
+            .map_err(|e| format!("probe executor failed: {e}"))?
+            .map_err(|e| format!("priming direct I/O in {}: {e}", config.data_dir.display()))?;
+    }
     let meta = Arc::new(meta);
     let config = Arc::new(config);
     let global = Arc::new(Global::new());

@@ -41,6 +41,8 @@ pub struct Global {
     /// The port every core binds (set by core 0).
     pub port: std::sync::atomic::AtomicU16,
     pub exited: AtomicUsize,
+    /// A core failed to start.
+    pub failed: AtomicBool,
 }
 
 impl Global {
@@ -51,6 +53,7 @@ impl Global {
             bound: AtomicUsize::new(0),
             port: std::sync::atomic::AtomicU16::new(0),
             exited: AtomicUsize::new(0),
+            failed: AtomicBool::new(false),
         }
     }
 }
