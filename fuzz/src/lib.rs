@@ -1,0 +1,56 @@
+//! Helpers shared by weir's fuzz targets.
+//!
+//! Random bytes almost never carry a valid CRC-32C, so a fuzzer fed only raw bytes never
+//! gets past `batch::validate`. Each target therefore takes a mode byte first: with the
+//! fix-up bit set, the input is "repaired" (lengths, CRCs, offsets made consistent) before
+//! it is checked, so the fuzzer explores what lies behind the checksums too.
+
+use weir_storage::batch::{self, CRC_START, HEADER_BYTES, LOG_OVERHEAD};
+
+/// Splits the mode byte off the input: `(mode, rest)`. Empty input is mode 0.
+pub fn split_mode(data: &[u8]) -> (u8, &[u8]) {
+    match data.split_first() {
+        Some((m, rest)) => (*m, rest),
+        None => (0, data),
+    }
+}
+
+/// Walks `bytes` as a sequence of batches and repairs each one in place so that it
+/// validates: when `fix_length` is set a batch length that does not fit is clamped to the
+/// bytes left; when `next_offset` is given, base offsets are made contiguous starting there;
+/// then the CRC is recomputed. Stops at the first batch whose framing still fails (garbage
+/// tail). Returns the number of bytes of repaired batches.
+pub fn repair_batches(bytes: &mut [u8], fix_length: bool, mut next_offset: Option<i64>) -> usize {
+    let mut pos = 0;
+    while bytes.len() - pos >= HEADER_BYTES {
+        let b = &mut bytes[pos..];
+        if fix_length {
+            let len = i32::from_be_bytes([b[8], b[9], b[10], b[11]]);
+            let left = (b.len() - LOG_OVERHEAD) as i64;
+            let min = (HEADER_BYTES - LOG_OVERHEAD) as i64;
+            if i64::from(len) < min || i64::from(len) > left {
+                // Keep the fuzzer's choice when it fits, else take all that is left.
+                let fixed = if left >= min {
+                    min + (i64::from(len).unsigned_abs() as i64 % (left - min + 1))
+                } else {
+                    break;
+                };
+                b[8..12].copy_from_slice(&(fixed as i32).to_be_bytes());
+            }
+            b[16] = batch::MAGIC_V2 as u8;
+        }
+        let Ok(header) = batch::check_framing(b) else {
+            break;
+        };
+        let total = header.total_bytes();
+        let last_delta = i64::from(header.last_offset_delta.get());
+        if let Some(next) = next_offset {
+            b[0..8].copy_from_slice(&next.to_be_bytes());
+            next_offset = Some(next.saturating_add(last_delta).saturating_add(1));
+        }
+        let crc = crc32c::crc32c(&b[CRC_START..total]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        pos += total;
+    }
+    pos
+}
