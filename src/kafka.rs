@@ -42,6 +42,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 0, 5),
     (ApiKey::DeleteTopics, 0, 5),
     (ApiKey::DescribeConfigs, 0, 4),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -85,6 +86,7 @@ pub enum Body {
     CreateTopics(CreateTopicsRequest),
     DeleteTopics(DeleteTopicsRequest),
     DescribeConfigs(DescribeConfigsRequest),
+    InitProducerId(InitProducerIdRequest),
 }
 
 fn perr(msg: impl Into<String>) -> ProtocolError {
@@ -135,6 +137,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::CreateTopics => Body::CreateTopics(decode(&mut frame, version)?),
         ApiKey::DeleteTopics => Body::DeleteTopics(decode(&mut frame, version)?),
         ApiKey::DescribeConfigs => Body::DescribeConfigs(decode(&mut frame, version)?),
+        ApiKey::InitProducerId => Body::InitProducerId(decode(&mut frame, version)?),
         _ => return Err(perr(format!("unsupported api {key:?}"))),
     };
     Ok(Request {
@@ -221,6 +224,7 @@ pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, Protoco
             let resp = describe_configs(&shard, d);
             one(&req, &resp)
         }
+        Body::InitProducerId(i) => one(&req, &init_producer_id(&shard, i)),
     }
 }
 
@@ -813,4 +817,27 @@ fn describe_configs(shard: &Rc<Shard>, d: &DescribeConfigsRequest) -> DescribeCo
         warn!(resources = d.resources.len(), "DescribeConfigs with errors");
     }
     resp
+}
+
+// ---- InitProducerId ----
+
+/// Idempotent producers (the default of kafka-python 3 and of Java clients) ask for a
+/// producer id first. weir hands out unique ids and accepts their batches; it does not
+/// deduplicate retried batches by sequence number (yet). Transactions are not supported.
+fn init_producer_id(shard: &Rc<Shard>, i: &InitProducerIdRequest) -> InitProducerIdResponse {
+    let mut r = InitProducerIdResponse::default();
+    if i.transactional_id.is_some() {
+        r.error_code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        r.producer_id = ProducerId(-1);
+        r.producer_epoch = -1;
+        return r;
+    }
+    if i.producer_id.0 >= 0 && i.producer_epoch >= 0 {
+        r.producer_id = i.producer_id;
+        r.producer_epoch = i.producer_epoch.wrapping_add(1).max(0);
+    } else {
+        r.producer_id = ProducerId(shard.new_producer_id());
+        r.producer_epoch = 0;
+    }
+    r
 }

@@ -43,6 +43,8 @@ struct Cli {
 enum Command {
     /// Run the broker.
     Serve(ServeArgs),
+    /// Benchmark a broker (our own or --bootstrap) against the raw disk and loopback TCP.
+    Bench(weir::bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -79,6 +81,13 @@ fn main() {
                 1
             }
         },
+        Command::Bench(args) => {
+            if weir::bench::run(args) == std::process::ExitCode::SUCCESS {
+                0
+            } else {
+                1
+            }
+        }
     };
     std::process::exit(code);
 }

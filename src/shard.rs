@@ -236,6 +236,8 @@ pub struct Shard {
     admin_lock: Semaphore,
     pub shutdown: Event,
     pub connections: Cell<usize>,
+    next_producer: Cell<u64>,
+    started_ms: i64,
 }
 
 pub const WHEEL_TICK: Duration = Duration::from_millis(2);
@@ -274,6 +276,11 @@ impl Shard {
             admin_lock: Semaphore::new(1),
             shutdown: Event::default(),
             connections: Cell::new(0),
+            next_producer: Cell::new(0),
+            started_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
         })
     }
 
@@ -293,6 +300,15 @@ impl Shard {
         let id = self.next_call.get();
         self.next_call.set(id + 1);
         id
+    }
+
+    /// A producer id unique across cores and restarts: start time in ms, then a counter,
+    /// then the core.
+    pub fn new_producer_id(&self) -> i64 {
+        let n = self.next_producer.get();
+        self.next_producer.set(n + 1);
+        let base = self.started_ms & ((1 << 41) - 1);
+        (base << 20) | ((n & 0x3ff) << 10) as i64 | (self.id as i64 & 0x3ff)
     }
 
     pub fn parked_fetches(&self) -> usize {
