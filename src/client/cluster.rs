@@ -6,9 +6,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{ListOffsetsRequest, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, ListOffsetsRequest, MetadataRequest, MetadataResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
@@ -21,6 +24,7 @@ pub(crate) const METADATA_VERSION_MAX: i16 = 12;
 pub(crate) const PRODUCE_VERSION_MAX: i16 = 11;
 pub(crate) const FETCH_VERSION_MAX: i16 = 12;
 pub(crate) const LIST_OFFSETS_VERSION_MAX: i16 = 7;
+pub(crate) const CREATE_TOPICS_VERSION_MAX: i16 = 5;
 
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
@@ -150,6 +154,11 @@ impl Cluster {
         Ok(resp)
     }
 
+    /// `host:port` of broker `node_id`, as Metadata advertised it.
+    pub fn broker_addr(&self, node_id: i32) -> Option<String> {
+        self.brokers.borrow().get(&node_id).cloned()
+    }
+
     /// Forgets what we know of `topic` so the next lookup asks the broker.
     pub fn invalidate(&self, topic: &str) {
         self.topics.borrow_mut().remove(topic);
@@ -254,5 +263,30 @@ impl Cluster {
             .ok_or_else(|| Error::Protocol(format!("ListOffsets response lacks {tp}")))?;
         Error::check(p.error_code, || format!("ListOffsets {tp}"))?;
         Ok(p.offset)
+    }
+
+    /// Creates a topic with `partitions` partitions (replication factor 1) on the
+    /// controller; an existing topic is not an error. Returns whether it was created.
+    pub async fn create_topic(&self, topic: &str, partitions: i32) -> Result<bool> {
+        let conn = self.metadata_conn().await?;
+        let version = conn.version::<CreateTopicsRequest>(CREATE_TOPICS_VERSION_MAX)?;
+        let req = CreateTopicsRequest::default()
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_num_partitions(partitions)
+                .with_replication_factor(1)])
+            .with_timeout_ms(30_000);
+        let resp = conn.send(&req, version).await?.await?;
+        let code = resp
+            .topics
+            .iter()
+            .find(|t| t.name.0.as_str() == topic)
+            .map_or(0, |t| t.error_code);
+        self.invalidate(topic);
+        if code == ResponseError::TopicAlreadyExists.code() {
+            return Ok(false);
+        }
+        Error::check(code, || format!("create topic {topic}"))?;
+        Ok(true)
     }
 }
