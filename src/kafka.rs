@@ -52,6 +52,10 @@ pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
         .map(|(_, lo, hi)| (*lo, *hi))
 }
 
+/// Partition work grouped by owning core: the parts, and where each result goes in the
+/// response (topic index, partition index).
+type Groups<P> = BTreeMap<usize, (Vec<P>, Vec<(usize, usize)>)>;
+
 /// A response ready for the socket: pieces written in order (record chunks are shared
 /// `Bytes`, not copies). `None` for produce with acks=0.
 pub type Response = Option<Vec<Bytes>>;
@@ -191,7 +195,14 @@ fn s(v: &str) -> StrBytes {
 /// Processes one request on the connection's core.
 pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
     match &req.body {
-        Body::ApiVersions(_) => one(&req, &api_versions(errors::NONE)),
+        Body::ApiVersions(a) => {
+            debug!(
+                client = %a.client_software_name.as_str(),
+                version = %a.client_software_version.as_str(),
+                "ApiVersions"
+            );
+            one(&req, &api_versions(errors::NONE))
+        }
         Body::ApiVersionsUnsupported => {
             // KIP-511: answer in v0 so any client can read the list and retry.
             let body = api_versions(errors::UNSUPPORTED_VERSION);
@@ -376,7 +387,7 @@ async fn produce(
     let meta = shard.metadata();
     // Results in request order; partitions grouped by owning core.
     let mut results: Vec<Vec<(i32, crate::shard::ProduceResult)>> = Vec::new();
-    let mut groups: BTreeMap<usize, (Vec<ProducePart>, Vec<(usize, usize)>)> = BTreeMap::new();
+    let mut groups: Groups<ProducePart> = BTreeMap::new();
     for (ti, t) in p.topic_data.iter().enumerate() {
         let name = t.name.to_string();
         let mut row = Vec::with_capacity(t.partition_data.len());
@@ -459,7 +470,7 @@ async fn fetch(
     let meta = shard.metadata();
     // (topic index, partition index) of every part, grouped by owner.
     let mut replies: Vec<FetchReply> = Vec::new();
-    let mut groups: BTreeMap<usize, (Vec<FetchPart>, Vec<(usize, usize)>)> = BTreeMap::new();
+    let mut groups: Groups<FetchPart> = BTreeMap::new();
     for (ti, t) in f.topics.iter().enumerate() {
         let name = t.topic.to_string();
         let mut reply = FetchReply {
@@ -594,10 +605,14 @@ fn place(
 
 // ---- ListOffsets ----
 
-async fn list_offsets(shard: &Rc<Shard>, version: i16, l: &ListOffsetsRequest) -> ListOffsetsResponse {
+async fn list_offsets(
+    shard: &Rc<Shard>,
+    version: i16,
+    l: &ListOffsetsRequest,
+) -> ListOffsetsResponse {
     let meta = shard.metadata();
     let mut resp = ListOffsetsResponse::default();
-    let mut groups: BTreeMap<usize, (Vec<ListPart>, Vec<(usize, usize)>)> = BTreeMap::new();
+    let mut groups: Groups<ListPart> = BTreeMap::new();
     for (ti, t) in l.topics.iter().enumerate() {
         let name = t.name.to_string();
         let mut tr = ListOffsetsTopicResponse::default();

@@ -41,8 +41,6 @@ pub struct Global {
     /// The port every core binds (set by core 0).
     pub port: std::sync::atomic::AtomicU16,
     pub exited: AtomicUsize,
-    /// A core failed to start.
-    pub failed: AtomicBool,
 }
 
 impl Global {
@@ -53,7 +51,6 @@ impl Global {
             bound: AtomicUsize::new(0),
             port: std::sync::atomic::AtomicU16::new(0),
             exited: AtomicUsize::new(0),
-            failed: AtomicBool::new(false),
         }
     }
 }
@@ -309,10 +306,6 @@ impl Shard {
         self.next_producer.set(n + 1);
         let base = self.started_ms & ((1 << 41) - 1);
         (base << 20) | ((n & 0x3ff) << 10) as i64 | (self.id as i64 & 0x3ff)
-    }
-
-    pub fn parked_fetches(&self) -> usize {
-        self.wheel.borrow().len()
     }
 
     // ---- Cross-core calls ----

@@ -60,10 +60,6 @@ impl<T> Wheel<T> {
         self.len == 0
     }
 
-    pub fn tick(&self) -> Duration {
-        self.tick
-    }
-
     /// The tick containing `at`, rounded up (an entry never fires before its deadline).
     fn tick_of(&self, at: Instant) -> u64 {
         let since = at.saturating_duration_since(self.origin);
