@@ -77,7 +77,7 @@ async fn write_file(vfs: &Vfs, path: &Path, bytes: &[u8]) {
 /// Reads the whole log from its start; checks every batch. Returns (base, last) offsets of
 /// the batches read, or None if a read returned an error (corruption found late is allowed
 /// to be an error, never a panic or a bad batch).
-async fn read_all(log: &Log, max_bytes: usize) -> Option<Vec<(u64, u64)>> {
+async fn read_all(log: &Log, max_bytes: usize, known: &mut bool) -> Option<Vec<(u64, u64)>> {
     let wm = log.watermarks();
     assert!(
         wm.log_start_offset <= wm.high_watermark && wm.high_watermark <= wm.log_end_offset,
@@ -90,6 +90,8 @@ async fn read_all(log: &Log, max_bytes: usize) -> Option<Vec<(u64, u64)>> {
         let mut any = false;
         for (h, bytes) in r.batches() {
             batch::validate(bytes).expect("read returned a batch that does not validate");
+            // Batches that would trip a known decode_records bug (README.md, "Findings").
+            *known |= weir_fuzz::decode_records_masked(bytes).is_err();
             let base = h.base_offset.get() as u64;
             let last = h.last_offset() as u64;
             assert!(
@@ -142,11 +144,14 @@ fuzz_target!(|data: &[u8]| {
         else {
             return;
         };
-        let Some(before) = read_all(&log, max_bytes).await else {
+        let mut known = false;
+        let Some(before) = read_all(&log, max_bytes, &mut known).await else {
             return;
         };
-        let _ = log.offset_for_timestamp(0).await;
-        let _ = log.offset_for_timestamp(i64::MAX).await;
+        if !known || weir_fuzz::known_issues_on() {
+            let _ = log.offset_for_timestamp(0).await;
+            let _ = log.offset_for_timestamp(i64::MAX).await;
+        }
         let end = log.watermarks().log_end_offset;
 
         // The recovered log accepts appends at its end and survives a clean reopen.
@@ -159,7 +164,7 @@ fuzz_target!(|data: &[u8]| {
         let log = Log::open_in(vfs, dir, cfg, BatchCache::new(1 << 20))
             .await
             .expect("clean reopen of a log weir itself closed");
-        let after = read_all(&log, max_bytes)
+        let after = read_all(&log, max_bytes, &mut known)
             .await
             .expect("reading a log weir itself closed");
         let mut expect = before;
