@@ -64,7 +64,15 @@ usage: cargo bench -p weir-storage --bench log_throughput -- [options]
   --dir PATH            where the files go (default <target>/bench-storage); must be a real
                         filesystem (ext4), not tmpfs
   --json PATH           where the JSON goes (default <target>/bench-storage.json)
+  --writes-in-flight N  weir's LogConfig::writes_in_flight and the raw write queue depth
+                        (default: LogConfig's, 8)
+  --preallocate-mib N   weir's LogConfig::preallocate_bytes (default: LogConfig's, 64)
+  --raw-prealloc-step-mib N
+                        experiment: fallocate the raw file N MiB ahead as it is written
+                        (as weir does) instead of whole up front
   --keep                keep the dataset and files afterwards
+  --only A,B            run only these workloads (append_16k, append_1m, append_16k_flush,
+                        append_1m_flush, cold_read), e.g. to profile one
   --help                this text
 ";
 
@@ -80,6 +88,20 @@ struct Opts {
     dir: PathBuf,
     json: PathBuf,
     keep: bool,
+    /// `LogConfig::writes_in_flight` for weir, and the raw write queue depth.
+    writes_in_flight: usize,
+    /// `LogConfig::preallocate_bytes` for weir (the raw file is always fallocated whole).
+    preallocate_bytes: u64,
+    /// Experiment: fallocate the raw file in steps as it is written, like weir does.
+    raw_prealloc_step: Option<u64>,
+    /// Only these workloads (for profiling one of them); empty = all.
+    only: Vec<String>,
+}
+
+impl Opts {
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
 }
 
 fn target_dir() -> PathBuf {
@@ -106,6 +128,10 @@ fn parse_args() -> Opts {
             dir: target.join("bench-storage-smoke"),
             json: target.join("bench-storage-smoke.json"),
             keep: false,
+            writes_in_flight: LogConfig::default().writes_in_flight,
+            preallocate_bytes: LogConfig::default().preallocate_bytes,
+            raw_prealloc_step: None,
+            only: Vec::new(),
         }
     } else if quick {
         Opts {
@@ -119,6 +145,10 @@ fn parse_args() -> Opts {
             dir: target.join("bench-storage"),
             json: target.join("bench-storage.json"),
             keep: false,
+            writes_in_flight: LogConfig::default().writes_in_flight,
+            preallocate_bytes: LogConfig::default().preallocate_bytes,
+            raw_prealloc_step: None,
+            only: Vec::new(),
         }
     } else {
         Opts {
@@ -132,6 +162,10 @@ fn parse_args() -> Opts {
             dir: target.join("bench-storage"),
             json: target.join("bench-storage.json"),
             keep: false,
+            writes_in_flight: LogConfig::default().writes_in_flight,
+            preallocate_bytes: LogConfig::default().preallocate_bytes,
+            raw_prealloc_step: None,
+            only: Vec::new(),
         }
     };
     let mut it = args.iter();
@@ -154,6 +188,14 @@ fn parse_args() -> Opts {
                 std::process::exit(0);
             }
             "--keep" => o.keep = true,
+            "--raw-prealloc-step-mib" => {
+                o.raw_prealloc_step = Some((num(a, value(a)) * MIB as f64) as u64);
+            }
+            "--writes-in-flight" => o.writes_in_flight = num(a, value(a)) as usize,
+            "--preallocate-mib" => o.preallocate_bytes = (num(a, value(a)) * MIB as f64) as u64,
+            "--only" => {
+                o.only = value(a).split(',').map(str::to_owned).collect();
+            }
             "--dataset-gib" => {
                 o.dataset_bytes = (num(a, value(a)) * GIB as f64) as u64;
             }
@@ -357,25 +399,42 @@ async fn dma_close(f: Rc<DmaFile>) {
     }
 }
 
-/// Sequential 1 MiB direct writes into a fresh, fully fallocated file, `qd` in flight.
-async fn raw_write(dir: &Path, bytes: u64, qd: usize) -> Run {
+/// Sequential 1 MiB direct writes into a fresh file, `qd` in flight. The file is fallocated
+/// whole first; or, with `step`, fallocated `step` bytes ahead of the writes as they go (the
+/// way weir's appender does it with `preallocate_bytes`): an experiment that shows what the
+/// inline fallocates cost (`--raw-prealloc-step-mib`).
+async fn raw_write(dir: &Path, bytes: u64, qd: usize, step: Option<u64>) -> Run {
     let path = dir.join("raw-write.dat");
     let _ = std::fs::remove_file(&path);
     let f = dma_open(&path, true).await;
-    f.pre_allocate(bytes, false).await.expect("fallocate");
+    let first = step.map_or(bytes, |s| s.min(bytes));
+    f.pre_allocate(first, false).await.expect("fallocate");
+    let allocated = Rc::new(Cell::new(first));
+    let lock = Rc::new(glommio::sync::Semaphore::new(1));
     let next = Rc::new(Cell::new(0u64));
     let t = Timer::start();
     let tasks: Vec<_> = (0..qd.max(1))
         .map(|_| {
             let f = f.clone();
             let next = next.clone();
+            let allocated = allocated.clone();
+            let lock = lock.clone();
             glommio::spawn_local(async move {
                 loop {
+                    let permit = lock.acquire_permit(1).await.expect("lock");
                     let pos = next.get();
                     if pos >= bytes {
                         break;
                     }
                     next.set(pos + IO_BYTES);
+                    if let Some(step) = step {
+                        if pos + IO_BYTES > allocated.get() {
+                            let to = (pos + IO_BYTES + step).min(bytes);
+                            f.pre_allocate(to, false).await.expect("fallocate");
+                            allocated.set(to);
+                        }
+                    }
+                    drop(permit);
                     let buf = f.alloc_dma_buffer(IO_BYTES as usize);
                     let n = f.write_at(buf, pos).await.expect("raw write");
                     assert_eq!(n as u64, IO_BYTES, "short raw write at {pos}");
@@ -510,6 +569,7 @@ async fn append_run(
 
 async fn weir_append(
     dir: &Path,
+    cfg: &LogConfig,
     batch: &Bytes,
     total_bytes: u64,
     inflight_bytes: u64,
@@ -519,11 +579,7 @@ async fn weir_append(
     if log_dir.exists() {
         std::fs::remove_dir_all(&log_dir).expect("remove old log");
     }
-    let log = Rc::new(
-        Log::open(&log_dir, LogConfig::default())
-            .await
-            .expect("open log"),
-    );
+    let log = Rc::new(Log::open(&log_dir, cfg.clone()).await.expect("open log"));
     let run = append_run(&log, batch, total_bytes, inflight_bytes, flush_every).await;
     let log = Rc::try_unwrap(log).unwrap_or_else(|_| panic!("appending tasks still hold the log"));
     log.delete().await.expect("delete log");
@@ -625,7 +681,12 @@ async fn bench(opts: Opts) -> Report {
     weir_storage::io::prime_dma_probe(&opts.dir)
         .await
         .expect("prime dma probe");
-    let qd = LogConfig::default().writes_in_flight;
+    let qd = opts.writes_in_flight;
+    let cfg = LogConfig {
+        writes_in_flight: opts.writes_in_flight,
+        preallocate_bytes: opts.preallocate_bytes,
+        ..LogConfig::default()
+    };
 
     let workloads: [(&'static str, usize, bool); 4] = [
         ("append_16k", 16 << 10, false),
@@ -653,7 +714,11 @@ async fn bench(opts: Opts) -> Report {
 
     // Group commit, counted exactly on the simulated disk.
     let mut sim = Vec::new();
-    for (w, b) in workloads.iter().zip(&batches).filter(|(w, _)| w.2) {
+    for (w, b) in workloads
+        .iter()
+        .zip(&batches)
+        .filter(|(w, _)| w.2 && opts.wants(w.0))
+    {
         let bytes = opts.write_bytes.min(64 * MIB);
         let (calls, exact, estimated) = sim_group_commit(b, bytes, opts.inflight_bytes).await;
         eprintln!(
@@ -666,9 +731,14 @@ async fn bench(opts: Opts) -> Report {
     let dataset_dir = opts.dir.join("dataset-log");
     eprintln!("building the cold-read dataset ...");
     let t = Instant::now();
+    let dataset_size = if opts.wants("cold_read") {
+        opts.dataset_bytes
+    } else {
+        IO_BYTES
+    };
     let dataset_end = build_dataset(
         &dataset_dir,
-        opts.dataset_bytes,
+        dataset_size,
         opts.read_batch_bytes,
         opts.inflight_bytes,
     )
@@ -694,11 +764,15 @@ async fn bench(opts: Opts) -> Report {
     for round in 0..opts.rounds {
         let raw_first = round % 2 == 0;
         for ((name, _, flush, pair), batch) in append.iter_mut().zip(&batches) {
+            if !opts.wants(name) {
+                continue;
+            }
             let every = flush.then_some(opts.flush_every_bytes);
             let (raw, weir) = if raw_first {
-                let raw = raw_write(&opts.dir, opts.write_bytes, qd).await;
+                let raw = raw_write(&opts.dir, opts.write_bytes, qd, opts.raw_prealloc_step).await;
                 let weir = weir_append(
                     &opts.dir,
+                    &cfg,
                     batch,
                     opts.write_bytes,
                     opts.inflight_bytes,
@@ -709,13 +783,14 @@ async fn bench(opts: Opts) -> Report {
             } else {
                 let weir = weir_append(
                     &opts.dir,
+                    &cfg,
                     batch,
                     opts.write_bytes,
                     opts.inflight_bytes,
                     every,
                 )
                 .await;
-                let raw = raw_write(&opts.dir, opts.write_bytes, qd).await;
+                let raw = raw_write(&opts.dir, opts.write_bytes, qd, opts.raw_prealloc_step).await;
                 (raw, weir)
             };
             record(pair, &raw, &weir);
@@ -733,6 +808,9 @@ async fn bench(opts: Opts) -> Report {
                 raw.gbps(),
                 weir.gbps()
             );
+        }
+        if !opts.wants("cold_read") {
+            continue;
         }
         let (raw, weir) = if raw_first {
             let raw = raw_read(&files, RAW_READ_QD).await;
@@ -842,7 +920,7 @@ fn print_report(r: &Report) {
         s,
         "append runs: {} MiB each; raw write: 1 MiB direct writes, {} in flight, fallocated file",
         o.write_bytes / MIB,
-        LogConfig::default().writes_in_flight
+        o.writes_in_flight
     );
     let _ = writeln!(
         s,
@@ -866,6 +944,9 @@ fn print_report(r: &Report) {
         "io KiB"
     );
     let mut row = |name: &str, p: &Pair| {
+        if p.ratio.values.is_empty() {
+            return;
+        }
         let ratio = p.ratio.median();
         let _ = writeln!(
             s,
@@ -895,7 +976,7 @@ fn print_report(r: &Report) {
         "\nflush every 1 MiB (group commit: fdatasyncs <= flush calls):"
     );
     for (name, _, flush, p) in &r.append {
-        if *flush {
+        if *flush && !p.flush_calls_per_s.values.is_empty() {
             let _ = writeln!(
                 s,
                 "  {:<20} flush calls/s {}   fdatasyncs/s {}   fdatasyncs per flush call {} ({})",
@@ -933,11 +1014,7 @@ fn write_json(r: &Report) {
     let _ = writeln!(s, "  \"dataset_bytes\": {},", r.dataset_bytes);
     let _ = writeln!(s, "  \"dataset_batch_bytes\": {},", o.read_batch_bytes);
     let _ = writeln!(s, "  \"inflight_bytes\": {},", o.inflight_bytes);
-    let _ = writeln!(
-        s,
-        "  \"raw_write_queue_depth\": {},",
-        LogConfig::default().writes_in_flight
-    );
+    let _ = writeln!(s, "  \"raw_write_queue_depth\": {},", o.writes_in_flight);
     let _ = writeln!(s, "  \"raw_read_queue_depth\": {RAW_READ_QD},");
     let _ = writeln!(s, "  \"goal_ratio\": {GOAL_RATIO},");
     let _ = writeln!(s, "  \"workloads\": {{");
