@@ -6,6 +6,7 @@ group coordinator yet, so no consumer commits or fetches committed offsets.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -20,6 +21,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 import kafka
 
 CLIENT_TIMEOUT_S = 30.0
+
+# librdkafka's own log lines go through Python logging: pytest shows them with a failing test,
+# and a client kept alive by a failure's traceback does not flood stderr after its broker is gone.
+RDKAFKA_LOGGER = logging.getLogger("librdkafka")
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ def rd_conf(bootstrap: str, **conf) -> dict:
         "socket.timeout.ms": 10000,
         "broker.address.family": "v4",
         "topic.metadata.refresh.interval.ms": 10000,
+        "logger": RDKAFKA_LOGGER,
     }
     base.update(conf)
     return base

@@ -41,6 +41,7 @@ STOP_TIMEOUT_S = 30.0
 TEST_TIMEOUT_S = 180
 LISTENING_RE = re.compile(rb"listening on (127\.0\.0\.1):(\d+)")
 LOG_TAIL_BYTES = 64 * 1024
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class BrokerError(AssertionError):
@@ -84,6 +85,7 @@ class Broker:
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
         env.setdefault("RUST_BACKTRACE", "1")
+        env.setdefault("NO_COLOR", "1")
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -111,8 +113,10 @@ class Broker:
                     f"'listening on'\n{self.log_tail()}"
                 )
             time.sleep(0.02)
+        stacks = self.stacks()
         self._kill()
-        raise BrokerError(f"weir did not print 'listening on 127.0.0.1:PORT' within {START_TIMEOUT_S}s\n{self.log_tail()}")
+        raise BrokerError(f"weir did not print 'listening on 127.0.0.1:PORT' within {START_TIMEOUT_S}s\n"
+                          f"{self.log_tail()}\n{stacks}")
 
     def _wait_connectable(self) -> None:
         deadline = time.monotonic() + 5.0
@@ -135,8 +139,9 @@ class Broker:
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            stacks = self.stacks()
             self._kill()
-            raise BrokerError(f"weir did not exit within {timeout}s of SIGTERM (killed it)\n{self.log_tail()}")
+            raise BrokerError(f"weir did not exit within {timeout}s of SIGTERM (killed it)\n{self.log_tail()}\n{stacks}")
         self._log.write(f"===== exited with code {code} after SIGTERM\n".encode())
         if code != 0:
             raise BrokerError(f"weir exited with code {code} after SIGTERM (want 0)\n{self.log_tail()}")
@@ -165,6 +170,19 @@ class Broker:
         """Fails if the broker died on its own (a crash is a bug whatever the test saw)."""
         if self.proc is not None and self.proc.poll() is not None and not self._stopped:
             raise BrokerError(f"weir died during the test with code {self.proc.returncode}\n{self.log_tail()}")
+
+    def stacks(self) -> str:
+        """Every thread's backtrace of a hung broker (gdb), for the failure report."""
+        gdb = shutil.which("gdb")
+        if gdb is None or self.proc is None or self.proc.poll() is not None:
+            return "(no thread backtraces: gdb missing or process gone)"
+        try:
+            out = subprocess.run([gdb, "-p", str(self.proc.pid), "-batch", "-ex", "thread apply all bt 30"],
+                                 capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"(gdb failed: {e})"
+        lines = [ln for ln in out.splitlines() if ln.startswith(("Thread ", "#"))]
+        return "--- weir thread backtraces ---\n" + "\n".join(lines)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -196,6 +214,7 @@ class Broker:
         except OSError as e:
             return f"(no broker log: {e})"
         cut = "(...)\n" if size > limit else ""
+        text = ANSI_RE.sub("", text)
         return f"--- weir log {self.log_path} ---\n{cut}{text}--- end of weir log ---"
 
     def close(self) -> None:
