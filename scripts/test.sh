@@ -83,7 +83,7 @@ then
         || die "pip install -r $REQS"
 fi
 "$PYTHON" -c 'import confluent_kafka, kafka, pytest, snappy, lz4, zstandard
-print("confluent-kafka", confluent_kafka.version()[0], "librdkafka", confluent_kafka.libversion()[0],
+print("confluent-kafka", confluent_kafka.__version__, "librdkafka", confluent_kafka.libversion()[0],
       "| kafka-python", kafka.__version__, "| pytest", pytest.__version__)'
 
 # ---------------------------------------------------------------------------------------------
