@@ -124,6 +124,9 @@ fuzz_target!(|data: &[u8]| {
     if mode & 1 != 0 {
         weir_fuzz::repair_batches(&mut bytes, mode & 2 != 0, Some(0));
     }
+    if weir_fuzz::may_wrap_relative_offsets(&bytes).is_err() {
+        return; // a known bug (README.md, "Findings")
+    }
     let small = mode & 4 != 0;
     let marker = mode & 8 != 0;
     run(async move {

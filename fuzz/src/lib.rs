@@ -62,6 +62,26 @@ pub enum KnownIssue {
     HugeRecordsCount,
     /// `decode_records` overflows `base_timestamp + delta`.
     DecodeOverflow,
+    /// A segment spanning more than 2^32 offsets wraps its u32 relative offsets, and
+    /// `OffsetIndex::push` panics.
+    RelativeOffsetWraps,
+}
+
+/// Upper bound of the offsets the batches framed at the start of `bytes` claim (what a
+/// segment recovered from them can span).
+pub fn offsets_claimed(bytes: &[u8]) -> u64 {
+    batch::Batches::new(bytes)
+        .map(|(h, _)| u64::from(h.last_offset_delta.get().max(0) as u32) + 1)
+        .sum()
+}
+
+/// Whether a segment made of `bytes` could trip the relative-offset wrap (masked unless
+/// `WEIR_FUZZ_KNOWN=1`). Leaves room for the appends the target makes after recovery.
+pub fn may_wrap_relative_offsets(bytes: &[u8]) -> Result<(), KnownIssue> {
+    if !known_issues_on() && offsets_claimed(bytes) >= (1 << 32) - (1 << 20) {
+        return Err(KnownIssue::RelativeOffsetWraps);
+    }
+    Ok(())
 }
 
 /// Whether the known issues are to be hit rather than masked (`WEIR_FUZZ_KNOWN=1`).
