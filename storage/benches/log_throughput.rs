@@ -67,6 +67,7 @@ usage: cargo bench -p weir-storage --bench log_throughput -- [options]
   --writes-in-flight N  weir's LogConfig::writes_in_flight and the raw write queue depth
                         (default: LogConfig's, 8)
   --preallocate-mib N   weir's LogConfig::preallocate_bytes (default: LogConfig's, 64)
+  --raw-write-qd N      experiment: raw write queue depth other than --writes-in-flight
   --raw-prealloc-step-mib N
                         experiment: fallocate the raw file N MiB ahead as it is written
                         (as weir does) instead of whole up front
@@ -92,6 +93,8 @@ struct Opts {
     writes_in_flight: usize,
     /// `LogConfig::preallocate_bytes` for weir (the raw file is always fallocated whole).
     preallocate_bytes: u64,
+    /// Raw write queue depth if not `writes_in_flight` (an experiment).
+    raw_write_qd: Option<usize>,
     /// Experiment: fallocate the raw file in steps as it is written, like weir does.
     raw_prealloc_step: Option<u64>,
     /// Only these workloads (for profiling one of them); empty = all.
@@ -131,6 +134,7 @@ fn parse_args() -> Opts {
             writes_in_flight: LogConfig::default().writes_in_flight,
             preallocate_bytes: LogConfig::default().preallocate_bytes,
             raw_prealloc_step: None,
+            raw_write_qd: None,
             only: Vec::new(),
         }
     } else if quick {
@@ -148,6 +152,7 @@ fn parse_args() -> Opts {
             writes_in_flight: LogConfig::default().writes_in_flight,
             preallocate_bytes: LogConfig::default().preallocate_bytes,
             raw_prealloc_step: None,
+            raw_write_qd: None,
             only: Vec::new(),
         }
     } else {
@@ -165,6 +170,7 @@ fn parse_args() -> Opts {
             writes_in_flight: LogConfig::default().writes_in_flight,
             preallocate_bytes: LogConfig::default().preallocate_bytes,
             raw_prealloc_step: None,
+            raw_write_qd: None,
             only: Vec::new(),
         }
     };
@@ -188,6 +194,7 @@ fn parse_args() -> Opts {
                 std::process::exit(0);
             }
             "--keep" => o.keep = true,
+            "--raw-write-qd" => o.raw_write_qd = Some(num(a, value(a)) as usize),
             "--raw-prealloc-step-mib" => {
                 o.raw_prealloc_step = Some((num(a, value(a)) * MIB as f64) as u64);
             }
@@ -291,6 +298,8 @@ struct Pair {
     fdatasyncs_per_s: Series,
     /// fdatasyncs / flush calls (group commit: at most 1).
     syncs_per_flush: Series,
+    /// Fraction of the wall time the executor thread was on a CPU during weir's run.
+    weir_busy: Series,
     /// Bytes weir wrote (appends) or read (cold read) on the device per byte of data.
     weir_io_amplification: Series,
     /// Average size of weir's direct writes (appends) or reads (cold read), KiB.
@@ -303,6 +312,8 @@ struct Run {
     bytes: u64,
     secs: f64,
     cpu_secs: f64,
+    /// CPU time of the executor thread alone.
+    thread_cpu_secs: f64,
     flush_calls: u64,
     fdatasyncs: u64,
     /// Direct writes / reads issued through glommio during the run, and their bytes.
@@ -321,28 +332,32 @@ impl Run {
     }
 }
 
-/// CPU time (user + system) of the whole process so far, from /proc/self/stat.
+/// CPU time (user + system) so far of the whole process, or of the calling thread.
+fn cpu_secs(clock: libc::clockid_t) -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own; the clock ids are valid.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 fn process_cpu_secs() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state); utime and stime are fields 14 and 15.
-    let ticks = |i: usize| {
-        f.get(i - 3)
-            .and_then(|s| s.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(14) + ticks(15)) / 100.0 // USER_HZ is 100 on Linux
+    cpu_secs(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPU time of the executor thread (the benchmark runs everything on it).
+fn thread_cpu_secs() -> f64 {
+    cpu_secs(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 struct Timer {
     wall: Instant,
     cpu: f64,
+    thread_cpu: f64,
     io: glommio::RingIoStats,
 }
 
@@ -355,12 +370,14 @@ impl Timer {
         Timer {
             wall: Instant::now(),
             cpu: process_cpu_secs(),
+            thread_cpu: thread_cpu_secs(),
             io: io_stats(),
         }
     }
     fn stop(&self, bytes: u64) -> Run {
         let secs = self.wall.elapsed().as_secs_f64();
         let cpu_secs = process_cpu_secs() - self.cpu;
+        let thread_cpu_secs = thread_cpu_secs() - self.thread_cpu;
         let io = io_stats();
         let (w0, wb0) = self.io.file_writes();
         let (w1, wb1) = io.file_writes();
@@ -370,6 +387,7 @@ impl Timer {
             bytes,
             secs,
             cpu_secs,
+            thread_cpu_secs,
             io_writes: w1 - w0,
             io_bytes_written: wb1 - wb0,
             io_reads: r1 - r0,
@@ -681,7 +699,7 @@ async fn bench(opts: Opts) -> Report {
     weir_storage::io::prime_dma_probe(&opts.dir)
         .await
         .expect("prime dma probe");
-    let qd = opts.writes_in_flight;
+    let qd = opts.raw_write_qd.unwrap_or(opts.writes_in_flight);
     let cfg = LogConfig {
         writes_in_flight: opts.writes_in_flight,
         preallocate_bytes: opts.preallocate_bytes,
@@ -856,6 +874,7 @@ fn record(pair: &mut Pair, raw: &Run, weir: &Run) {
         .push(io_bytes as f64 / weir.bytes as f64);
     pair.weir_io_kib
         .push(io_bytes as f64 / ops.max(1) as f64 / 1024.0);
+    pair.weir_busy.push(weir.thread_cpu_secs / weir.secs);
     pair.raw_gbps.push(raw.gbps());
     pair.weir_gbps.push(weir.gbps());
     pair.ratio.push(weir.gbps() / raw.gbps());
@@ -920,7 +939,14 @@ fn print_report(r: &Report) {
         s,
         "append runs: {} MiB each; raw write: 1 MiB direct writes, {} in flight, fallocated file",
         o.write_bytes / MIB,
-        o.writes_in_flight
+        o.raw_write_qd.unwrap_or(o.writes_in_flight)
+    );
+    let _ = writeln!(
+        s,
+        "weir: LogConfig::default() but writes_in_flight {}, preallocate_bytes {} MiB; appends from tasks keeping {} MiB outstanding",
+        o.writes_in_flight,
+        o.preallocate_bytes / MIB,
+        o.inflight_bytes / MIB
     );
     let _ = writeln!(
         s,
@@ -932,7 +958,7 @@ fn print_report(r: &Report) {
     );
     let _ = writeln!(
         s,
-        "{:<18} {:>18} {:>18} {:>18} {:>14} {:>8} {:>8} {:>8} {:>8}",
+        "{:<18} {:>18} {:>18} {:>18} {:>14} {:>8} {:>8} {:>8} {:>8} {:>6}",
         "workload",
         "raw GB/s",
         "weir GB/s",
@@ -941,7 +967,8 @@ fn print_report(r: &Report) {
         "cpu s/GB",
         "raw cpu",
         "io/data",
-        "io KiB"
+        "io KiB",
+        "busy"
     );
     let mut row = |name: &str, p: &Pair| {
         if p.ratio.values.is_empty() {
@@ -950,7 +977,7 @@ fn print_report(r: &Report) {
         let ratio = p.ratio.median();
         let _ = writeln!(
             s,
-            "{:<18} {:>18} {:>18} {:>18} {:>14} {:>8.2} {:>8.2} {:>8.3} {:>8.0}",
+            "{:<18} {:>18} {:>18} {:>18} {:>14} {:>8.2} {:>8.2} {:>8.3} {:>8.0} {:>5.0}%",
             name,
             p.raw_gbps.show(2),
             p.weir_gbps.show(2),
@@ -959,7 +986,8 @@ fn print_report(r: &Report) {
             p.weir_cpu_s_per_gb.median(),
             p.raw_cpu_s_per_gb.median(),
             p.weir_io_amplification.median(),
-            p.weir_io_kib.median()
+            p.weir_io_kib.median(),
+            p.weir_busy.median() * 100.0
         );
     };
     for (name, _, _, p) in &r.append {
@@ -969,7 +997,8 @@ fn print_report(r: &Report) {
     let _ = writeln!(
         s,
         "cpu s/GB: CPU seconds (whole process, user+sys) per GB, weir and raw; io/data: bytes weir\n\
-         wrote (appends) or read (cold read) per byte of data; io KiB: average size of those I/Os"
+         wrote (appends) or read (cold read) per byte of data; io KiB: average size of those I/Os;\n\
+         busy: share of weir's run time the executor thread (one core) spent on a CPU"
     );
     let _ = writeln!(
         s,
@@ -1014,7 +1043,13 @@ fn write_json(r: &Report) {
     let _ = writeln!(s, "  \"dataset_bytes\": {},", r.dataset_bytes);
     let _ = writeln!(s, "  \"dataset_batch_bytes\": {},", o.read_batch_bytes);
     let _ = writeln!(s, "  \"inflight_bytes\": {},", o.inflight_bytes);
-    let _ = writeln!(s, "  \"raw_write_queue_depth\": {},", o.writes_in_flight);
+    let _ = writeln!(s, "  \"weir_writes_in_flight\": {},", o.writes_in_flight);
+    let _ = writeln!(s, "  \"weir_preallocate_bytes\": {},", o.preallocate_bytes);
+    let _ = writeln!(
+        s,
+        "  \"raw_write_queue_depth\": {},",
+        o.raw_write_qd.unwrap_or(o.writes_in_flight)
+    );
     let _ = writeln!(s, "  \"raw_read_queue_depth\": {RAW_READ_QD},");
     let _ = writeln!(s, "  \"goal_ratio\": {GOAL_RATIO},");
     let _ = writeln!(s, "  \"workloads\": {{");
@@ -1023,7 +1058,7 @@ fn write_json(r: &Report) {
         let mut e = String::new();
         let _ = write!(
             e,
-            "    \"{name}\": {{\n      \"batch_bytes\": {batch_bytes},\n      \"flush_every_bytes\": {},\n      \"raw_gbps\": {},\n      \"weir_gbps\": {},\n      \"ratio\": {},\n      \"goal_met\": {},\n      \"raw_cpu_s_per_gb\": {},\n      \"weir_cpu_s_per_gb\": {},\n      \"weir_io_bytes_per_data_byte\": {},\n      \"weir_io_avg_kib\": {}",
+            "    \"{name}\": {{\n      \"batch_bytes\": {batch_bytes},\n      \"flush_every_bytes\": {},\n      \"raw_gbps\": {},\n      \"weir_gbps\": {},\n      \"ratio\": {},\n      \"goal_met\": {},\n      \"raw_cpu_s_per_gb\": {},\n      \"weir_cpu_s_per_gb\": {},\n      \"weir_io_bytes_per_data_byte\": {},\n      \"weir_io_avg_kib\": {},\n      \"weir_executor_busy\": {}",
             if flush { o.flush_every_bytes } else { 0 },
             p.raw_gbps.json(),
             p.weir_gbps.json(),
@@ -1032,7 +1067,8 @@ fn write_json(r: &Report) {
             p.raw_cpu_s_per_gb.json(),
             p.weir_cpu_s_per_gb.json(),
             p.weir_io_amplification.json(),
-            p.weir_io_kib.json()
+            p.weir_io_kib.json(),
+            p.weir_busy.json()
         );
         if flush {
             let _ = write!(
