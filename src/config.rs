@@ -38,6 +38,9 @@ pub struct BrokerConfig {
     /// Longest a fetch is parked, whatever the client asks (must stay below clients'
     /// request timeouts: librdkafka's default socket timeout is 60 s).
     pub fetch_max_wait_ms: u64,
+    /// `max.connections`: open client connections per broker (spread over the cores);
+    /// connections past it are closed at once, with a warning.
+    pub max_connections: usize,
     /// Requests read ahead and in process per connection (pipelining depth).
     pub max_inflight_per_connection: usize,
     /// Cross-core requests in flight from one core to another (channel bound).
@@ -65,6 +68,7 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 30_000,
             max_parked_fetches: 100_000,
             fetch_max_wait_ms: 30_000,
+            max_connections: 100_000,
             max_inflight_per_connection: 64,
             mesh_queue_depth: 1024,
             cache_bytes_per_core: 256 << 20,
@@ -118,6 +122,7 @@ impl BrokerConfig {
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_num::<u64>(key, value)?.max(10)
             }
+            "max.connections" => self.max_connections = parse_num(key, value)?,
             "fetch.max.parked" => self.max_parked_fetches = parse_num(key, value)?,
             "fetch.max.wait.ms" => self.fetch_max_wait_ms = parse_num(key, value)?,
             "log.dirs" | "log.dir" => self.data_dir = PathBuf::from(value.trim()),

@@ -19,6 +19,8 @@ use crate::shard::Shard;
 
 /// Accepts connections until shutdown.
 pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    let per_core_limit = shard.config.max_connections.div_ceil(shard.cores).max(1);
+    let mut refused: u64 = 0;
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.shutdown.wait().await;
@@ -28,6 +30,19 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
         match accepted {
             None => break,
             Some(Ok(stream)) => {
+                if shard.connections.get() >= per_core_limit {
+                    refused += 1;
+                    if refused.is_power_of_two() {
+                        warn!(
+                            core = shard.id,
+                            limit = per_core_limit,
+                            refused,
+                            "connection limit reached (max.connections): closing new connections"
+                        );
+                    }
+                    drop(stream);
+                    continue;
+                }
                 let sh = shard.clone();
                 glommio::spawn_local(async move { serve_connection(sh, stream).await }).detach();
             }
