@@ -86,7 +86,9 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
             need = 4 + size;
         }
         let start = buf.len();
-        let want = (need - start).max(READ_CHUNK);
+        // Memory follows the bytes that actually arrive: a peer announcing a large frame
+        // and then trickling does not get the whole frame allocated up front.
+        let want = (need - start).clamp(READ_CHUNK, 4 << 20);
         buf.resize(start + want, 0);
         let n = match rd.read(&mut buf[start..]).await {
             Ok(n) => n,
