@@ -63,41 +63,88 @@ enum Frame {
 
 /// Reads one size-prefixed frame. A size prefix over `max` (or negative) is refused before
 /// any of the body is read.
+/// A connection's read buffer. Frames are split off it as `Bytes` (no copy). The memory
+/// past `buf.len()` that is known to be initialized is tracked, so each byte of the buffer
+/// is zeroed once per allocation instead of before every read.
+struct ReadBuf {
+    buf: BytesMut,
+    /// Bytes from `buf.as_ptr()` known initialized (`>= buf.len()`).
+    init: usize,
+}
+
+impl ReadBuf {
+    fn new(capacity: usize) -> ReadBuf {
+        ReadBuf {
+            buf: BytesMut::with_capacity(capacity),
+            init: 0,
+        }
+    }
+
+    /// Makes `buf[len..len + extra]` readable into; returns the old length.
+    fn grow(&mut self, extra: usize) -> usize {
+        let start = self.buf.len();
+        let upto = start + extra;
+        let before = self.buf.as_ptr();
+        self.buf.reserve(extra);
+        if self.buf.as_ptr() != before {
+            self.init = start; // new or moved allocation: only the data is initialized
+        }
+        let from = self.init.max(start);
+        if from < upto {
+            let spare = self.buf.spare_capacity_mut();
+            for b in &mut spare[from - start..extra] {
+                b.write(0);
+            }
+            self.init = upto;
+        }
+        // SAFETY: bytes up to `upto` are initialized (data, earlier reads, or zeroed above)
+        // and within capacity (reserved above).
+        unsafe { self.buf.set_len(upto) };
+        start
+    }
+
+    fn split_frame(&mut self, size: usize) -> Bytes {
+        self.buf.advance(4);
+        let frame = self.buf.split_to(size).freeze();
+        self.init = self.init.saturating_sub(4 + size);
+        frame
+    }
+}
+
 async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     rd: &mut R,
-    buf: &mut BytesMut,
+    rb: &mut ReadBuf,
     max: usize,
 ) -> std::io::Result<Frame> {
     const READ_CHUNK: usize = 64 << 10;
     loop {
         let mut need = 4;
-        if buf.len() >= 4 {
-            let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        if rb.buf.len() >= 4 {
+            let b = &rb.buf;
+            let size = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
             if size < 0 || size as usize > max {
                 return Ok(Frame::Bad(ProtocolError(format!(
                     "request size {size} is outside 0..={max} (socket.request.max.bytes)"
                 ))));
             }
             let size = size as usize;
-            if buf.len() >= 4 + size {
-                buf.advance(4);
-                return Ok(Frame::Request(buf.split_to(size).freeze()));
+            if rb.buf.len() >= 4 + size {
+                return Ok(Frame::Request(rb.split_frame(size)));
             }
             need = 4 + size;
         }
-        let start = buf.len();
         // Memory follows the bytes that actually arrive: a peer announcing a large frame
         // and then trickling does not get the whole frame allocated up front.
-        let want = (need - start).clamp(READ_CHUNK, 4 << 20);
-        buf.resize(start + want, 0);
-        let n = match rd.read(&mut buf[start..]).await {
+        let want = (need - rb.buf.len()).clamp(READ_CHUNK, 4 << 20);
+        let start = rb.grow(want);
+        let n = match rd.read(&mut rb.buf[start..]).await {
             Ok(n) => n,
             Err(e) => {
-                buf.truncate(start);
+                rb.buf.truncate(start);
                 return Err(e);
             }
         };
-        buf.truncate(start + n);
+        rb.buf.truncate(start + n);
         if n == 0 {
             if start == 0 {
                 return Ok(Frame::Eof);
@@ -148,7 +195,7 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     });
 
     let max = shard.config.socket_request_max_bytes;
-    let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut buf = ReadBuf::new(64 << 10);
     loop {
         let frame = futures_lite::future::or(
             async { Some(read_frame(&mut rd, &mut buf, max).await) },
