@@ -1,0 +1,11 @@
+//! Consumer groups: the classic group membership protocol (JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup) with client-side assignment, and durable committed offsets.
+//!
+//! Each group lives on one core, chosen by hashing its id into one of [`offsets::BUCKETS`]
+//! buckets (Kafka's `__consumer_offsets` partitions); a bucket's groups and its offsets log
+//! live on the core that owns the bucket.
+
+pub mod coordinator;
+pub mod offsets;
+
+pub use coordinator::{Coordinator, GroupConfig};

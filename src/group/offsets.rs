@@ -1,0 +1,363 @@
+//! Durable committed offsets: one internal log per bucket (`<data>/__consumer_offsets/<n>`),
+//! on the core that owns the bucket, written with the storage engine.
+//!
+//! Each commit appends one record batch (one record per partition) and is flushed before
+//! it is acknowledged. Record layout (all integers big-endian):
+//!
+//! ```text
+//! key:   kind u8 (1 = offset) | group len u16 | group | topic len u16 | topic | partition i32
+//! value: version u8 (1) | offset i64 | leader_epoch i32 | commit_ms i64 | metadata len u16 | metadata
+//!        (no value = tombstone: the offset was deleted)
+//! ```
+//!
+//! Start-up replays the log from its start offset. When the log has grown well past the live
+//! data, every live offset is appended again as a snapshot and the log start moves to the
+//! snapshot (whole segments below it are deleted), so start-up time follows the number of
+//! live offsets, not the number of commits ever made.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::rc::Rc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use weir_storage::batch::{decode_records, RecordBatchBuilder};
+use weir_storage::{BatchCache, Log, LogConfig};
+
+/// Number of offset buckets (Kafka's `offsets.topic.num.partitions`, fixed here).
+pub const BUCKETS: usize = 16;
+const KIND_OFFSET: u8 = 1;
+const VALUE_VERSION: u8 = 1;
+const COMPACT_MIN_BYTES: u64 = 4 << 20;
+
+/// The bucket of a group: FNV-1a of its id.
+pub fn bucket_of(group: &str) -> usize {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in group.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h as usize % BUCKETS
+}
+
+/// A committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_ms: i64,
+}
+
+type Key = (String, String, i32);
+
+/// The offsets of the groups in one bucket.
+pub struct OffsetStore {
+    log: Log,
+    entries: RefCell<BTreeMap<Key, Committed>>,
+    bytes_since_compaction: Cell<u64>,
+    compacting: Cell<bool>,
+}
+
+fn encode_key(group: &str, topic: &str, partition: i32) -> Bytes {
+    let mut k = BytesMut::with_capacity(9 + group.len() + topic.len());
+    k.put_u8(KIND_OFFSET);
+    k.put_u16(group.len() as u16);
+    k.put_slice(group.as_bytes());
+    k.put_u16(topic.len() as u16);
+    k.put_slice(topic.as_bytes());
+    k.put_i32(partition);
+    k.freeze()
+}
+
+fn encode_value(c: &Committed) -> Bytes {
+    let mut v = BytesMut::with_capacity(23 + c.metadata.len());
+    v.put_u8(VALUE_VERSION);
+    v.put_i64(c.offset);
+    v.put_i32(c.leader_epoch);
+    v.put_i64(c.commit_ms);
+    let md = &c.metadata.as_bytes()[..c.metadata.len().min(u16::MAX as usize)];
+    v.put_u16(md.len() as u16);
+    v.put_slice(md);
+    v.freeze()
+}
+
+fn get_str(buf: &mut &[u8]) -> Option<String> {
+    if buf.remaining() < 2 {
+        return None;
+    }
+    let n = buf.get_u16() as usize;
+    if buf.remaining() < n {
+        return None;
+    }
+    let s = String::from_utf8(buf[..n].to_vec()).ok()?;
+    buf.advance(n);
+    Some(s)
+}
+
+fn decode_key(mut k: &[u8]) -> Option<Key> {
+    if k.remaining() < 1 || k.get_u8() != KIND_OFFSET {
+        return None;
+    }
+    let group = get_str(&mut k)?;
+    let topic = get_str(&mut k)?;
+    if k.remaining() != 4 {
+        return None;
+    }
+    Some((group, topic, k.get_i32()))
+}
+
+fn decode_value(mut v: &[u8]) -> Option<Committed> {
+    if v.remaining() < 23 || v.get_u8() != VALUE_VERSION {
+        return None;
+    }
+    let offset = v.get_i64();
+    let leader_epoch = v.get_i32();
+    let commit_ms = v.get_i64();
+    let metadata = get_str(&mut v)?;
+    Some(Committed {
+        offset,
+        leader_epoch,
+        metadata,
+        commit_ms,
+    })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl OffsetStore {
+    /// Opens (creating) the offsets log of `bucket` under `data_dir` and replays it.
+    pub async fn open(
+        data_dir: &Path,
+        bucket: usize,
+        cache: Rc<BatchCache>,
+    ) -> Result<OffsetStore, weir_storage::Error> {
+        let dir = data_dir.join("__consumer_offsets").join(bucket.to_string());
+        let config = LogConfig {
+            segment_bytes: 16 << 20,
+            segment_ms: None,
+            retention_ms: None,
+            retention_bytes: None,
+            write_chunk_bytes: 64 << 10,
+            writes_in_flight: 4,
+            preallocate_bytes: 1 << 20,
+            read_chunk_bytes: 256 << 10,
+            read_ahead_bytes: 1 << 20,
+            ..LogConfig::default()
+        };
+        let log = Log::open_with_cache(&dir, config, cache).await?;
+        let store = OffsetStore {
+            log,
+            entries: RefCell::new(BTreeMap::new()),
+            bytes_since_compaction: Cell::new(0),
+            compacting: Cell::new(false),
+        };
+        store.replay().await?;
+        Ok(store)
+    }
+
+    async fn replay(&self) -> Result<(), weir_storage::Error> {
+        let wm = self.log.watermarks();
+        let mut offset = wm.log_start_offset;
+        let mut bytes = 0u64;
+        let mut entries = BTreeMap::new();
+        while offset < wm.high_watermark {
+            let r = self.log.read(offset, 1 << 20).await?;
+            if r.is_empty() {
+                break;
+            }
+            for (h, batch) in r.batches() {
+                bytes += batch.len() as u64;
+                for rec in decode_records(batch).unwrap_or_default() {
+                    if (rec.offset as u64) < offset {
+                        continue;
+                    }
+                    let Some(key) = rec.key.as_deref().and_then(decode_key) else {
+                        continue;
+                    };
+                    match rec.value.as_deref().and_then(decode_value) {
+                        Some(c) => {
+                            entries.insert(key, c);
+                        }
+                        None => {
+                            entries.remove(&key);
+                        }
+                    }
+                }
+                offset = h.last_offset() as u64 + 1;
+            }
+        }
+        tracing::debug!(dir = %self.log.dir().display(), entries = entries.len(), bytes, "offsets replayed");
+        *self.entries.borrow_mut() = entries;
+        self.bytes_since_compaction.set(bytes);
+        Ok(())
+    }
+
+    /// Durably stores the given offsets of `group` (answers once flushed).
+    pub async fn commit(
+        &self,
+        group: &str,
+        offsets: Vec<(String, i32, Committed)>,
+    ) -> Result<(), weir_storage::Error> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut b = RecordBatchBuilder::new(now_ms());
+        for (topic, partition, c) in &offsets {
+            b = b.record(
+                Some(&encode_key(group, topic, *partition)),
+                Some(&encode_value(c)),
+                &[],
+            );
+        }
+        let batch = b.build();
+        let len = batch.len() as u64;
+        self.log.append(batch).await?;
+        self.log.flush().await?;
+        {
+            let mut e = self.entries.borrow_mut();
+            for (topic, partition, c) in offsets {
+                e.insert((group.to_owned(), topic, partition), c);
+            }
+        }
+        self.bytes_since_compaction
+            .set(self.bytes_since_compaction.get() + len);
+        self.maybe_compact().await
+    }
+
+    /// Deletes every offset of `group` (or only those of `topic`), durably.
+    pub async fn delete(
+        &self,
+        group: Option<&str>,
+        topic: Option<&str>,
+    ) -> Result<usize, weir_storage::Error> {
+        let keys: Vec<Key> = self
+            .entries
+            .borrow()
+            .keys()
+            .filter(|(g, t, _)| group.is_none_or(|x| x == g) && topic.is_none_or(|x| x == t))
+            .cloned()
+            .collect();
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let mut b = RecordBatchBuilder::new(now_ms());
+        for (g, t, p) in &keys {
+            b = b.record(Some(&encode_key(g, t, *p)), None, &[]);
+        }
+        self.log.append(b.build()).await?;
+        self.log.flush().await?;
+        let mut e = self.entries.borrow_mut();
+        for k in &keys {
+            e.remove(k);
+        }
+        Ok(keys.len())
+    }
+
+    pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
+        self.entries
+            .borrow()
+            .get(&(group.to_owned(), topic.to_owned(), partition))
+            .cloned()
+    }
+
+    /// Every committed offset of `group`: (topic, partition, committed).
+    pub fn all(&self, group: &str) -> Vec<(String, i32, Committed)> {
+        self.entries
+            .borrow()
+            .iter()
+            .filter(|((g, _, _), _)| g == group)
+            .map(|((_, t, p), c)| (t.clone(), *p, c.clone()))
+            .collect()
+    }
+
+    /// Groups that have committed offsets here.
+    pub fn groups(&self) -> Vec<String> {
+        let mut gs: Vec<String> = self
+            .entries
+            .borrow()
+            .keys()
+            .map(|(g, _, _)| g.clone())
+            .collect();
+        gs.dedup();
+        gs
+    }
+
+    /// Rewrites the live offsets and drops what is below them, once the log holds much more
+    /// than the live data.
+    async fn maybe_compact(&self) -> Result<(), weir_storage::Error> {
+        let live: Vec<(Key, Committed)> = {
+            let e = self.entries.borrow();
+            let since = self.bytes_since_compaction.get();
+            let live_bytes: u64 = e
+                .keys()
+                .map(|(g, t, _)| 40 + (g.len() + t.len()) as u64)
+                .sum();
+            if since < COMPACT_MIN_BYTES || since < 4 * live_bytes || self.compacting.get() {
+                return Ok(());
+            }
+            e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        self.compacting.set(true);
+        let start = self.log.watermarks().log_end_offset;
+        let mut written = 0u64;
+        for chunk in live.chunks(500) {
+            let mut b = RecordBatchBuilder::new(now_ms());
+            for ((g, t, p), c) in chunk {
+                b = b.record(Some(&encode_key(g, t, *p)), Some(&encode_value(c)), &[]);
+            }
+            let batch = b.build();
+            written += batch.len() as u64;
+            self.log.append(batch).await?;
+        }
+        self.log.flush().await?;
+        let r = self.log.set_log_start_offset(start).await;
+        self.compacting.set(false);
+        r?;
+        self.bytes_since_compaction.set(written);
+        tracing::debug!(dir = %self.log.dir().display(), live = live.len(), "offsets compacted");
+        Ok(())
+    }
+
+    /// Segments and bytes of the offsets log (for tests and metrics).
+    pub fn log_size(&self) -> (usize, u64) {
+        self.log.size()
+    }
+
+    pub async fn close(self) -> Result<(), weir_storage::Error> {
+        self.log.close().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let k = encode_key("g", "topic-a", 7);
+        assert_eq!(decode_key(&k), Some(("g".into(), "topic-a".into(), 7)));
+        let c = Committed {
+            offset: 42,
+            leader_epoch: -1,
+            metadata: "meta".into(),
+            commit_ms: 5,
+        };
+        assert_eq!(decode_value(&encode_value(&c)), Some(c));
+        assert_eq!(decode_key(&k[..k.len() - 1]), None);
+        assert_eq!(decode_value(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn buckets_are_stable_and_spread() {
+        assert_eq!(bucket_of("group-a"), bucket_of("group-a"));
+        let used: std::collections::HashSet<usize> =
+            (0..200).map(|i| bucket_of(&format!("g{i}"))).collect();
+        assert!(used.len() > BUCKETS / 2);
+    }
+}
