@@ -273,6 +273,12 @@ def topic_name(request) -> str:
 # -- reporting and timeouts --------------------------------------------------------------------
 
 
+def pytest_configure(config):
+    # kafka-python 3.0 loads its protocol schemas with a deprecated importlib.resources call,
+    # once per message type: hundreds of identical warnings that are not ours to fix.
+    config.addinivalue_line("filterwarnings", r"ignore:(read_text|open_text) is deprecated:DeprecationWarning")
+
+
 def pytest_collection_modifyitems(config, items):
     # Every test gets a deadline (pytest-timeout), unless it sets its own.
     for item in items:
