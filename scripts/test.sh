@@ -11,6 +11,7 @@
 # Environment:
 #   PYTHON=python3        the interpreter whose pip gets the test clients
 #   PYTEST_ARGS="..."     extra arguments for pytest (e.g. "-k restart -x")
+#   WEIR_CARGO_TEST_TIMEOUT_S, WEIR_PYTEST_TIMEOUT_S   deadlines (default 2400 s and 1800 s)
 #   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the release build still runs); for
 #                         iterating on tests/ only — CI never sets it.
 set -euo pipefail
@@ -101,7 +102,9 @@ cargo build --release || die "cargo build --release"
 
 if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
     step "cargo test --workspace"
-    cargo test --workspace || die "cargo test --workspace"
+    # A deadline, so that a hung test fails the run instead of eating CI's whole budget.
+    timeout -k 30 "${WEIR_CARGO_TEST_TIMEOUT_S:-2400}" cargo test --workspace \
+        || die "cargo test --workspace (exit $?; 124 = timed out)"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -109,7 +112,8 @@ step "pytest tests/"
 export WEIR_BIN="$ROOT/target/release/weir"
 # pytest exits 5 when it collected no test: that is a failure here too (set -e sees non-zero).
 # shellcheck disable=SC2086
-"$PYTHON" -m pytest "$ROOT/tests" -v -ra -p no:cacheprovider ${PYTEST_ARGS:-} \
-    || die "pytest (exit $?)"
+timeout -k 30 "${WEIR_PYTEST_TIMEOUT_S:-1800}" \
+    "$PYTHON" -m pytest "$ROOT/tests" -v -ra -p no:cacheprovider ${PYTEST_ARGS:-} \
+    || die "pytest (exit $?; 5 = no tests collected, 124 = timed out)"
 
 step "all tests passed"
