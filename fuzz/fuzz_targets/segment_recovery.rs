@@ -7,7 +7,7 @@
 //!
 //! Input: a mode byte, then the segment bytes. Mode bit 0: repair the batches (CRCs, and
 //! contiguous base offsets from 0) so recovery finds valid data followed by the rest as a
-//! garbage tail; bit 1: also repair lengths and magic; bit 2: a small configuration (tiny
+//! garbage tail, and must keep exactly those batches; bit 1: also repair lengths and magic; bit 2: a small configuration (tiny
 //! segments, an index entry per 256 bytes, small read chunks); bit 3: a clean-shutdown
 //! marker is present (recovery must still not trust a segment without valid indexes).
 #![no_main]
@@ -121,8 +121,11 @@ async fn read_all(log: &Log, max_bytes: usize, known: &mut bool) -> Option<Vec<(
 fuzz_target!(|data: &[u8]| {
     let (mode, rest) = weir_fuzz::split_mode(data);
     let mut bytes = rest.to_vec();
+    // With repaired batches, recovery must keep every one of them (nothing valid is cut).
+    let mut must_keep_to = None;
     if mode & 1 != 0 {
-        weir_fuzz::repair_batches(&mut bytes, mode & 2 != 0, Some(0));
+        let valid = weir_fuzz::repair_batches(&mut bytes, mode & 2 != 0, Some(0));
+        must_keep_to = Some(weir_fuzz::offsets_claimed(&bytes[..valid]));
     }
     if weir_fuzz::may_wrap_relative_offsets(&bytes).is_err() {
         return; // a known bug (README.md, "Findings")
@@ -147,6 +150,13 @@ fuzz_target!(|data: &[u8]| {
         else {
             return;
         };
+        if let Some(end) = must_keep_to {
+            assert_eq!(
+                log.watermarks().log_end_offset,
+                end,
+                "recovery did not keep exactly the valid batches"
+            );
+        }
         let mut known = false;
         let Some(before) = read_all(&log, max_bytes, &mut known).await else {
             return;
