@@ -120,15 +120,23 @@ pub fn check_framing(bytes: &[u8]) -> Result<&BatchHeader, BatchError> {
     if header.magic != MAGIC_V2 {
         return Err(BatchError::BadMagic(header.magic));
     }
+    // Kafka's rule for batches producers send: one offset per record, at least one record.
     let records = header.records_count.get();
     let delta = header.last_offset_delta.get();
-    if records < 0 || delta < 0 || (records > 0 && delta < records - 1) {
+    if records < 1 || delta != records - 1 {
         return Err(BatchError::BadCount {
             records,
             last_offset_delta: delta,
         });
     }
     let total = header.total_bytes();
+    // An uncompressed record takes at least 7 bytes.
+    if header.compression() == 0 && records as usize > (total - HEADER_BYTES) / 7 {
+        return Err(BatchError::BadCount {
+            records,
+            last_offset_delta: delta,
+        });
+    }
     if bytes.len() < total {
         return Err(BatchError::Truncated {
             have: bytes.len(),
@@ -225,7 +233,9 @@ pub fn decode_records(batch: &[u8]) -> Option<Vec<Record>> {
     let base_offset = header.base_offset.get();
     let base_ts = header.base_timestamp.get();
     let mut buf = &batch[HEADER_BYTES..header.total_bytes()];
-    let mut out = Vec::with_capacity(header.records_count.get().max(0) as usize);
+    // A record takes at least 7 bytes: never reserve more than the bytes can hold.
+    let plausible = (header.records_count.get().max(0) as usize).min(buf.len() / 7);
+    let mut out = Vec::with_capacity(plausible);
     for _ in 0..header.records_count.get() {
         let len = read_varint(&mut buf)?;
         if len < 0 || len as usize > buf.len() {
@@ -247,8 +257,8 @@ pub fn decode_records(batch: &[u8]) -> Option<Vec<Record>> {
             headers.push((String::from_utf8(k.to_vec()).ok()?, v));
         }
         out.push(Record {
-            offset: base_offset + i64::from(offset_delta),
-            timestamp: base_ts + ts_delta,
+            offset: base_offset.checked_add(i64::from(offset_delta))?,
+            timestamp: base_ts.checked_add(ts_delta)?,
             key,
             value,
             headers,

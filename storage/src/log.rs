@@ -325,7 +325,8 @@ impl Log {
             .await
             .map_err(|_| Error::Closed)?;
         inner.check_usable()?;
-        inner.maybe_roll(records.len() as u64).await?;
+        let offsets: u64 = infos.iter().map(|i| i.last_offset_delta as u64 + 1).sum();
+        inner.maybe_roll(records.len() as u64, offsets).await?;
         inner.ensure_preallocated(records.len() as u64).await?;
 
         // Assign offsets in place and index the batches.
@@ -721,11 +722,17 @@ impl Inner {
         self.syncs_completed.fail();
     }
 
-    /// Rolls to a new segment if the batch would overflow the active one.
-    async fn maybe_roll(self: &Rc<Self>, incoming: u64) -> Result<()> {
+    /// Rolls to a new segment if the batches would overflow the active one: its size, or
+    /// the 32-bit offsets relative to its base that the indexes hold.
+    async fn maybe_roll(self: &Rc<Self>, incoming_bytes: u64, incoming_offsets: u64) -> Result<()> {
         let limit = self.config.borrow().segment_bytes;
-        let size = self.active().state.borrow().size;
-        if size > 0 && size + incoming > limit {
+        let active = self.active();
+        let (size, next) = {
+            let st = active.state.borrow();
+            (st.size, st.next_offset)
+        };
+        let offsets_after = next - active.base_offset + incoming_offsets;
+        if size > 0 && (size + incoming_bytes > limit || offsets_after > u64::from(u32::MAX)) {
             self.roll().await?;
         }
         Ok(())

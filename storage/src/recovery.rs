@@ -100,6 +100,16 @@ pub(crate) async fn scan_segment(segment: &Segment, interval: u64) -> Result<Sca
         }
         let base = info.base_offset as u64;
         let last = base + info.last_offset_delta as u64;
+        if last - segment.base_offset > u64::from(u32::MAX) {
+            // A segment never spans more offsets than its 32-bit relative offsets hold.
+            break ScanStop {
+                position: pos,
+                reason: Some(BatchError::OffsetGap {
+                    expected: st.next_offset,
+                    got: info.base_offset,
+                }),
+            };
+        }
         Segment::record_into(
             &mut st,
             segment.base_offset,

@@ -1,17 +1,14 @@
-//! A bug found by `fuzz/fuzz_targets/segment_recovery.rs` (input in
-//! `fuzz/found/segment_recovery-relative-offset-wraps`). `#[ignore]`d so that `cargo test`
-//! stays green until it is fixed; run it with
-//! `cargo test -p weir-storage --test bench_found_relative_offset -- --ignored`.
+//! Regression test for a bug found by `fuzz/fuzz_targets/segment_recovery.rs` (input in
+//! `fuzz/found/segment_recovery-relative-offset-wraps`).
 //!
-//! `batch::check_framing` accepts a batch whose `last_offset_delta` is far larger than its
-//! record count (1 record, `last_offset_delta = i32::MAX`); Kafka rejects a v2 batch unless
-//! `last_offset_delta + 1 == records_count`. Two such batches make one segment span more
-//! than 2^32 offsets, and the segment keeps relative offsets as `u32`
-//! (`(base_offset - segment_base) as u32` in `Segment::record_into`): the relative offset
-//! wraps, and the next offset-index entry trips the assertion in `OffsetIndex::push`
-//! ("offset index must increase"), a panic reachable from a client's produce request. The
-//! same panic happens during recovery when such a segment is rescanned. Kafka also rolls a
-//! segment before its offsets would overflow the 32-bit relative offset.
+//! `batch::check_framing` accepted a batch with 1 record and `last_offset_delta = i32::MAX`.
+//! Two such batches made one segment span more than 2^32 offsets; the segment keeps relative
+//! offsets as `u32`, so the relative offset wrapped and the next offset-index entry tripped
+//! the assertion in `OffsetIndex::push` — a panic reachable from a client's produce request,
+//! and from recovery of such a segment. Now such batches are invalid (Kafka's rule:
+//! `last_offset_delta + 1 == records_count`), and — since compressed batches may really hold
+//! 2^31 records — the log rolls a segment before its relative offsets would overflow, as
+//! Kafka does.
 mod common;
 
 use weir_storage::batch::{RecordBatchBuilder, CRC_START};
@@ -34,7 +31,6 @@ fn wide_batch() -> Vec<u8> {
 }
 
 #[test]
-#[ignore = "bug found by fuzzing: relative offsets wrap past 2^32 and OffsetIndex::push panics"]
 fn appends_past_2_pow_32_offsets_in_one_segment_do_not_panic() {
     let dir = common::tempdir();
     let path = dir.path().join("p0");
@@ -54,14 +50,50 @@ fn appends_past_2_pow_32_offsets_in_one_segment_do_not_panic() {
                 let b = RecordBatchBuilder::new(ts)
                     .record(None, Some(&[7u8; 100]), &[])
                     .build();
-                // Today: after the second wide batch the relative offset has wrapped, and
-                // this panics in OffsetIndex::push, "offset index must increase".
+                // Before the fix: after the second wide batch the relative offset had
+                // wrapped, and this panicked in OffsetIndex::push.
                 let _ = log.append(b).await;
             }
         }
-        assert!(
-            refused == 2 || log.size().0 > 1,
-            "the segment was neither rolled nor were the wide batches refused"
+        assert_eq!(
+            refused, 2,
+            "a count that does not match the offsets is refused"
         );
+    });
+}
+
+/// A compressed batch may hold 2^31 - 1 records in a few bytes: two of them would not fit in
+/// one segment's 32-bit relative offsets, so the second starts a new segment.
+#[test]
+fn offsets_beyond_32_bits_of_one_segment_roll_it() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p0");
+    common::run(dir.path(), move || async move {
+        let log = Log::open(&path, common::small_config())
+            .await
+            .expect("open");
+        let mut b = RecordBatchBuilder::new(1_000)
+            .compression_flag(4)
+            .record(None, Some(b"v"), &[])
+            .build()
+            .to_vec();
+        b[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
+        b[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
+        fix_crc(&mut b);
+        for i in 0..3u64 {
+            let info = log.append(b.clone().into()).await.expect("append");
+            assert_eq!(info.base_offset, i * (i32::MAX as u64 + 1));
+            let small = RecordBatchBuilder::new(2_000)
+                .record(None, Some(&[7u8; 3000]), &[])
+                .build();
+            log.append(small).await.expect("append after a wide batch");
+        }
+        assert!(log.size().0 >= 2, "the segment must have rolled");
+        let end = log.watermarks().log_end_offset;
+        drop(log);
+        let log = Log::open(&path, common::small_config())
+            .await
+            .expect("recover");
+        assert_eq!(log.watermarks().log_end_offset, end);
     });
 }
