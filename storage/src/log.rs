@@ -748,8 +748,15 @@ impl Inner {
         if need <= have {
             return Ok(());
         }
-        let step = self.config.borrow().preallocate_bytes.max(1 << 20);
-        let target = align_up(need + step);
+        // ext4's fallocate waits for every direct write in flight on the file, so each call
+        // drains the write queue: grow geometrically (hot logs extend rarely, cold ones stay
+        // small), up to the segment size.
+        let (step, segment_bytes) = {
+            let c = self.config.borrow();
+            (c.preallocate_bytes.max(1 << 20), c.segment_bytes)
+        };
+        let cap = align_up(segment_bytes + (1 << 20));
+        let target = align_up(need.max((need + step).max(have * 2).min(cap)));
         file.pre_allocate(target).await?;
         self.appender.borrow_mut().preallocated_to = target;
         Ok(())
