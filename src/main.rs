@@ -6,6 +6,7 @@
 mod config;
 mod errors;
 mod fetch_response;
+#[allow(dead_code, unused_imports)] // wired into the shards next; the unit tests exercise it now
 mod kafka;
 mod metadata;
 mod server;
@@ -192,6 +193,17 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         signal_hook::consts::SIGTERM,
     ])
     .map_err(|e| format!("installing signal handlers: {e}"))?;
+    // One socketpair per core: the signal thread writes a byte, the core's watcher task is
+    // woken by the read (no polling of a flag).
+    let mut wakers = Vec::with_capacity(cores);
+    let mut watch_fds = std::collections::VecDeque::with_capacity(cores);
+    for _ in 0..cores {
+        let (tx, rx) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| format!("creating the shutdown socketpair: {e}"))?;
+        rx.set_nonblocking(true).map_err(|e| e.to_string())?;
+        wakers.push(tx);
+        watch_fds.push_back(rx);
+    }
     {
         let global = global.clone();
         std::thread::Builder::new()
@@ -206,6 +218,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                         sig,
                         "shutting down: no new connections, finishing requests, closing logs"
                     );
+                    for w in &mut wakers {
+                        let _ = std::io::Write::write_all(w, b"x");
+                    }
                 }
             })
             .map_err(|e| e.to_string())?;
@@ -218,21 +233,29 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
         let (config, global, meta) = (config.clone(), global.clone(), meta.clone());
         let (req_mesh, resp_mesh) = (req_mesh.clone(), resp_mesh.clone());
+        let watch = watch_fds.pop_front().expect("one watch socket per core");
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("weir-core-{i}"))
             .io_memory(2 << 20)
             .preempt_timer(Duration::from_millis(10))
             .spawn(move || async move {
-                core_main(
+                let res = core_main(
                     cores,
                     config,
                     global,
                     meta,
-                    req_mesh,
-                    resp_mesh,
+                    (req_mesh, resp_mesh),
                     listen_addr,
+                    watch,
                 )
-                .await
+                .await;
+                if let Err(e) = &res {
+                    // Startup errors only: the other cores may be waiting for this one.
+                    error!(core = i, "{e}");
+                    eprintln!("weir: core {i}: {e}");
+                    std::process::exit(1);
+                }
+                res
             })
             .map_err(|e| format!("starting executor {i} on cpu {cpu}: {e}"))?;
         handles.push(handle);
@@ -259,9 +282,12 @@ async fn core_main(
     config: Arc<BrokerConfig>,
     global: Arc<Global>,
     meta: Arc<Metadata>,
-    req_mesh: MeshBuilder<ReqMsg, glommio::channels::channel_mesh::Full>,
-    resp_mesh: MeshBuilder<RespMsg, glommio::channels::channel_mesh::Full>,
+    (req_mesh, resp_mesh): (
+        MeshBuilder<ReqMsg, glommio::channels::channel_mesh::Full>,
+        MeshBuilder<RespMsg, glommio::channels::channel_mesh::Full>,
+    ),
     listen: std::net::SocketAddr,
+    watch: std::os::unix::net::UnixStream,
 ) -> Result<(), String> {
     // Must precede every other DMA open on this thread (glommio#605).
     weir_storage::io::prime_dma_probe(&config.data_dir)
@@ -282,21 +308,10 @@ async fn core_main(
             resp_tx.peer_id(),
             "both meshes order peers by executor id"
         );
-        let shard = Shard::new(
-            id,
-            cores,
-            config.clone(),
-            global.clone(),
-            meta,
-            Some(req_tx),
-            Some(resp_tx),
-        );
+        let shard = Shard::new(id, cores, config.clone(), meta, Some(req_tx), Some(resp_tx));
         (shard, Some((req_rx, resp_rx)))
     } else {
-        (
-            Shard::new(0, 1, config.clone(), global.clone(), meta, None, None),
-            None,
-        )
+        (Shard::new(0, 1, config.clone(), meta, None, None), None)
     };
     if let Some((req_rx, resp_rx)) = receivers {
         shard.start_mesh(req_rx, resp_rx);
@@ -338,13 +353,15 @@ async fn core_main(
         server::log_listening(&bound);
     }
 
-    // Shutdown watcher: the signal thread sets a flag; each core notices within 20 ms.
+    // Shutdown watcher: woken by the byte the signal thread writes to this core's socket.
     {
         let shard = shard.clone();
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        // SAFETY: the fd comes from `into_raw_fd` of a socket we own; glommio takes it over.
+        let mut watch = unsafe { glommio::net::UnixStream::from_raw_fd(watch.into_raw_fd()) };
         glommio::spawn_local(async move {
-            while !shard.shutting_down() {
-                glommio::timer::sleep(Duration::from_millis(20)).await;
-            }
+            let mut byte = [0u8; 1];
+            let _ = futures_lite::AsyncReadExt::read(&mut watch, &mut byte).await;
             shard.shutdown.fire();
         })
         .detach();

@@ -14,7 +14,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::rc::{Rc, Weak};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -211,7 +211,6 @@ pub struct Shard {
     pub id: usize,
     pub cores: usize,
     pub config: Arc<BrokerConfig>,
-    pub global: Arc<Global>,
     /// host and port put in Metadata responses.
     pub advertised: RefCell<(String, i32)>,
     meta: RefCell<Arc<Metadata>>,
@@ -226,6 +225,8 @@ pub struct Shard {
 
     wheel: RefCell<Wheel<Rc<Parked>>>,
     wheel_work: Notify,
+    /// When the wheel driver will wake next (`None`: it waits for work).
+    wheel_sleep_until: Cell<Option<Instant>>,
     remote_parked: RefCell<HashMap<FetchKey, Weak<Parked>>>,
     early_wakes: RefCell<HashSet<FetchKey>>,
     warned_parked_limit: Cell<bool>,
@@ -245,7 +246,6 @@ impl Shard {
         id: usize,
         cores: usize,
         config: Arc<BrokerConfig>,
-        global: Arc<Global>,
         meta: Arc<Metadata>,
         req_tx: Option<Senders<ReqMsg>>,
         resp_tx: Option<Senders<RespMsg>>,
@@ -257,7 +257,6 @@ impl Shard {
             cache: BatchCache::new(config.cache_bytes_per_core),
             advertised: RefCell::new((String::new(), 0)),
             config,
-            global,
             meta: RefCell::new(meta),
             partitions: RefCell::new(HashMap::new()),
             req_tx,
@@ -267,6 +266,7 @@ impl Shard {
             next_call: Cell::new(1),
             wheel: RefCell::new(Wheel::new(WHEEL_TICK, WHEEL_SLOTS, Instant::now())),
             wheel_work: Notify::default(),
+            wheel_sleep_until: Cell::new(None),
             remote_parked: RefCell::new(HashMap::new()),
             early_wakes: RefCell::new(HashSet::new()),
             warned_parked_limit: Cell::new(false),
@@ -588,9 +588,10 @@ impl Shard {
             }
             let wheel_key: WheelKey = {
                 let mut wheel = self.wheel.borrow_mut();
-                let was_empty = wheel.is_empty();
                 let k = wheel.insert(deadline, parked.clone());
-                if was_empty {
+                // Wake the driver if it sleeps past this deadline (or not at all).
+                let sleeps_until = self.wheel_sleep_until.get();
+                if sleeps_until.is_none_or(|t| deadline < t) {
                     self.wheel_work.notify();
                 }
                 k
@@ -626,19 +627,26 @@ impl Shard {
         }
     }
 
-    /// Drives the wheel: one timer, sleeping a tick at a time while anything is parked.
+    /// Drives the wheel with one timer: sleeps until the first non-empty bucket is due (or
+    /// a fetch with an earlier deadline is parked), then expires what is due.
     pub async fn run_wheel(self: Rc<Self>) {
         let mut expired = Vec::new();
         loop {
-            if self.wheel.borrow().is_empty() {
-                futures_lite::future::or(self.wheel_work.notified(), self.shutdown.wait()).await;
-            } else {
-                let next = self.wheel.borrow().next_tick_at();
-                let now = Instant::now();
-                if next > now {
-                    glommio::timer::sleep(next - now).await;
+            let next = self.wheel.borrow().next_wake_at();
+            self.wheel_sleep_until.set(next);
+            let woken = async {
+                futures_lite::future::or(self.wheel_work.notified(), self.shutdown.wait()).await
+            };
+            match next {
+                None => woken.await,
+                Some(at) => {
+                    let now = Instant::now();
+                    if at > now {
+                        futures_lite::future::or(glommio::timer::sleep(at - now), woken).await;
+                    }
                 }
             }
+            self.wheel_sleep_until.set(None);
             if self.shutdown.is_fired() {
                 // Answer everything parked now; later fetches return at once.
                 let all: Vec<Rc<Parked>> = {
@@ -996,10 +1004,6 @@ impl Shard {
     pub async fn open_owned(self: &Rc<Self>) {
         let meta = self.metadata();
         self.apply_metadata(meta).await;
-    }
-
-    pub fn shutting_down(&self) -> bool {
-        self.global.shutdown.load(Ordering::Relaxed)
     }
 }
 

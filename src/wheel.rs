@@ -67,10 +67,23 @@ impl<T> Wheel<T> {
         since.as_nanos().div_ceil(tick_ns) as u64
     }
 
-    /// When the next tick is due (the driver sleeps until then).
-    pub fn next_tick_at(&self) -> Instant {
-        let ns = self.tick.as_nanos() as u64 * (self.current_tick + 1);
-        self.origin + Duration::from_nanos(ns)
+    fn tick_at(&self, tick: u64) -> Instant {
+        self.origin + Duration::from_nanos(self.tick.as_nanos() as u64 * tick)
+    }
+
+    /// When the driver must next call `advance`: the first tick whose bucket holds an
+    /// entry (at most one rotation ahead; an entry several rotations away makes the driver
+    /// wake once per rotation). `None` when the wheel is empty. Costs one scan of the
+    /// bucket heads, not of the entries.
+    pub fn next_wake_at(&self) -> Option<Instant> {
+        if self.len == 0 {
+            return None;
+        }
+        let slots = self.heads.len() as u64;
+        (1..=slots)
+            .map(|d| self.current_tick + d)
+            .find(|t| self.heads[(t % slots) as usize].is_some())
+            .map(|t| self.tick_at(t))
     }
 
     /// Parks `value` until `deadline`.
@@ -201,6 +214,30 @@ mod tests {
         w.advance(t0 + ms(100), &mut out);
         assert_eq!(out, vec!["c"]);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn next_wake_skips_empty_buckets() {
+        let t0 = Instant::now();
+        let mut w = Wheel::new(ms(2), 16, t0);
+        assert_eq!(w.next_wake_at(), None);
+        w.insert(t0 + ms(9), 1); // tick 5
+        assert_eq!(w.next_wake_at(), Some(t0 + ms(10)));
+        w.insert(t0 + ms(100), 2); // tick 50: bucket 2, several rotations away
+        assert_eq!(
+            w.next_wake_at(),
+            Some(t0 + ms(4)),
+            "bucket 2 comes first in the rotation"
+        );
+        let mut out = Vec::new();
+        w.advance(t0 + ms(4), &mut out);
+        assert!(out.is_empty(), "entry 2 is not due yet");
+        assert_eq!(w.next_wake_at(), Some(t0 + ms(10)));
+        w.advance(t0 + ms(10), &mut out);
+        assert_eq!(out, vec![1]);
+        w.advance(t0 + ms(100), &mut out);
+        assert_eq!(out, vec![1, 2]);
+        assert_eq!(w.next_wake_at(), None);
     }
 
     #[test]
