@@ -362,7 +362,7 @@ impl IoFile {
                 .await
                 .map_err(|e| Error::io("fallocate", &**p, Some(size), e)),
             IoFile::Sim(f, disk, p) => {
-                disk.check(SimOp::Write, p, size)?;
+                disk.check(SimOp::Allocate, p, size)?;
                 f.extend_to(size);
                 Ok(())
             }
@@ -412,6 +412,8 @@ pub enum SimOp {
     Read,
     Write,
     Sync,
+    /// Preallocation (fallocate): where a full disk shows first.
+    Allocate,
 }
 
 /// An injected I/O error: every `op` on a file whose path contains `path_contains` fails
@@ -537,6 +539,7 @@ impl SimDisk {
                 SimOp::Read => "read",
                 SimOp::Write => "write",
                 SimOp::Sync => "fdatasync",
+                SimOp::Allocate => "fallocate",
             };
             return Err(Error::io(
                 what,

@@ -265,3 +265,56 @@ fn concurrent_flushes_share_fdatasync() {
         assert_eq!(log.watermarks().flushed_offset, 200);
     });
 }
+
+/// A full disk shows first when a segment is preallocated, before anything is written: the
+/// append fails with ENOSPC, the log stays usable, and appends work again once space is
+/// freed (nothing to reopen).
+#[test]
+fn full_disk_refuses_appends_until_space_is_freed() {
+    let tmp = common::tempdir();
+    common::run(tmp.path(), || async {
+        let dir = Path::new("/sim/full");
+        let disk = SimDisk::new();
+        let log = Log::open_in(
+            disk.vfs(),
+            dir,
+            common::small_config(),
+            BatchCache::new(1 << 20),
+        )
+        .await
+        .expect("open");
+        let b = RecordBatchBuilder::new(1)
+            .record(None, Some(&[1u8; 4000]), &[])
+            .build();
+        disk.inject(SimFault {
+            op: SimOp::Allocate,
+            path_contains: ".log".into(),
+            errno: 28,
+        });
+        let mut refused = None;
+        for i in 0..100 {
+            match log.append(b.clone()).await {
+                Ok(_) => {}
+                Err(e) => {
+                    assert!(e.is_no_space(), "{e}");
+                    refused = Some(i);
+                    break;
+                }
+            }
+        }
+        let refused = refused.expect("the preallocated space runs out");
+        assert_eq!(
+            log.watermarks().log_end_offset,
+            refused,
+            "a refused append assigns nothing"
+        );
+        disk.clear_faults();
+        let info = log
+            .append(b.clone())
+            .await
+            .expect("append after space is freed");
+        assert_eq!(info.base_offset, refused);
+        let r = log.read(0, 1 << 20).await.expect("read");
+        assert!(r.batches().count() >= 1);
+    });
+}
