@@ -7,6 +7,7 @@ mod config;
 mod errors;
 mod fetch_response;
 #[allow(dead_code, unused_imports)] // wired into the shards next; the unit tests exercise it now
+mod group;
 mod kafka;
 mod metadata;
 mod server;
