@@ -770,6 +770,9 @@ impl Shard {
                 r.error = errors::INVALID_CONFIG;
                 r.message = Some(e);
             } else if !validate_only {
+                // A crash between a DeleteTopics (metadata saved) and the owner deleting the
+                // log can leave a directory behind: a new topic of that name starts empty.
+                self.remove_stale_dirs(&t.name);
                 let owners = meta.place_new(count as usize);
                 meta.topics.insert(
                     t.name.clone(),
@@ -826,6 +829,27 @@ impl Shard {
             }
         }
         results
+    }
+
+    /// Removes `topic-N` directories of a topic that is not in the metadata.
+    fn remove_stale_dirs(&self, topic: &str) {
+        let prefix = format!("{topic}-");
+        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let is_partition_of_topic = name
+                .strip_prefix(&prefix)
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            if is_partition_of_topic && e.path().is_dir() {
+                warn!(dir = %e.path().display(), "removing a stale log of a deleted topic");
+                if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                    warn!(dir = %e.path().display(), error = %err, "cannot remove stale log");
+                }
+            }
+        }
     }
 
     /// Writes the new metadata durably, then makes every core apply it (this one first).
