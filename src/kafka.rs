@@ -29,6 +29,7 @@ use tracing::{debug, warn};
 
 use crate::errors;
 use crate::fetch_response::{self, FetchReply};
+use crate::group::wire as group;
 use crate::metadata::valid_topic_name;
 use crate::shard::{FetchKey, FetchPart, ListPart, NewTopic, ProducePart, Req, Resp, Shard};
 
@@ -43,6 +44,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteTopics, 0, 5),
     (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 4),
+    (ApiKey::OffsetCommit, 0, 8),
+    (ApiKey::OffsetFetch, 0, 8),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DeleteGroups, 0, 2),
 ];
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -75,6 +86,8 @@ pub struct Request {
     pub key: ApiKey,
     pub version: i16,
     pub correlation_id: i32,
+    /// The client's `client.id` from the request header.
+    pub client_id: String,
     pub body: Body,
 }
 
@@ -91,6 +104,16 @@ pub enum Body {
     DeleteTopics(DeleteTopicsRequest),
     DescribeConfigs(DescribeConfigsRequest),
     InitProducerId(InitProducerIdRequest),
+    FindCoordinator(FindCoordinatorRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    ListGroups(ListGroupsRequest),
+    DeleteGroups(DeleteGroupsRequest),
 }
 
 fn perr(msg: impl Into<String>) -> ProtocolError {
@@ -121,6 +144,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
                 key,
                 version,
                 correlation_id,
+                client_id: String::new(),
                 body: Body::ApiVersionsUnsupported,
             });
         }
@@ -142,12 +166,27 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::DeleteTopics => Body::DeleteTopics(decode(&mut frame, version)?),
         ApiKey::DescribeConfigs => Body::DescribeConfigs(decode(&mut frame, version)?),
         ApiKey::InitProducerId => Body::InitProducerId(decode(&mut frame, version)?),
+        ApiKey::FindCoordinator => Body::FindCoordinator(decode(&mut frame, version)?),
+        ApiKey::JoinGroup => Body::JoinGroup(decode(&mut frame, version)?),
+        ApiKey::SyncGroup => Body::SyncGroup(decode(&mut frame, version)?),
+        ApiKey::Heartbeat => Body::Heartbeat(decode(&mut frame, version)?),
+        ApiKey::LeaveGroup => Body::LeaveGroup(decode(&mut frame, version)?),
+        ApiKey::OffsetCommit => Body::OffsetCommit(decode(&mut frame, version)?),
+        ApiKey::OffsetFetch => Body::OffsetFetch(decode(&mut frame, version)?),
+        ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut frame, version)?),
+        ApiKey::ListGroups => Body::ListGroups(decode(&mut frame, version)?),
+        ApiKey::DeleteGroups => Body::DeleteGroups(decode(&mut frame, version)?),
         _ => return Err(perr(format!("unsupported api {key:?}"))),
     };
     Ok(Request {
         key,
         version,
         correlation_id,
+        client_id: header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
         body,
     })
 }
@@ -236,6 +275,25 @@ pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, Protoco
             one(&req, &resp)
         }
         Body::InitProducerId(i) => one(&req, &init_producer_id(&shard, i)),
+        Body::FindCoordinator(f) => one(&req, &group::find_coordinator(&shard, req.version, f)),
+        Body::JoinGroup(j) => {
+            let client = group::Client {
+                client_id: &req.client_id,
+                host: "/127.0.0.1",
+            };
+            one(
+                &req,
+                &group::join_group(&shard, req.version, j, client).await,
+            )
+        }
+        Body::SyncGroup(g) => one(&req, &group::sync_group(&shard, g).await),
+        Body::Heartbeat(h) => one(&req, &group::heartbeat(&shard, h).await),
+        Body::LeaveGroup(l) => one(&req, &group::leave_group(&shard, req.version, l).await),
+        Body::OffsetCommit(c) => one(&req, &group::offset_commit(&shard, c).await),
+        Body::OffsetFetch(f) => one(&req, &group::offset_fetch(&shard, req.version, f).await),
+        Body::DescribeGroups(d) => one(&req, &group::describe_groups(&shard, d).await),
+        Body::ListGroups(l) => one(&req, &group::list_groups(&shard, l).await),
+        Body::DeleteGroups(d) => one(&req, &group::delete_groups(&shard, d).await),
     }
 }
 
@@ -735,6 +793,10 @@ async fn delete_topics(
     };
     let mut resp = DeleteTopicsResponse::default();
     for r in results {
+        if r.error == errors::NONE {
+            // Committed offsets of a deleted topic go away with it.
+            group::topic_deleted(shard, &r.name).await;
+        }
         let mut tr = DeletableTopicResult::default();
         tr.name = Some(TopicName(s(&r.name)));
         tr.error_code = r.error;

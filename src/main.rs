@@ -6,7 +6,6 @@
 mod config;
 mod errors;
 mod fetch_response;
-#[allow(dead_code, unused_imports)] // wired into the shards next; the unit tests exercise it now
 mod group;
 mod kafka;
 mod metadata;
@@ -227,8 +226,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
 
-    let req_mesh: MeshBuilder<ReqMsg, _> = MeshBuilder::full(cores, config.mesh_queue_depth);
-    let resp_mesh: MeshBuilder<RespMsg, _> = MeshBuilder::full(cores, config.mesh_queue_depth);
+    let mesh_depth = config.mesh_queue_depth + shard::mesh_fetch_depth(cores);
+    let req_mesh: MeshBuilder<ReqMsg, _> = MeshBuilder::full(cores, mesh_depth);
+    let resp_mesh: MeshBuilder<RespMsg, _> = MeshBuilder::full(cores, mesh_depth);
     let mut handles = Vec::new();
     for i in 0..cores {
         let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
@@ -319,6 +319,7 @@ async fn core_main(
     }
     let id = shard.id;
     shard.open_owned().await;
+    shard.open_groups().await?;
 
     let wheel_queue = glommio::executor().create_task_queue(
         glommio::Shares::default(),

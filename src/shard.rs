@@ -26,6 +26,8 @@ use weir_storage::{BatchCache, Log};
 
 use crate::config::{apply_topic_config, BrokerConfig};
 use crate::errors::{self, storage_error_code};
+use crate::group::wire::{GroupReq, GroupResp};
+use crate::group::{Coordinator, GroupConfig};
 use crate::metadata::{new_topic_id, partition_dir, valid_topic_name, Metadata, TopicMeta};
 use crate::sync::{Event, Notify, Slot};
 use crate::wheel::{Wheel, WheelKey};
@@ -154,6 +156,8 @@ pub enum Req {
     },
     /// → core 0.
     DeleteTopics(Vec<String>),
+    /// → the core owning the group (`Coordinator::core_of`).
+    Group(GroupReq),
 }
 
 #[derive(Debug)]
@@ -162,6 +166,7 @@ pub enum Resp {
     Fetch(Vec<FetchResult>),
     ListOffsets(Vec<ListResult>),
     Topics(Vec<TopicResult>),
+    Group(GroupResp),
     Done,
 }
 
@@ -220,6 +225,7 @@ pub struct Shard {
     req_tx: Option<Senders<ReqMsg>>,
     resp_tx: Option<Senders<RespMsg>>,
     permits: Vec<Semaphore>,
+    fetch_permits: Vec<Semaphore>,
     pending: RefCell<HashMap<u64, Rc<Slot<Resp>>>>,
     next_call: Cell<u64>,
 
@@ -232,10 +238,18 @@ pub struct Shard {
     warned_parked_limit: Cell<bool>,
 
     admin_lock: Semaphore,
+    /// The group coordinator of the offset buckets this core owns.
+    groups: RefCell<Option<Rc<Coordinator>>>,
     pub shutdown: Event,
     pub connections: Cell<usize>,
     next_producer: Cell<u64>,
     started_ms: i64,
+}
+
+/// Parked fetches one core may have waiting on another. The mesh channels hold
+/// `mesh_queue_depth + mesh_fetch_depth` messages, so a send never waits for space.
+pub fn mesh_fetch_depth(cores: usize) -> usize {
+    (32768 / cores.max(1)).clamp(512, 8192)
 }
 
 pub const WHEEL_TICK: Duration = Duration::from_millis(2);
@@ -262,6 +276,9 @@ impl Shard {
             req_tx,
             resp_tx,
             permits: (0..cores).map(|_| Semaphore::new(depth as u64)).collect(),
+            fetch_permits: (0..cores)
+                .map(|_| Semaphore::new(mesh_fetch_depth(cores) as u64))
+                .collect(),
             pending: RefCell::new(HashMap::new()),
             next_call: Cell::new(1),
             wheel: RefCell::new(Wheel::new(WHEEL_TICK, WHEEL_SLOTS, Instant::now())),
@@ -271,6 +288,7 @@ impl Shard {
             early_wakes: RefCell::new(HashSet::new()),
             warned_parked_limit: Cell::new(false),
             admin_lock: Semaphore::new(1),
+            groups: RefCell::new(None),
             shutdown: Event::default(),
             connections: Cell::new(0),
             next_producer: Cell::new(0),
@@ -315,12 +333,35 @@ impl Shard {
         if owner == self.id {
             return self.handle(self.id, req).await;
         }
-        let (Some(tx), Some(permits)) = (self.req_tx.as_ref(), self.permits.get(owner)) else {
+        let (Some(tx), Some(permits), Some(fetch_permits)) = (
+            self.req_tx.as_ref(),
+            self.permits.get(owner),
+            self.fetch_permits.get(owner),
+        ) else {
             panic!("call to core {owner} from core {} without a mesh", self.id);
         };
-        // Bounded: at most `mesh_queue_depth` calls in flight to one core (backpressure).
-        let Ok(_permit) = permits.acquire_permit(1).await else {
-            return Resp::Done;
+        // Bounded: at most `mesh_queue_depth` calls in flight to one core (backpressure),
+        // plus parked fetches from their own pool, so that waiting consumers never hold
+        // up produce requests. A fetch that finds its pool empty is sent without waiting.
+        let mut req = req;
+        let fetch_permit = match &mut req {
+            Req::Fetch { max_wait_ms, .. } if *max_wait_ms > 0 => {
+                match fetch_permits.try_acquire_permit(1) {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        *max_wait_ms = 0;
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let _permit = match fetch_permit {
+            Some(p) => p,
+            None => match permits.acquire_permit(1).await {
+                Ok(p) => p,
+                Err(_) => return Resp::Done,
+            },
         };
         let id = self.next_call.get();
         self.next_call.set(id + 1);
@@ -402,6 +443,15 @@ impl Shard {
                 Resp::Topics(self.admin_create(topics, validate_only).await)
             }
             Req::DeleteTopics(names) => Resp::Topics(self.admin_delete(names).await),
+            Req::Group(g) => {
+                let coordinator = self.groups.borrow().clone();
+                match coordinator {
+                    Some(c) => Resp::Group(crate::group::wire::serve(&c, g).await),
+                    None => Resp::Group(GroupResp::Code(
+                        crate::group::coordinator::codes::COORDINATOR_NOT_AVAILABLE,
+                    )),
+                }
+            }
         }
     }
 
@@ -996,8 +1046,41 @@ impl Shard {
         }
     }
 
+    /// Opens this core's group coordinator (its offsets logs) and drives its session and
+    /// rebalance timers.
+    pub async fn open_groups(self: &Rc<Self>) -> Result<(), String> {
+        let c = Coordinator::open(
+            &self.config.data_dir,
+            self.id,
+            self.cores,
+            self.cache.clone(),
+            GroupConfig::default(),
+        )
+        .await
+        .map_err(|e| format!("opening the group offsets: {e}"))?;
+        let c = Rc::new(c);
+        *self.groups.borrow_mut() = Some(c.clone());
+        let weak = Rc::downgrade(&c);
+        glommio::spawn_local(async move {
+            while let Some(c) = weak.upgrade() {
+                c.tick();
+                drop(c);
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .detach();
+        Ok(())
+    }
+
     /// Flushes and closes every log of this core (writes the clean-shutdown markers).
     pub async fn close_all(&self) {
+        let groups = self.groups.borrow_mut().take();
+        if let Some(c) = groups {
+            match Rc::try_unwrap(c) {
+                Ok(c) => c.close().await,
+                Err(_) => warn!(core = self.id, "group coordinator still in use at shutdown"),
+            }
+        }
         let parts: Vec<Rc<Partition>> = self
             .partitions
             .borrow_mut()

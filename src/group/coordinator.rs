@@ -146,7 +146,6 @@ pub struct MemberDescription {
 #[derive(Debug, Clone)]
 pub struct GroupDescription {
     pub error: i16,
-    pub group_id: String,
     pub state: String,
     pub protocol_type: String,
     pub protocol: String,
@@ -796,7 +795,6 @@ impl Coordinator {
     pub fn describe(&self, group_id: &str) -> GroupDescription {
         let mut d = GroupDescription {
             error: codes::NONE,
-            group_id: group_id.to_owned(),
             state: "Dead".into(),
             protocol_type: String::new(),
             protocol: String::new(),

@@ -7,5 +7,6 @@
 
 pub mod coordinator;
 pub mod offsets;
+pub mod wire;
 
 pub use coordinator::{Coordinator, GroupConfig};

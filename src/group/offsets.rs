@@ -324,7 +324,8 @@ impl OffsetStore {
         Ok(())
     }
 
-    /// Segments and bytes of the offsets log (for tests and metrics).
+    /// Segments and bytes of the offsets log.
+    #[cfg(test)]
     pub fn log_size(&self) -> (usize, u64) {
         self.log.size()
     }

@@ -1,0 +1,627 @@
+//! The group APIs on the wire: decoded Kafka requests become [`GroupReq`]s, which travel to
+//! the group's core (the core owning its offsets bucket) and are served there by its
+//! [`Coordinator`]; the [`GroupResp`] comes back and is encoded for the client's version.
+//!
+//! FindCoordinator always names this broker: which core holds a group is internal.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator as WireCoordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::coordinator::{
+    codes, CommitPart, Coordinator, GroupDescription, JoinRequest, JoinResponse, SyncRequest,
+    SyncResponse,
+};
+use super::offsets::Committed;
+use crate::shard::{Req, Resp, Shard};
+
+/// A group operation, sent to the group's core.
+#[derive(Debug)]
+pub enum GroupReq {
+    Join(JoinRequest),
+    Sync(SyncRequest),
+    Heartbeat {
+        group: String,
+        member: String,
+        generation: i32,
+    },
+    Leave {
+        group: String,
+        members: Vec<String>,
+    },
+    Commit {
+        group: String,
+        generation: i32,
+        member: String,
+        parts: Vec<CommitPart>,
+    },
+    Fetch {
+        group: String,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    },
+    Describe(String),
+    List,
+    Delete(String),
+    /// A topic was deleted: forget its committed offsets (sent to every core).
+    TopicDeleted(String),
+}
+
+/// The answer to a [`GroupReq`].
+#[derive(Debug)]
+pub enum GroupResp {
+    Join(JoinResponse),
+    Sync(SyncResponse),
+    Code(i16),
+    Leave(i16, Vec<i16>),
+    Commit(Vec<i16>),
+    Fetch(Result<Vec<(String, i32, Committed)>, i16>),
+    Describe(GroupDescription),
+    List(Vec<(String, String, String)>),
+    Done,
+}
+
+/// Serves a group operation on the core that owns the group.
+pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
+    match req {
+        GroupReq::Join(j) => GroupResp::Join(coord.join(j).await),
+        GroupReq::Sync(s) => GroupResp::Sync(coord.sync(s).await),
+        GroupReq::Heartbeat {
+            group,
+            member,
+            generation,
+        } => GroupResp::Code(coord.heartbeat(&group, &member, generation)),
+        GroupReq::Leave { group, members } => {
+            let (top, each) = coord.leave(&group, &members);
+            GroupResp::Leave(top, each)
+        }
+        GroupReq::Commit {
+            group,
+            generation,
+            member,
+            parts,
+        } => GroupResp::Commit(
+            coord
+                .commit_offsets(&group, generation, &member, parts)
+                .await,
+        ),
+        GroupReq::Fetch { group, topics } => GroupResp::Fetch(coord.fetch_offsets(&group, topics)),
+        GroupReq::Describe(g) => GroupResp::Describe(coord.describe(&g)),
+        GroupReq::List => GroupResp::List(coord.list()),
+        GroupReq::Delete(g) => GroupResp::Code(coord.delete_group(&g).await),
+        GroupReq::TopicDeleted(t) => {
+            coord.topic_deleted(&t).await;
+            GroupResp::Done
+        }
+    }
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+async fn call(shard: &Rc<Shard>, group: &str, req: GroupReq) -> GroupResp {
+    let core = Coordinator::core_of(group, shard.cores);
+    match shard.call(core, Req::Group(req)).await {
+        Resp::Group(r) => r,
+        _ => GroupResp::Code(codes::COORDINATOR_NOT_AVAILABLE),
+    }
+}
+
+/// Who sent a request, for DescribeGroups.
+pub struct Client<'a> {
+    pub client_id: &'a str,
+    pub host: &'a str,
+}
+
+pub fn find_coordinator(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: &FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    let (host, port) = shard.advertised.borrow().clone();
+    let mut r = FindCoordinatorResponse::default();
+    // key_type 0 = group; 1 = transaction (not supported).
+    let (code, msg) = if req.key_type == 0 {
+        (codes::NONE, None)
+    } else {
+        (
+            codes::COORDINATOR_NOT_AVAILABLE,
+            Some(s("transactions are not supported")),
+        )
+    };
+    if version >= 4 {
+        r.coordinators = req
+            .coordinator_keys
+            .iter()
+            .map(|k| {
+                let mut c = WireCoordinator::default();
+                c.key = k.clone();
+                c.node_id = BrokerId(0);
+                c.host = s(&host);
+                c.port = port;
+                c.error_code = code;
+                c.error_message = msg.clone();
+                c
+            })
+            .collect();
+    } else {
+        r.error_code = code;
+        r.error_message = msg;
+        r.node_id = BrokerId(if code == codes::NONE { 0 } else { -1 });
+        r.host = s(if code == codes::NONE { &host } else { "" });
+        r.port = if code == codes::NONE { port } else { -1 };
+    }
+    r
+}
+
+pub async fn join_group(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: &JoinGroupRequest,
+    client: Client<'_>,
+) -> JoinGroupResponse {
+    let group = req.group_id.to_string();
+    let j = JoinRequest {
+        group_id: group.clone(),
+        member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.as_ref().map(|s| s.to_string()),
+        client_id: client.client_id.to_owned(),
+        client_host: client.host.to_owned(),
+        session_timeout_ms: req.session_timeout_ms,
+        // v0 has no rebalance timeout: it is the session timeout.
+        rebalance_timeout_ms: if version >= 1 {
+            req.rebalance_timeout_ms
+        } else {
+            req.session_timeout_ms
+        },
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req
+            .protocols
+            .iter()
+            .map(|p| (p.name.to_string(), p.metadata.clone()))
+            .collect(),
+    };
+    let jr = match call(shard, &group, GroupReq::Join(j)).await {
+        GroupResp::Join(j) => j,
+        GroupResp::Code(c) => JoinResponse {
+            error: c,
+            generation_id: -1,
+            ..Default::default()
+        },
+        _ => JoinResponse {
+            error: codes::UNKNOWN_SERVER_ERROR,
+            generation_id: -1,
+            ..Default::default()
+        },
+    };
+    let mut r = JoinGroupResponse::default();
+    r.error_code = jr.error;
+    r.generation_id = jr.generation_id;
+    r.protocol_type = jr.protocol_type.as_deref().map(s);
+    r.protocol_name = Some(s(jr.protocol_name.as_deref().unwrap_or("")));
+    if version >= 7 && jr.protocol_name.is_none() {
+        r.protocol_name = None;
+    }
+    r.leader = s(&jr.leader);
+    r.member_id = s(&jr.member_id);
+    r.members = jr
+        .members
+        .into_iter()
+        .map(|(id, instance, md)| {
+            let mut m = JoinGroupResponseMember::default();
+            m.member_id = s(&id);
+            m.group_instance_id = instance.as_deref().map(s);
+            m.metadata = md;
+            m
+        })
+        .collect();
+    r
+}
+
+pub async fn sync_group(shard: &Rc<Shard>, req: &SyncGroupRequest) -> SyncGroupResponse {
+    let group = req.group_id.to_string();
+    let sr = SyncRequest {
+        group_id: group.clone(),
+        generation_id: req.generation_id,
+        member_id: req.member_id.to_string(),
+        protocol_type: req.protocol_type.as_ref().map(|s| s.to_string()),
+        protocol_name: req.protocol_name.as_ref().map(|s| s.to_string()),
+        assignments: req
+            .assignments
+            .iter()
+            .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+            .collect(),
+    };
+    let out = match call(shard, &group, GroupReq::Sync(sr)).await {
+        GroupResp::Sync(s) => s,
+        GroupResp::Code(c) => SyncResponse {
+            error: c,
+            ..Default::default()
+        },
+        _ => SyncResponse {
+            error: codes::UNKNOWN_SERVER_ERROR,
+            ..Default::default()
+        },
+    };
+    let mut r = SyncGroupResponse::default();
+    r.error_code = out.error;
+    r.protocol_type = out.protocol_type.as_deref().map(s);
+    r.protocol_name = out.protocol_name.as_deref().map(s);
+    r.assignment = out.assignment;
+    r
+}
+
+pub async fn heartbeat(shard: &Rc<Shard>, req: &HeartbeatRequest) -> HeartbeatResponse {
+    let group = req.group_id.to_string();
+    let code = match call(
+        shard,
+        &group,
+        GroupReq::Heartbeat {
+            group: group.clone(),
+            member: req.member_id.to_string(),
+            generation: req.generation_id,
+        },
+    )
+    .await
+    {
+        GroupResp::Code(c) => c,
+        _ => codes::UNKNOWN_SERVER_ERROR,
+    };
+    let mut r = HeartbeatResponse::default();
+    r.error_code = code;
+    r
+}
+
+pub async fn leave_group(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: &LeaveGroupRequest,
+) -> LeaveGroupResponse {
+    let group = req.group_id.to_string();
+    let members: Vec<(String, Option<StrBytes>)> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| (m.member_id.to_string(), m.group_instance_id.clone()))
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let ids = members.iter().map(|(m, _)| m.clone()).collect();
+    let (top, each) = match call(
+        shard,
+        &group,
+        GroupReq::Leave {
+            group: group.clone(),
+            members: ids,
+        },
+    )
+    .await
+    {
+        GroupResp::Leave(t, e) => (t, e),
+        GroupResp::Code(c) => (c, vec![c; members.len()]),
+        _ => (
+            codes::UNKNOWN_SERVER_ERROR,
+            vec![codes::UNKNOWN_SERVER_ERROR; members.len()],
+        ),
+    };
+    let mut r = LeaveGroupResponse::default();
+    if version >= 3 {
+        // Members carry their own errors.
+        let _ = top;
+        r.members = members
+            .into_iter()
+            .zip(each)
+            .map(|((id, instance), e)| {
+                let mut m = MemberResponse::default();
+                m.member_id = s(&id);
+                m.group_instance_id = instance;
+                m.error_code = e;
+                m
+            })
+            .collect();
+    } else {
+        r.error_code = top;
+    }
+    r
+}
+
+pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> OffsetCommitResponse {
+    let group = req.group_id.to_string();
+    let mut parts = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            parts.push(CommitPart {
+                topic: t.name.to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+            });
+        }
+    }
+    let n = parts.len();
+    let codes_out = match call(
+        shard,
+        &group,
+        GroupReq::Commit {
+            group: group.clone(),
+            generation: req.generation_id_or_member_epoch,
+            member: req.member_id.to_string(),
+            parts,
+        },
+    )
+    .await
+    {
+        GroupResp::Commit(c) => c,
+        GroupResp::Code(c) => vec![c; n],
+        _ => vec![codes::UNKNOWN_SERVER_ERROR; n],
+    };
+    let mut it = codes_out.into_iter();
+    let mut r = OffsetCommitResponse::default();
+    r.topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let mut tr = OffsetCommitResponseTopic::default();
+            tr.name = t.name.clone();
+            tr.partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut pr = OffsetCommitResponsePartition::default();
+                    pr.partition_index = p.partition_index;
+                    pr.error_code = it.next().unwrap_or(codes::UNKNOWN_SERVER_ERROR);
+                    pr
+                })
+                .collect();
+            tr
+        })
+        .collect();
+    r
+}
+
+async fn fetch_one(
+    shard: &Rc<Shard>,
+    group: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Vec<(String, i32, Committed)>, i16> {
+    match call(
+        shard,
+        group,
+        GroupReq::Fetch {
+            group: group.to_owned(),
+            topics,
+        },
+    )
+    .await
+    {
+        GroupResp::Fetch(r) => r,
+        GroupResp::Code(c) => Err(c),
+        _ => Err(codes::UNKNOWN_SERVER_ERROR),
+    }
+}
+
+/// Groups (topic, partition, committed) rows by topic, keeping first-seen topic order.
+fn by_topic(rows: Vec<(String, i32, Committed)>) -> Vec<(String, Vec<(i32, Committed)>)> {
+    let mut out: Vec<(String, Vec<(i32, Committed)>)> = Vec::new();
+    for (t, p, c) in rows {
+        match out.iter_mut().find(|(n, _)| *n == t) {
+            Some((_, v)) => v.push((p, c)),
+            None => out.push((t, vec![(p, c)])),
+        }
+    }
+    out
+}
+
+pub async fn offset_fetch(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: &OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    let mut r = OffsetFetchResponse::default();
+    if version >= 8 {
+        for g in &req.groups {
+            let group = g.group_id.to_string();
+            let wanted = g.topics.as_ref().map(|ts| {
+                ts.iter()
+                    .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
+                    .collect()
+            });
+            let mut gr = OffsetFetchResponseGroup::default();
+            gr.group_id = g.group_id.clone();
+            match fetch_one(shard, &group, wanted).await {
+                Ok(rows) => {
+                    gr.topics = by_topic(rows)
+                        .into_iter()
+                        .map(|(t, ps)| {
+                            let mut tr = OffsetFetchResponseTopics::default();
+                            tr.name = TopicName(s(&t));
+                            tr.partitions = ps
+                                .into_iter()
+                                .map(|(p, c)| {
+                                    let mut pr = OffsetFetchResponsePartitions::default();
+                                    pr.partition_index = p;
+                                    pr.committed_offset = c.offset;
+                                    pr.committed_leader_epoch = c.leader_epoch;
+                                    pr.metadata = Some(s(&c.metadata));
+                                    pr
+                                })
+                                .collect();
+                            tr
+                        })
+                        .collect();
+                }
+                Err(code) => gr.error_code = code,
+            }
+            r.groups.push(gr);
+        }
+        return r;
+    }
+    let group = req.group_id.to_string();
+    // v0-1 have no null (= all) topic list.
+    let wanted = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
+            .collect()
+    });
+    match fetch_one(shard, &group, wanted).await {
+        Ok(rows) => {
+            r.topics = by_topic(rows)
+                .into_iter()
+                .map(|(t, ps)| {
+                    let mut tr = OffsetFetchResponseTopic::default();
+                    tr.name = TopicName(s(&t));
+                    tr.partitions = ps
+                        .into_iter()
+                        .map(|(p, c)| {
+                            let mut pr = OffsetFetchResponsePartition::default();
+                            pr.partition_index = p;
+                            pr.committed_offset = c.offset;
+                            pr.committed_leader_epoch = c.leader_epoch;
+                            pr.metadata = Some(s(&c.metadata));
+                            pr
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
+        }
+        Err(code) => {
+            if version >= 2 {
+                r.error_code = code;
+            }
+            // v0-1 carry errors per partition only.
+            if let Some(ts) = &req.topics {
+                r.topics = ts
+                    .iter()
+                    .map(|t| {
+                        let mut tr = OffsetFetchResponseTopic::default();
+                        tr.name = t.name.clone();
+                        tr.partitions = t
+                            .partition_indexes
+                            .iter()
+                            .map(|&p| {
+                                let mut pr = OffsetFetchResponsePartition::default();
+                                pr.partition_index = p;
+                                pr.committed_offset = -1;
+                                pr.committed_leader_epoch = -1;
+                                pr.error_code = code;
+                                pr
+                            })
+                            .collect();
+                        tr
+                    })
+                    .collect();
+            }
+        }
+    }
+    r
+}
+
+pub async fn describe_groups(
+    shard: &Rc<Shard>,
+    req: &DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
+    let mut r = DescribeGroupsResponse::default();
+    for g in &req.groups {
+        let group = g.to_string();
+        let d = match call(shard, &group, GroupReq::Describe(group.clone())).await {
+            GroupResp::Describe(d) => d,
+            _ => GroupDescription {
+                error: codes::COORDINATOR_NOT_AVAILABLE,
+                state: String::new(),
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            },
+        };
+        let mut dg = DescribedGroup::default();
+        dg.error_code = d.error;
+        dg.group_id = g.clone();
+        dg.group_state = s(&d.state);
+        dg.protocol_type = s(&d.protocol_type);
+        dg.protocol_data = s(&d.protocol);
+        dg.authorized_operations = i32::MIN;
+        dg.members = d
+            .members
+            .into_iter()
+            .map(|m| {
+                let mut dm = DescribedGroupMember::default();
+                dm.member_id = s(&m.member_id);
+                dm.group_instance_id = m.group_instance_id.as_deref().map(s);
+                dm.client_id = s(&m.client_id);
+                dm.client_host = s(&m.client_host);
+                dm.member_metadata = m.metadata;
+                dm.member_assignment = m.assignment;
+                dm
+            })
+            .collect();
+        r.groups.push(dg);
+    }
+    r
+}
+
+pub async fn list_groups(shard: &Rc<Shard>, req: &ListGroupsRequest) -> ListGroupsResponse {
+    let mut r = ListGroupsResponse::default();
+    for core in 0..shard.cores {
+        if let Resp::Group(GroupResp::List(gs)) = shard.call(core, Req::Group(GroupReq::List)).await
+        {
+            for (id, ptype, state) in gs {
+                if !req.states_filter.is_empty()
+                    && !req
+                        .states_filter
+                        .iter()
+                        .any(|f| f.as_str().eq_ignore_ascii_case(&state))
+                {
+                    continue;
+                }
+                let mut lg = ListedGroup::default();
+                lg.group_id = GroupId(s(&id));
+                lg.protocol_type = s(&ptype);
+                lg.group_state = s(&state);
+                lg.group_type = s("classic");
+                r.groups.push(lg);
+            }
+        }
+    }
+    r
+}
+
+pub async fn delete_groups(shard: &Rc<Shard>, req: &DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut r = DeleteGroupsResponse::default();
+    for g in &req.groups_names {
+        let group = g.to_string();
+        let code = match call(shard, &group, GroupReq::Delete(group.clone())).await {
+            GroupResp::Code(c) => c,
+            _ => codes::UNKNOWN_SERVER_ERROR,
+        };
+        let mut d = DeletableGroupResult::default();
+        d.group_id = g.clone();
+        d.error_code = code;
+        r.results.push(d);
+    }
+    r
+}
+
+/// Tells every core's coordinator that `topic` is gone.
+pub async fn topic_deleted(shard: &Rc<Shard>, topic: &str) {
+    for core in 0..shard.cores {
+        shard
+            .call(core, Req::Group(GroupReq::TopicDeleted(topic.to_owned())))
+            .await;
+    }
+}
