@@ -129,22 +129,23 @@ class Broker:
                     raise BrokerError(f"weir said it listens on {self.port} but connect fails\n{self.log_tail()}")
                 time.sleep(0.02)
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Graceful shutdown: SIGTERM, then the process must exit 0 within `timeout`."""
+    def stop(self, timeout: float = STOP_TIMEOUT_S, sig: int = signal.SIGTERM) -> None:
+        """Graceful shutdown: SIGTERM (or `sig`), then the process must exit 0 within `timeout`."""
         if self.proc is None or self.proc.poll() is not None:
             self.check_alive()
             return
         self._stopped = True
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(sig)
+        name = signal.Signals(sig).name
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             stacks = self.stacks()
             self._kill()
-            raise BrokerError(f"weir did not exit within {timeout}s of SIGTERM (killed it)\n{self.log_tail()}\n{stacks}")
-        self._log.write(f"===== exited with code {code} after SIGTERM\n".encode())
+            raise BrokerError(f"weir did not exit within {timeout}s of {name} (killed it)\n{self.log_tail()}\n{stacks}")
+        self._log.write(f"===== exited with code {code} after {name}\n".encode())
         if code != 0:
-            raise BrokerError(f"weir exited with code {code} after SIGTERM (want 0)\n{self.log_tail()}")
+            raise BrokerError(f"weir exited with code {code} after {name} (want 0)\n{self.log_tail()}")
 
     def restart(self) -> "Broker":
         self.stop()

@@ -7,6 +7,8 @@ records continue from the old log end.
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from confluent_kafka import TopicPartition
 
@@ -109,8 +111,9 @@ def test_deleted_topic_stays_deleted_after_restart(broker, topic_name):
     assert topic_name not in md.topics, f"deleted topic {topic_name} is back after restart"
 
 
-def test_restart_after_shutdown_with_connected_clients(broker, topic_name):
-    """SIGTERM while a consumer is parked in a long poll and a producer is connected: the broker
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_restart_after_shutdown_with_connected_clients(broker, topic_name, sig):
+    """SIGTERM or SIGINT (Ctrl-C) while a consumer is parked in a long poll and a producer is connected: the broker
     still exits promptly and cleanly (stop() asserts exit code 0 within the deadline)."""
     rd_create_topic(broker.bootstrap, topic_name, 1)
     producer = rd_producer(broker.bootstrap, acks="all")
@@ -119,7 +122,7 @@ def test_restart_after_shutdown_with_connected_clients(broker, topic_name):
     try:
         c.assign([TopicPartition(topic_name, 0, 1)])
         assert c.poll(1.0) is None
-        broker.stop(timeout=10)
+        broker.stop(timeout=10, sig=sig)
     finally:
         c.close()
     broker.start()
