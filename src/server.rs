@@ -70,13 +70,21 @@ struct ReadBuf {
     buf: BytesMut,
     /// Bytes from `buf.as_ptr()` known initialized (`>= buf.len()`).
     init: usize,
+    /// How much to read at once beyond the current frame: small for idle or chatty
+    /// connections (ten thousand idle consumers cost ~8 KiB each), doubling while reads
+    /// come back full (streaming producers).
+    read_hint: usize,
 }
+
+const READ_MIN: usize = 8 << 10;
+const READ_MAX: usize = 1 << 20;
 
 impl ReadBuf {
     fn new(capacity: usize) -> ReadBuf {
         ReadBuf {
             buf: BytesMut::with_capacity(capacity),
             init: 0,
+            read_hint: READ_MIN,
         }
     }
 
@@ -116,7 +124,6 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     rb: &mut ReadBuf,
     max: usize,
 ) -> std::io::Result<Frame> {
-    const READ_CHUNK: usize = 64 << 10;
     loop {
         let mut need = 4;
         if rb.buf.len() >= 4 {
@@ -135,7 +142,7 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
         }
         // Memory follows the bytes that actually arrive: a peer announcing a large frame
         // and then trickling does not get the whole frame allocated up front.
-        let want = (need - rb.buf.len()).clamp(READ_CHUNK, 4 << 20);
+        let want = (need - rb.buf.len()).clamp(rb.read_hint, 4 << 20);
         let start = rb.grow(want);
         let n = match rd.read(&mut rb.buf[start..]).await {
             Ok(n) => n,
@@ -145,6 +152,11 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
             }
         };
         rb.buf.truncate(start + n);
+        if n == want {
+            rb.read_hint = (rb.read_hint * 2).min(READ_MAX);
+        } else if n < want / 4 {
+            rb.read_hint = (rb.read_hint / 2).max(READ_MIN);
+        }
         if n == 0 {
             if start == 0 {
                 return Ok(Frame::Eof);
@@ -195,7 +207,7 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     });
 
     let max = shard.config.socket_request_max_bytes;
-    let mut buf = ReadBuf::new(64 << 10);
+    let mut buf = ReadBuf::new(READ_MIN);
     loop {
         let frame = futures_lite::future::or(
             async { Some(read_frame(&mut rd, &mut buf, max).await) },
