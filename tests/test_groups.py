@@ -267,3 +267,26 @@ def test_describe_group_shows_members_and_state(broker, topic_name):
     assert len(d.members) == 1
     assert {tp.partition for tp in d.members[0].assignment.topic_partitions} == {0, 1}
     c.close()
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_new_group_starts_where_the_reset_policy_says(broker, topic_name, reset):
+    rd_create_topic(broker.bootstrap, topic_name, partitions=1)
+    produce_n(broker.bootstrap, topic_name, 10, 1)
+    c = group_consumer(broker.bootstrap, f"r-{topic_name}", **{"auto.offset.reset": reset})
+    c.subscribe([topic_name])
+    got: list = []
+    poll_until([c], lambda: assigned(c) == {0}, sink=got)
+    # Give an "earliest" consumer time to read the history, then produce 5 more.
+    poll_until([c], lambda: reset == "latest" or len(got) >= 10, sink=got)
+    if reset == "latest":
+        # librdkafka resolves "latest" (ListOffsets) as soon as the partition is assigned and
+        # starts fetching from there; keep polling a moment so that happens before new data.
+        settle = time.time() + 1.5
+        poll_until([c], lambda: time.time() > settle, sink=got)
+        assert got == [], f"a latest-reset consumer read history: {got[:3]}"
+    produce_n(broker.bootstrap, topic_name, 5, 1, start=10)
+    poll_until([c], lambda: any(o == 14 for _, o, _ in got), sink=got)
+    offsets = [o for _, o, _ in got]
+    assert offsets == (list(range(15)) if reset == "earliest" else list(range(10, 15))), offsets
+    c.close()
