@@ -149,6 +149,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("--listen {}: {e}", config.listen))?
         .next()
         .ok_or_else(|| format!("--listen {}: no address", config.listen))?;
+    // SO_REUSEPORT (which every core's listener sets) would let a second broker share the
+    // port silently: refuse to start when anything already listens there.
+    if listen_addr.port() != 0 {
+        std::net::TcpListener::bind(listen_addr)
+            .map_err(|e| format!("--listen {listen_addr}: {e}"))?;
+    }
     let cpus = allowed_cpus();
     let cores = args.cores.unwrap_or(cpus.len()).max(1);
     if cores > 1024 {
