@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 
 pub const METADATA_FILE: &str = "weir-metadata.json";
 const FORMAT_VERSION: u32 = 1;
+/// Space held back so that metadata can still be saved on a full disk (see `Metadata::save`).
+pub const RESERVE_FILE: &str = ".weir-metadata-reserve";
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TopicMeta {
@@ -70,18 +72,46 @@ impl Metadata {
     }
 
     /// Writes atomically: temp file, fsync, rename, fsync of the directory.
+    ///
+    /// On a full disk the write would fail, and with it the DeleteTopics that is meant to free
+    /// space: so a reserve file (`RESERVE_FILE`, twice the metadata's size, at least 1 MiB) is
+    /// kept beside it, given up when the temp file hits ENOSPC, and made again after a save.
     pub fn save(&self, data_dir: &Path) -> Result<(), String> {
         let path = Self::path(data_dir);
         let tmp = data_dir.join(format!("{METADATA_FILE}.tmp"));
+        let reserve = data_dir.join(RESERVE_FILE);
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
-        let res = (|| -> std::io::Result<()> {
+        let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;
             drop(f);
             std::fs::rename(&tmp, &path)?;
             std::fs::File::open(data_dir)?.sync_all()
-        })();
+        };
+        let mut res = write();
+        if matches!(&res, Err(e) if e.raw_os_error() == Some(28)) && reserve.exists() {
+            tracing::warn!(path = %path.display(), "disk full: using the metadata reserve");
+            let _ = std::fs::remove_file(&reserve);
+            res = write();
+        }
+        if res.is_ok() {
+            let want = (2 * bytes.len() as u64).max(1 << 20);
+            if std::fs::metadata(&reserve).map_or(true, |m| m.len() < want) {
+                // Best effort: on a still-full disk this fails, and is tried again next save.
+                let made = (|| -> std::io::Result<()> {
+                    let mut f = std::fs::File::create(&reserve)?;
+                    f.write_all(&vec![0u8; want as usize])?;
+                    f.sync_all()
+                })();
+                if made.is_err() {
+                    let _ = std::fs::remove_file(&reserve);
+                }
+            }
+        }
+        if res.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
         res.map_err(|e| format!("writing {}: {e}", path.display()))
     }
 

@@ -248,11 +248,14 @@ impl Log {
                 reason: format!("could not read back the tail block at {tail_pos}"),
             });
         }
+        // Capped like `ensure_preallocated`: a log with small segments (or many partitions on a
+        // small disk) must not reserve more than a segment's worth on open.
         let prealloc = align_up(
             size + config
                 .preallocate_bytes
                 .max(config.write_chunk_bytes as u64),
-        );
+        )
+        .min(align_up(config.segment_bytes + (1 << 20)).max(align_up(size)));
         active.file.pre_allocate(prealloc).await?;
         // Whatever recovery kept is made durable now, so `flushed_offset` can start at the end.
         active.file.fdatasync().await?;
@@ -911,7 +914,8 @@ impl Inner {
             config
                 .preallocate_bytes
                 .max(config.write_chunk_bytes as u64),
-        );
+        )
+        .min(align_up(config.segment_bytes + (1 << 20)));
         file.pre_allocate(prealloc).await?;
         self.vfs.sync_dir(&self.dir).await?;
         let seg = Rc::new(Segment::new(
