@@ -24,7 +24,7 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Encodable, StrBytes};
 use tracing::{debug, warn};
 
 use crate::errors;
@@ -33,35 +33,7 @@ use crate::group::wire as group;
 use crate::metadata::valid_topic_name;
 use crate::shard::{FetchKey, FetchPart, ListPart, NewTopic, ProducePart, Req, Resp, Shard};
 
-/// (api key, min version, max version) — only what weir really implements.
-pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 7),
-    (ApiKey::Metadata, 0, 12),
-    (ApiKey::ApiVersions, 0, 3),
-    (ApiKey::CreateTopics, 0, 5),
-    (ApiKey::DeleteTopics, 0, 5),
-    (ApiKey::DescribeConfigs, 0, 4),
-    (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::FindCoordinator, 0, 4),
-    (ApiKey::JoinGroup, 0, 7),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 4),
-    (ApiKey::OffsetCommit, 0, 8),
-    (ApiKey::OffsetFetch, 0, 8),
-    (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
-    (ApiKey::DeleteGroups, 0, 2),
-];
-
-pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
-    SUPPORTED
-        .iter()
-        .find(|(k, _, _)| *k == key)
-        .map(|(_, lo, hi)| (*lo, *hi))
-}
+pub use weir::wire::{decode_request, perr, Body, ProtocolError, Request, SUPPORTED};
 
 /// Partition work grouped by owning core: the parts, and where each result goes in the
 /// response (topic index, partition index).
@@ -70,130 +42,6 @@ type Groups<P> = BTreeMap<usize, (Vec<P>, Vec<(usize, usize)>)>;
 /// A response ready for the socket: pieces written in order (record chunks are shared
 /// `Bytes`, not copies). `None` for produce with acks=0.
 pub type Response = Option<Vec<Bytes>>;
-
-/// Why a connection must be closed.
-#[derive(Debug)]
-pub struct ProtocolError(pub String);
-
-impl std::fmt::Display for ProtocolError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A decoded request, ready to be processed.
-pub struct Request {
-    pub key: ApiKey,
-    pub version: i16,
-    pub correlation_id: i32,
-    /// The client's `client.id` from the request header.
-    pub client_id: String,
-    pub body: Body,
-}
-
-pub enum Body {
-    Produce(ProduceRequest),
-    Fetch(FetchRequest),
-    ListOffsets(ListOffsetsRequest),
-    Metadata(MetadataRequest),
-    ApiVersions(ApiVersionsRequest),
-    /// An ApiVersions request of a version we do not speak: answered with
-    /// UNSUPPORTED_VERSION and our version list (KIP-511).
-    ApiVersionsUnsupported,
-    CreateTopics(CreateTopicsRequest),
-    DeleteTopics(DeleteTopicsRequest),
-    DescribeConfigs(DescribeConfigsRequest),
-    InitProducerId(InitProducerIdRequest),
-    FindCoordinator(FindCoordinatorRequest),
-    JoinGroup(JoinGroupRequest),
-    SyncGroup(SyncGroupRequest),
-    Heartbeat(HeartbeatRequest),
-    LeaveGroup(LeaveGroupRequest),
-    OffsetCommit(OffsetCommitRequest),
-    OffsetFetch(OffsetFetchRequest),
-    DescribeGroups(DescribeGroupsRequest),
-    ListGroups(ListGroupsRequest),
-    DeleteGroups(DeleteGroupsRequest),
-}
-
-fn perr(msg: impl Into<String>) -> ProtocolError {
-    ProtocolError(msg.into())
-}
-
-/// Decodes one request frame (without its 4-byte size prefix). Synchronous and cheap: runs
-/// in the connection's read loop, so requests are decoded in arrival order.
-pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
-    if frame.len() < 8 {
-        return Err(perr(format!(
-            "frame of {} bytes is too short for a request header",
-            frame.len()
-        )));
-    }
-    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
-    let version = i16::from_be_bytes([frame[2], frame[3]]);
-    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-    let key = ApiKey::try_from(raw_key).map_err(|_| perr(format!("unknown api key {raw_key}")))?;
-    let Some((lo, hi)) = supported(key) else {
-        return Err(perr(format!(
-            "unsupported api {key:?} (key {raw_key}) v{version}"
-        )));
-    };
-    if version < lo || version > hi {
-        if key == ApiKey::ApiVersions {
-            return Ok(Request {
-                key,
-                version,
-                correlation_id,
-                client_id: String::new(),
-                body: Body::ApiVersionsUnsupported,
-            });
-        }
-        return Err(perr(format!(
-            "unsupported version {version} of {key:?} (weir speaks {lo}..={hi})"
-        )));
-    }
-    let header_version = key.request_header_version(version);
-    let header = RequestHeader::decode(&mut frame, header_version)
-        .map_err(|e| perr(format!("bad request header: {e}")))?;
-    debug_assert_eq!(header.correlation_id, correlation_id);
-    let body = match key {
-        ApiKey::Produce => Body::Produce(decode(&mut frame, version)?),
-        ApiKey::Fetch => Body::Fetch(decode(&mut frame, version)?),
-        ApiKey::ListOffsets => Body::ListOffsets(decode(&mut frame, version)?),
-        ApiKey::Metadata => Body::Metadata(decode(&mut frame, version)?),
-        ApiKey::ApiVersions => Body::ApiVersions(decode(&mut frame, version)?),
-        ApiKey::CreateTopics => Body::CreateTopics(decode(&mut frame, version)?),
-        ApiKey::DeleteTopics => Body::DeleteTopics(decode(&mut frame, version)?),
-        ApiKey::DescribeConfigs => Body::DescribeConfigs(decode(&mut frame, version)?),
-        ApiKey::InitProducerId => Body::InitProducerId(decode(&mut frame, version)?),
-        ApiKey::FindCoordinator => Body::FindCoordinator(decode(&mut frame, version)?),
-        ApiKey::JoinGroup => Body::JoinGroup(decode(&mut frame, version)?),
-        ApiKey::SyncGroup => Body::SyncGroup(decode(&mut frame, version)?),
-        ApiKey::Heartbeat => Body::Heartbeat(decode(&mut frame, version)?),
-        ApiKey::LeaveGroup => Body::LeaveGroup(decode(&mut frame, version)?),
-        ApiKey::OffsetCommit => Body::OffsetCommit(decode(&mut frame, version)?),
-        ApiKey::OffsetFetch => Body::OffsetFetch(decode(&mut frame, version)?),
-        ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut frame, version)?),
-        ApiKey::ListGroups => Body::ListGroups(decode(&mut frame, version)?),
-        ApiKey::DeleteGroups => Body::DeleteGroups(decode(&mut frame, version)?),
-        _ => return Err(perr(format!("unsupported api {key:?}"))),
-    };
-    Ok(Request {
-        key,
-        version,
-        correlation_id,
-        client_id: header
-            .client_id
-            .as_ref()
-            .map(|c| c.to_string())
-            .unwrap_or_default(),
-        body,
-    })
-}
-
-fn decode<T: Decodable>(frame: &mut Bytes, version: i16) -> Result<T, ProtocolError> {
-    T::decode(frame, version).map_err(|e| perr(format!("malformed request body: {e}")))
-}
 
 /// Encodes header + body into one buffer with its size prefix.
 pub fn encode_response<T: Encodable>(
