@@ -47,7 +47,13 @@ def test_many_segments_round_trip_and_survive_restart(broker_factory, topic_name
         for p in range(2):
             got = rd_consume(b.bootstrap, topic_name, [p], per_partition, timeout=120, extra_wait=0.2)
             assert [r.offset for r in got] == list(range(per_partition)), f"{label}: offsets of partition {p}"
-            assert digest(got) == want[p], f"{label}: contents of partition {p} differ"
+            if digest(got) != want[p]:
+                bad = [r.offset for r in got if r.value != value_of(p, r.offset)]
+                first = got[bad[0]]
+                raise AssertionError(
+                    f"{label}: {len(bad)} records of partition {p} differ, offsets {bad[:5]}...{bad[-3:]}; "
+                    f"offset {first.offset}: got {len(first.value or b'')} bytes {(first.value or b'')[:16].hex()}..., "
+                    f"want {len(value_of(p, first.offset))} bytes {value_of(p, first.offset)[:16].hex()}...")
 
     check("fresh")
     segments = sorted(b.data_dir.rglob("*.log"))
