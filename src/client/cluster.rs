@@ -237,8 +237,15 @@ impl Cluster {
             }
         };
         let conn = Connection::connect(&addr, &self.config.client_id).await?;
-        self.connections.borrow_mut().insert(node_id, conn.clone());
-        Ok(conn)
+        let mut conns = self.connections.borrow_mut();
+        match conns.get(&node_id) {
+            // Another task connected while we did: share its connection.
+            Some(c) if !c.is_failed() => Ok(c.clone()),
+            _ => {
+                conns.insert(node_id, conn.clone());
+                Ok(conn)
+            }
+        }
     }
 
     /// ListOffsets for one partition: `timestamp` -2 is the log start, -1 the log end.

@@ -10,13 +10,13 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt, BufReader, ReadHalf, WriteHalf};
+use futures_lite::io::AsyncWriteExt;
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 use kafka_protocol::messages::{
@@ -109,7 +109,7 @@ fn shutdown_socket(fd: RawFd) {
 struct Inner {
     addr: String,
     client_id: StrBytes,
-    writer: RefCell<Option<WriteHalf<TcpStream>>>,
+    writer: RefCell<Option<TcpStream>>,
     write_lock: Semaphore,
     next_correlation_id: Cell<i32>,
     shared: Rc<Shared>,
@@ -132,6 +132,8 @@ pub struct Connection {
 /// The response to one request; await it (or poll it) to get the decoded message.
 pub struct ResponseFuture<T> {
     waiter: Waiter<Result<Bytes>>,
+    /// A pending response keeps its connection open.
+    _conn: Connection,
     version: i16,
     _message: PhantomData<fn() -> T>,
 }
@@ -159,23 +161,30 @@ impl Connection {
             .set_nodelay(true)
             .map_err(|e| Error::io("set_nodelay", addr, &std::io::Error::other(e.to_string())))?;
         let fd = stream.as_raw_fd();
-        let (rd, wr) = futures_lite::io::split(stream);
+        // The reader gets its own stream on a dup of the socket: see `SocketReader`.
+        // SAFETY: dup(2) of a socket we own; the new fd is owned by the new stream.
+        let read_fd = unsafe { libc::dup(fd) };
+        if read_fd < 0 {
+            return Err(Error::io("dup", addr, &std::io::Error::last_os_error()));
+        }
+        // SAFETY: `read_fd` is a fresh, open socket fd nobody else owns.
+        let read_stream = unsafe { TcpStream::from_raw_fd(read_fd) };
         let shared = Rc::new(Shared {
             inflight: RefCell::new(VecDeque::new()),
             failed: RefCell::new(None),
             fd,
         });
-        glommio::spawn_local(reader_loop(
-            BufReader::with_capacity(256 << 10, rd),
-            shared.clone(),
-            addr.to_string(),
-        ))
-        .detach();
+        let reader = SocketReader {
+            stream: read_stream,
+            fd: read_fd,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        };
+        glommio::spawn_local(reader_loop(reader, shared.clone(), addr.to_string())).detach();
         let conn = Connection {
             inner: Rc::new(Inner {
                 addr: addr.to_string(),
                 client_id: StrBytes::from_string(client_id.to_string()),
-                writer: RefCell::new(Some(wr)),
+                writer: RefCell::new(Some(stream)),
                 write_lock: Semaphore::new(1),
                 next_correlation_id: Cell::new(1),
                 shared,
@@ -245,6 +254,7 @@ impl Connection {
         self.write(req, version, Some(done)).await?;
         Ok(ResponseFuture {
             waiter,
+            _conn: self.clone(),
             version,
             _message: PhantomData,
         })
@@ -291,9 +301,92 @@ impl Connection {
     }
 }
 
-async fn reader_loop(mut rd: BufReader<ReadHalf<TcpStream>>, shared: Rc<Shared>, addr: String) {
+const READ_CHUNK: usize = 256 << 10;
+
+/// The read side of a connection. It reads with non-blocking `recv(2)` straight into its
+/// buffer and, when the socket is empty, waits for data with glommio's io_uring
+/// `peek` (a real receive operation). It does not use glommio's `AsyncRead` for
+/// sockets: in glommio 0.9 that path waits on a POLL_ADD which, with a writer active on
+/// the same socket, was seen to never complete — responses sat in the receive queue
+/// (`ss` showed Recv-Q > 0) while the reader slept, stalling produce flushes.
+struct SocketReader {
+    stream: TcpStream,
+    fd: RawFd,
+    buf: BytesMut,
+}
+
+impl SocketReader {
+    /// Reads more bytes into `buf`; `Ok(0)` at end of stream.
+    async fn fill(&mut self, want: usize) -> std::io::Result<usize> {
+        self.buf.reserve(want.max(READ_CHUNK / 4));
+        loop {
+            let spare = self.buf.spare_capacity_mut();
+            // SAFETY: recv writes at most `spare.len()` bytes into the spare capacity.
+            let n = unsafe {
+                libc::recv(
+                    self.fd,
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                // SAFETY: recv initialised `n` bytes of the spare capacity.
+                unsafe { self.buf.set_len(self.buf.len() + n as usize) };
+                return Ok(n as usize);
+            }
+            if n == 0 {
+                return Ok(0);
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::WouldBlock => {}
+                std::io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+            let mut one = [0u8; 1];
+            if self.stream.peek(&mut one).await? == 0 {
+                return Ok(0);
+            }
+        }
+    }
+
+    /// The next response frame body (after the size prefix), without copying.
+    async fn frame(&mut self, addr: &str) -> Result<Bytes> {
+        while self.buf.len() < 4 {
+            self.more(4, addr).await?;
+        }
+        let size = i32::from_be_bytes(self.buf[..4].try_into().expect("4 bytes"));
+        if size < 4 || size as usize > MAX_FRAME_BYTES {
+            return Err(Error::Protocol(format!(
+                "{addr}: response frame size {size}"
+            )));
+        }
+        let total = 4 + size as usize;
+        while self.buf.len() < total {
+            self.more(total - self.buf.len(), addr).await?;
+        }
+        let mut frame = self.buf.split_to(total);
+        let _ = frame.split_to(4);
+        Ok(frame.freeze())
+    }
+
+    async fn more(&mut self, want: usize, addr: &str) -> Result<()> {
+        match self.fill(want).await {
+            Ok(0) => Err(Error::io(
+                "read",
+                addr,
+                &std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+            )),
+            Ok(_) => Ok(()),
+            Err(e) => Err(Error::io("read", addr, &e)),
+        }
+    }
+}
+
+async fn reader_loop(mut rd: SocketReader, shared: Rc<Shared>, addr: String) {
     loop {
-        match read_frame(&mut rd, &addr).await {
+        match rd.frame(&addr).await {
             Ok(body) => {
                 let id = match decode_frame_header(&body) {
                     Ok(id) => id,
@@ -320,24 +413,6 @@ async fn reader_loop(mut rd: BufReader<ReadHalf<TcpStream>>, shared: Rc<Shared>,
             Err(e) => return shared.fail(e),
         }
     }
-}
-
-async fn read_frame(rd: &mut BufReader<ReadHalf<TcpStream>>, addr: &str) -> Result<Bytes> {
-    let mut size = [0u8; 4];
-    rd.read_exact(&mut size)
-        .await
-        .map_err(|e| Error::io("read", addr, &e))?;
-    let size = i32::from_be_bytes(size);
-    if size < 4 || size as usize > MAX_FRAME_BYTES {
-        return Err(Error::Protocol(format!(
-            "{addr}: response frame size {size}"
-        )));
-    }
-    let mut body = vec![0u8; size as usize];
-    rd.read_exact(&mut body)
-        .await
-        .map_err(|e| Error::io("read", addr, &e))?;
-    Ok(Bytes::from(body))
 }
 
 #[cfg(test)]

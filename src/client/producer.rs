@@ -310,6 +310,7 @@ impl Producer {
             let full = slot.take().expect("checked above");
             inner.seal(record.topic, partition, full);
         }
+        let new_batch = slot.is_none();
         let batch = slot.get_or_insert_with(|| {
             let (done, waiter) = promise();
             inner
@@ -337,8 +338,9 @@ impl Producer {
         if batch.bytes >= inner.config.batch_size {
             let full = slot.take().expect("just filled");
             inner.seal(record.topic, partition, full);
-        } else if inner.config.linger.is_zero() {
-            // No lingering: the sender takes whatever is open on its next turn.
+        } else if new_batch || inner.config.linger.is_zero() {
+            // A new batch gives the sender a linger deadline to wait for; with no linger
+            // it takes whatever is open on its next turn.
             inner.wake.notify();
         }
         Ok(delivery)
@@ -506,8 +508,26 @@ async fn sender_loop(inner: Rc<Inner>) {
 
 /// Groups due batches by leader and writes one Produce request per leader.
 async fn send_batches(inner: &Rc<Inner>, due: Vec<ReadyBatch>) {
-    let mut by_leader: HashMap<i32, Vec<ReadyBatch>> = HashMap::new();
+    // A Produce request carries at most one batch per partition: later batches of a
+    // partition wait (in order) for the next request.
+    let mut this_round: Vec<ReadyBatch> = Vec::with_capacity(due.len());
+    let mut deferred: Vec<ReadyBatch> = Vec::new();
     for b in due {
+        if this_round.iter().any(|x| x.tp == b.tp) || deferred.iter().any(|x| x.tp == b.tp) {
+            deferred.push(b);
+        } else {
+            this_round.push(b);
+        }
+    }
+    if !deferred.is_empty() {
+        let mut ready = inner.ready.borrow_mut();
+        for b in deferred.into_iter().rev() {
+            ready.push_front(b);
+        }
+        inner.wake.notify();
+    }
+    let mut by_leader: HashMap<i32, Vec<ReadyBatch>> = HashMap::new();
+    for b in this_round {
         match inner.cluster.leader(&b.tp).await {
             Ok(node) => by_leader.entry(node).or_default().push(b),
             Err(e) => inner.fail_or_retry(b, e),
