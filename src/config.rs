@@ -41,6 +41,9 @@ pub struct BrokerConfig {
     /// `max.connections`: open client connections per broker (spread over the cores);
     /// connections past it are closed at once, with a warning.
     pub max_connections: usize,
+    /// `connections.max.idle.ms`: a connection with no request in flight and no bytes
+    /// received for this long is closed (Kafka's default: 10 minutes).
+    pub connections_max_idle_ms: u64,
     /// Requests read ahead and in process per connection (pipelining depth).
     pub max_inflight_per_connection: usize,
     /// Cross-core requests in flight from one core to another (channel bound).
@@ -69,6 +72,7 @@ impl Default for BrokerConfig {
             max_parked_fetches: 100_000,
             fetch_max_wait_ms: 30_000,
             max_connections: 100_000,
+            connections_max_idle_ms: 600_000,
             max_inflight_per_connection: 64,
             mesh_queue_depth: 1024,
             cache_bytes_per_core: 256 << 20,
@@ -123,6 +127,9 @@ impl BrokerConfig {
                 self.retention_check_interval_ms = parse_num::<u64>(key, value)?.max(10)
             }
             "max.connections" => self.max_connections = parse_num(key, value)?,
+            "connections.max.idle.ms" => {
+                self.connections_max_idle_ms = parse_num::<u64>(key, value)?.max(1)
+            }
             "fetch.max.parked" => self.max_parked_fetches = parse_num(key, value)?,
             "fetch.max.wait.ms" => self.fetch_max_wait_ms = parse_num(key, value)?,
             "log.dirs" | "log.dir" => self.data_dir = PathBuf::from(value.trim()),

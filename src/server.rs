@@ -4,8 +4,9 @@
 //! pipeline (`max_inflight_per_connection` requests read ahead) while a parked fetch or a
 //! slow append is still running.
 
+use std::cell::Cell;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -182,9 +183,14 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     );
     let writer_peer = peer.clone();
     let core = shard.id;
+    // For connections.max.idle.ms: requests read and not yet answered, and the last time
+    // a request arrived or a response went out.
+    let activity = Rc::new((Cell::new(0usize), Cell::new(Instant::now())));
+    let writer_activity = activity.clone();
     let writer = glommio::spawn_local(async move {
         let mut staged = BytesMut::new();
         while let Some(task) = rx.recv().await {
+            let done = &writer_activity;
             let result = match task.await {
                 Some(r) => r,
                 None => Err(ProtocolError("request task was cancelled".into())),
@@ -195,8 +201,13 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
                         debug!(core, peer = %writer_peer, error = %e, "write failed; closing");
                         break;
                     }
+                    done.0.set(done.0.get() - 1);
+                    done.1.set(Instant::now());
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    done.0.set(done.0.get() - 1);
+                    done.1.set(Instant::now());
+                }
                 Err(e) => {
                     warn!(core, peer = %writer_peer, error = %e, "closing connection");
                     break;
@@ -207,14 +218,23 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     });
 
     let max = shard.config.socket_request_max_bytes;
+    let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
     let mut buf = ReadBuf::new(READ_MIN);
     loop {
         let frame = futures_lite::future::or(
             async { Some(read_frame(&mut rd, &mut buf, max).await) },
-            async {
-                shard.shutdown.wait().await;
-                None
-            },
+            futures_lite::future::or(
+                async {
+                    shard.shutdown.wait().await;
+                    None
+                },
+                async {
+                    idle_expired(&activity, idle).await;
+                    info!(core = shard.id, %peer, idle_ms = idle.as_millis() as u64,
+                        "closing idle connection (connections.max.idle.ms)");
+                    None
+                },
+            ),
         )
         .await;
         let frame = match frame {
@@ -237,6 +257,8 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
                 break;
             }
         };
+        activity.0.set(activity.0.get() + 1);
+        activity.1.set(Instant::now());
         let sh = shard.clone();
         let task = glommio::spawn_local(kafka::process(sh, req)).detach();
         if tx.send(task).await.is_err() {
@@ -247,6 +269,18 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     writer.await;
     shard.connections.set(shard.connections.get() - 1);
     debug!(core = shard.id, %peer, "connection closed");
+}
+
+/// Resolves once the connection has had no request in flight and no traffic for `idle`
+/// (`activity`: requests in flight, time of the last request or response).
+async fn idle_expired(activity: &(Cell<usize>, Cell<Instant>), idle: Duration) {
+    loop {
+        let since = activity.1.get().elapsed();
+        if activity.0.get() == 0 && since >= idle {
+            return;
+        }
+        glommio::timer::sleep(idle.saturating_sub(since).max(Duration::from_millis(100))).await;
+    }
 }
 
 /// Writes a response: small pieces are gathered into one buffer, large record chunks are
