@@ -193,7 +193,8 @@ where
     LocalExecutorBuilder::new(Placement::Unbound)
         .name(name)
         .io_memory(io_memory)
-        .preempt_timer(Duration::from_micros(200))
+        // No short preempt_timer: with 200-500 us, glommio 0.9 was seen to lose socket
+        // wake-ups (responses left in Recv-Q for seconds); the default does not.
         .spawn(g)
         .expect("start a glommio executor")
 }

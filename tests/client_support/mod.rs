@@ -83,7 +83,8 @@ where
 {
     glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .io_memory(1 << 20)
-        .preempt_timer(Duration::from_micros(500))
+        // The default preempt_timer: a short one (500 us) made glommio 0.9 lose socket
+        // wake-ups here, stalling responses that sat in the receive queue.
         .spawn(f)
         .expect("executor")
         .join()
