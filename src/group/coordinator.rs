@@ -286,6 +286,38 @@ impl Group {
         }
     }
 
+    /// The answer to a JoinGroup of the current generation for `member_id` (the leader also
+    /// gets every member's metadata for the chosen protocol).
+    fn join_response(&self, member_id: &str) -> JoinResponse {
+        let leader = self.leader.clone().unwrap_or_default();
+        let members = if leader == member_id {
+            self.order
+                .iter()
+                .filter_map(|id| self.members.get(id).map(|m| (id, m)))
+                .map(|(id, m)| {
+                    let md = m
+                        .protocols
+                        .iter()
+                        .find(|(p, _)| Some(p) == self.protocol.as_ref())
+                        .map(|(_, md)| md.clone())
+                        .unwrap_or_default();
+                    (id.clone(), m.group_instance_id.clone(), md)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        JoinResponse {
+            error: codes::NONE,
+            generation_id: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            leader,
+            member_id: member_id.to_owned(),
+            members,
+        }
+    }
+
     /// Completes the join phase if every member has rejoined (after the initial delay) or the
     /// rebalance timeout passed.
     fn maybe_complete_join(&mut self, group_id: &str) {
@@ -322,41 +354,16 @@ impl Group {
         {
             self.leader = self.order.first().cloned();
         }
-        let leader = self.leader.clone().unwrap_or_default();
-        let protocol = self.protocol.clone();
-        let all: Vec<(String, Option<String>, Bytes)> = self
-            .order
-            .iter()
-            .filter_map(|id| self.members.get(id).map(|m| (id, m)))
-            .map(|(id, m)| {
-                let md = m
-                    .protocols
-                    .iter()
-                    .find(|(p, _)| Some(p) == protocol.as_ref())
-                    .map(|(_, md)| md.clone())
-                    .unwrap_or_default();
-                (id.clone(), m.group_instance_id.clone(), md)
-            })
-            .collect();
         self.state = State::CompletingRebalance;
         tracing::info!(group = group_id, generation = self.generation, members = self.members.len(), protocol = ?self.protocol, "rebalance: join phase complete");
-        for (id, m) in self.members.iter_mut() {
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let response = self.join_response(&id);
+            let m = self.members.get_mut(&id).expect("listed above");
             m.last_heartbeat = now;
             m.assignment = Bytes::new();
             if let Some(w) = m.join_waiter.take() {
-                w.set(JoinResponse {
-                    error: codes::NONE,
-                    generation_id: self.generation,
-                    protocol_type: self.protocol_type.clone(),
-                    protocol_name: self.protocol.clone(),
-                    leader: leader.clone(),
-                    member_id: id.clone(),
-                    members: if *id == leader {
-                        all.clone()
-                    } else {
-                        Vec::new()
-                    },
-                });
+                w.set(response);
             }
         }
     }
@@ -366,12 +373,18 @@ impl Group {
 pub struct Coordinator {
     config: GroupConfig,
     groups: RefCell<HashMap<String, Rc<RefCell<Group>>>>,
-    stores: HashMap<usize, Rc<OffsetStore>>,
+    /// Offset stores opened so far, by bucket. A bucket with no offsets on disk is opened
+    /// (its log created) on its first commit, so a broker without groups creates nothing.
+    stores: RefCell<HashMap<usize, Rc<OffsetStore>>>,
+    owned: Vec<usize>,
+    data_dir: std::path::PathBuf,
+    cache: Rc<BatchCache>,
+    open_lock: glommio::sync::Semaphore,
     next_member: std::cell::Cell<u64>,
 }
 
 impl Coordinator {
-    /// Opens the offset stores of the buckets `core` owns (bucket % cores == core).
+    /// Opens the offset stores with data of the buckets `core` owns (bucket % cores == core).
     pub async fn open(
         data_dir: &Path,
         core: usize,
@@ -379,17 +392,24 @@ impl Coordinator {
         cache: Rc<BatchCache>,
         config: GroupConfig,
     ) -> Result<Coordinator, weir_storage::Error> {
+        let owned: Vec<usize> = (0..BUCKETS).filter(|b| b % cores.max(1) == core).collect();
         let mut stores = HashMap::new();
-        for bucket in (0..BUCKETS).filter(|b| b % cores.max(1) == core) {
-            stores.insert(
-                bucket,
-                Rc::new(OffsetStore::open(data_dir, bucket, cache.clone()).await?),
-            );
+        for &bucket in &owned {
+            if OffsetStore::exists(data_dir, bucket) {
+                stores.insert(
+                    bucket,
+                    Rc::new(OffsetStore::open(data_dir, bucket, cache.clone()).await?),
+                );
+            }
         }
         Ok(Coordinator {
             config,
             groups: RefCell::new(HashMap::new()),
-            stores,
+            stores: RefCell::new(stores),
+            owned,
+            data_dir: data_dir.to_owned(),
+            cache,
+            open_lock: glommio::sync::Semaphore::new(1),
             next_member: std::cell::Cell::new(0),
         })
     }
@@ -399,8 +419,44 @@ impl Coordinator {
         bucket_of(group) % cores.max(1)
     }
 
+    /// Whether this core coordinates `group`.
+    fn owns(&self, group: &str) -> bool {
+        self.owned.contains(&bucket_of(group))
+    }
+
+    /// The group's offset store if it is open (an unopened store holds no offsets).
     fn store(&self, group: &str) -> Option<Rc<OffsetStore>> {
-        self.stores.get(&bucket_of(group)).cloned()
+        self.stores.borrow().get(&bucket_of(group)).cloned()
+    }
+
+    /// The group's offset store, opened (created) if needed.
+    async fn store_for_write(&self, group: &str) -> Result<Rc<OffsetStore>, i16> {
+        if !self.owns(group) {
+            return Err(codes::NOT_COORDINATOR);
+        }
+        if let Some(s) = self.store(group) {
+            return Ok(s);
+        }
+        let _permit = self
+            .open_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| codes::COORDINATOR_NOT_AVAILABLE)?;
+        if let Some(s) = self.store(group) {
+            return Ok(s);
+        }
+        let bucket = bucket_of(group);
+        match OffsetStore::open(&self.data_dir, bucket, self.cache.clone()).await {
+            Ok(s) => {
+                let s = Rc::new(s);
+                self.stores.borrow_mut().insert(bucket, s.clone());
+                Ok(s)
+            }
+            Err(e) => {
+                tracing::warn!(bucket, error = %e, "opening an offsets log failed");
+                Err(codes::KAFKA_STORAGE_ERROR)
+            }
+        }
     }
 
     fn group(&self, id: &str) -> Option<Rc<RefCell<Group>>> {
@@ -421,7 +477,7 @@ impl Coordinator {
         if req.group_id.is_empty() {
             return fail(codes::INVALID_GROUP_ID, &req.member_id);
         }
-        if self.store(&req.group_id).is_none() {
+        if !self.owns(&req.group_id) {
             return fail(codes::NOT_COORDINATOR, &req.member_id);
         }
         if req.session_timeout_ms < self.config.min_session_timeout_ms
@@ -486,6 +542,21 @@ impl Coordinator {
             }
             let now = Instant::now();
             let is_new = !g.members.contains_key(&member_id);
+            // A known member rejoining with the same protocols does not start a rebalance
+            // (Kafka's rule): during CompletingRebalance, or in Stable unless it is the
+            // leader (a leader's rejoin asks for a new assignment). It gets the current
+            // generation back.
+            if !is_new && matches!(g.state, State::CompletingRebalance | State::Stable) {
+                let leader = g.leader.as_deref() == Some(member_id.as_str());
+                let state = g.state;
+                let m = g.members.get_mut(&member_id).expect("known member");
+                let unchanged =
+                    m.protocols == req.protocols && m.protocol_type == req.protocol_type;
+                if unchanged && (state == State::CompletingRebalance || !leader) {
+                    m.last_heartbeat = now;
+                    return g.join_response(&member_id);
+                }
+            }
             let m = g
                 .members
                 .entry(member_id.clone())
@@ -701,9 +772,9 @@ impl Coordinator {
         parts: Vec<CommitPart>,
     ) -> Vec<i16> {
         let n = parts.len();
-        let Some(store) = self.store(group_id) else {
+        if !self.owns(group_id) {
             return vec![codes::NOT_COORDINATOR; n];
-        };
+        }
         if group_id.is_empty() {
             return vec![codes::INVALID_GROUP_ID; n];
         }
@@ -755,6 +826,10 @@ impl Coordinator {
                 )
             })
             .collect();
+        let store = match self.store_for_write(group_id).await {
+            Ok(s) => s,
+            Err(code) => return vec![code; n],
+        };
         match store.commit(group_id, entries).await {
             Ok(()) => vec![codes::NONE; n],
             Err(e) => {
@@ -771,16 +846,18 @@ impl Coordinator {
         group_id: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
     ) -> Result<Vec<(String, i32, Committed)>, i16> {
-        let Some(store) = self.store(group_id) else {
+        if !self.owns(group_id) {
             return Err(codes::NOT_COORDINATOR);
-        };
+        }
+        let store = self.store(group_id);
+        let get = |t: &str, p: i32| store.as_ref().and_then(|s| s.get(group_id, t, p));
         match wanted {
-            None => Ok(store.all(group_id)),
+            None => Ok(store.as_ref().map(|s| s.all(group_id)).unwrap_or_default()),
             Some(topics) => Ok(topics
                 .into_iter()
                 .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
                 .map(|(t, p)| {
-                    let c = store.get(group_id, &t, p).unwrap_or(Committed {
+                    let c = get(&t, p).unwrap_or(Committed {
                         offset: -1,
                         leader_epoch: -1,
                         metadata: String::new(),
@@ -800,7 +877,7 @@ impl Coordinator {
             protocol: String::new(),
             members: Vec::new(),
         };
-        if self.store(group_id).is_none() {
+        if !self.owns(group_id) {
             d.error = codes::NOT_COORDINATOR;
             return d;
         }
@@ -840,7 +917,7 @@ impl Coordinator {
     /// Groups on this core: (group id, protocol type, state).
     pub fn list(&self) -> Vec<(String, String, String)> {
         let mut out: BTreeMap<String, (String, String)> = BTreeMap::new();
-        for store in self.stores.values() {
+        for store in self.stores.borrow().values() {
             for g in store.groups() {
                 out.insert(g, ("consumer".into(), "Empty".into()));
             }
@@ -859,20 +936,25 @@ impl Coordinator {
     }
 
     pub async fn delete_group(&self, group_id: &str) -> i16 {
-        let Some(store) = self.store(group_id) else {
+        if !self.owns(group_id) {
             return codes::NOT_COORDINATOR;
-        };
+        }
+        let store = self.store(group_id);
         let in_memory = self.group(group_id);
         if let Some(g) = &in_memory {
             if !g.borrow().members.is_empty() {
                 return codes::NON_EMPTY_GROUP;
             }
         }
-        let had_offsets = !store.all(group_id).is_empty();
+        let had_offsets = store.as_ref().is_some_and(|s| !s.all(group_id).is_empty());
         if in_memory.is_none() && !had_offsets {
             return codes::GROUP_ID_NOT_FOUND;
         }
-        if let Err(e) = store.delete(Some(group_id), None).await {
+        let deleted = match &store {
+            Some(s) => s.delete(Some(group_id), None).await.map(|_| ()),
+            None => Ok(()),
+        };
+        if let Err(e) = deleted {
             tracing::warn!(group = group_id, error = %e, "deleting group offsets failed");
             return codes::KAFKA_STORAGE_ERROR;
         }
@@ -882,7 +964,8 @@ impl Coordinator {
 
     /// Forgets the committed offsets of a deleted topic, in every group on this core.
     pub async fn topic_deleted(&self, topic: &str) {
-        for store in self.stores.values() {
+        let stores: Vec<Rc<OffsetStore>> = self.stores.borrow().values().cloned().collect();
+        for store in stores {
             if let Err(e) = store.delete(None, Some(topic)).await {
                 tracing::warn!(topic, error = %e, "deleting offsets of a deleted topic failed");
             }
@@ -891,7 +974,7 @@ impl Coordinator {
 
     /// Closes the offset logs (clean shutdown).
     pub async fn close(self) {
-        for (_, store) in self.stores {
+        for (_, store) in self.stores.into_inner() {
             if let Ok(store) = Rc::try_unwrap(store) {
                 let _ = store.close().await;
             }

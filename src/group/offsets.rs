@@ -131,13 +131,22 @@ fn now_ms() -> i64 {
 }
 
 impl OffsetStore {
+    fn dir(data_dir: &Path, bucket: usize) -> std::path::PathBuf {
+        data_dir.join("__consumer_offsets").join(bucket.to_string())
+    }
+
+    /// Whether the offsets log of `bucket` exists (holds or held offsets).
+    pub fn exists(data_dir: &Path, bucket: usize) -> bool {
+        Self::dir(data_dir, bucket).exists()
+    }
+
     /// Opens (creating) the offsets log of `bucket` under `data_dir` and replays it.
     pub async fn open(
         data_dir: &Path,
         bucket: usize,
         cache: Rc<BatchCache>,
     ) -> Result<OffsetStore, weir_storage::Error> {
-        let dir = data_dir.join("__consumer_offsets").join(bucket.to_string());
+        let dir = Self::dir(data_dir, bucket);
         let config = LogConfig {
             segment_bytes: 16 << 20,
             segment_ms: None,
