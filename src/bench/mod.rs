@@ -345,7 +345,18 @@ impl Ctx {
         budget: Option<u64>,
     ) -> Result<PhaseResult, String> {
         let stop = Arc::new(AtomicBool::new(false));
+        // Tailing consumers run on until they caught up with what the producers sent.
+        let c_stop = if producers.is_empty() {
+            stop.clone()
+        } else {
+            Arc::new(AtomicBool::new(false))
+        };
         let finished = Arc::new(AtomicUsize::new(0));
+        let c_finished = if producers.is_empty() {
+            finished.clone()
+        } else {
+            Arc::new(AtomicUsize::new(0))
+        };
         let ready = Arc::new(AtomicU64::new(0));
         let budget_cell = budget.map(|b| Arc::new(AtomicI64::new(b as i64)));
         let mut c_handles = Vec::new();
@@ -353,7 +364,7 @@ impl Ctx {
         for (i, spec) in consumers.iter().cloned().enumerate() {
             let c = Arc::new(Counters::default());
             c_counters.push(c.clone());
-            let (stop, finished, ready) = (stop.clone(), finished.clone(), ready.clone());
+            let (stop, finished, ready) = (c_stop.clone(), c_finished.clone(), ready.clone());
             c_handles.push(spawn_executor(
                 &format!("bench-consumer-{i}"),
                 1 << 20,
@@ -407,8 +418,8 @@ impl Ctx {
                 phase,
                 &watched,
                 &stop,
-                &Arc::new(AtomicUsize::new(0)),
-                usize::MAX,
+                &finished,
+                producers.len(),
                 duration,
                 None,
             );
@@ -426,7 +437,7 @@ impl Ctx {
             {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            stop.store(true, Ordering::Relaxed);
+            c_stop.store(true, Ordering::Relaxed);
             s
         };
         let mut p_hist = workload::new_histogram();
