@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use glommio::sync::Semaphore;
 
 use crate::appender::{Appender, WriteOp};
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
@@ -24,7 +23,7 @@ use crate::io::{align_down, align_up, Vfs};
 use crate::offset_index::{OffsetIndex, TimeIndex};
 use crate::reader::ReadCache;
 use crate::segment::{parse_log_name, segment_path, Segment};
-use crate::watermark::{Watch, Watermarks};
+use crate::watermark::{FifoLock, Watch, Watermarks};
 
 /// Name of the clean-shutdown marker in a log directory.
 pub const CLEAN_SHUTDOWN_FILE: &str = "clean_shutdown";
@@ -84,7 +83,8 @@ struct Inner {
     config: RefCell<LogConfig>,
     segments: RefCell<BTreeMap<u64, Rc<Segment>>>,
     appender: RefCell<Appender>,
-    append_lock: Semaphore,
+    /// Orders appends (and rolls, close, delete) first-come-first-served.
+    append_lock: FifoLock,
     log_start: Cell<u64>,
     log_end: Cell<u64>,
     hw: Watch,
@@ -278,7 +278,7 @@ impl Log {
             config: RefCell::new(config),
             segments: RefCell::new(segments),
             appender: RefCell::new(appender),
-            append_lock: Semaphore::new(1),
+            append_lock: FifoLock::default(),
             log_start: Cell::new(log_start),
             log_end: Cell::new(next_offset),
             hw: Watch::new(next_offset),
@@ -322,11 +322,7 @@ impl Log {
             Ok(m) => m,
             Err(shared) => BytesMut::from(&shared[..]),
         };
-        let permit = inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         inner.check_usable()?;
         let offsets: u64 = infos.iter().map(|i| i.last_offset_delta as u64 + 1).sum();
         inner.maybe_roll(records.len() as u64, offsets).await?;
@@ -527,11 +523,7 @@ impl Log {
         if let Some(age) = config.segment_age_limit() {
             let first = inner.active().state.borrow().first_append_ms;
             if first.is_some_and(|t| now_ms - t >= age.as_millis() as i64) {
-                let permit = inner
-                    .append_lock
-                    .acquire_permit(1)
-                    .await
-                    .map_err(|_| Error::Closed)?;
+                let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
                 if inner.active().state.borrow().size > 0 {
                     inner.roll().await?;
                 }
@@ -633,11 +625,7 @@ impl Log {
     /// clean-shutdown marker, and closes the files.
     pub async fn close(self) -> Result<()> {
         let inner = &self.inner;
-        let permit = inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         inner.drain_writes().await?;
         inner.flush_to(inner.hw.get()).await?;
         inner.active().seal(&inner.vfs).await?;
@@ -664,11 +652,7 @@ impl Log {
     /// Closes the log without a clean-shutdown marker and removes its directory.
     pub async fn delete(self) -> Result<()> {
         let inner = &self.inner;
-        let permit = inner
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
+        let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         let _ = inner.drain_writes().await;
         inner.closed.set(true);
         inner.append_lock.close();

@@ -2,8 +2,10 @@
 //! offset passes X" used by appends (written), flushes (durable) and readers (new data).
 
 use std::cell::{Cell, RefCell};
-use std::future::poll_fn;
-use std::task::{Poll, Waker};
+use std::collections::BTreeSet;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 /// A snapshot of a log's watermarks. Invariant:
 /// `log_start_offset <= flushed_offset <= high_watermark <= log_end_offset`
@@ -73,20 +75,154 @@ impl Watch {
 
     /// Waits until the value is at least `target`. Returns false if the watch failed first.
     pub(crate) async fn wait_for(&self, target: u64) -> bool {
-        poll_fn(|cx| {
-            if self.value.get() >= target {
-                return Poll::Ready(true);
+        poll_fn(|cx| self.poll_wait(target, cx)).await
+    }
+
+    fn poll_wait(&self, target: u64, cx: &mut Context<'_>) -> Poll<bool> {
+        if self.value.get() >= target {
+            return Poll::Ready(true);
+        }
+        if self.failed.get() {
+            return Poll::Ready(false);
+        }
+        let mut w = self.waiters.borrow_mut();
+        match w.iter_mut().find(|(_, wk)| wk.will_wake(cx.waker())) {
+            Some(entry) => entry.0 = target,
+            None => w.push((target, cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+}
+
+/// A first-come-first-served lock for one executor. The place in line is taken when
+/// [`FifoLock::lock`] is *called*, so callers get the lock in the order they asked for it.
+/// (glommio's `Semaphore` is not FIFO: a task arriving while a woken waiter has not run
+/// yet can take the permit first, which reordered appends to a partition.)
+#[derive(Default)]
+pub(crate) struct FifoLock {
+    next_ticket: Cell<u64>,
+    serving: Watch,
+    /// Tickets whose waiters gave up before their turn.
+    abandoned: RefCell<BTreeSet<u64>>,
+}
+
+pub(crate) struct FifoGuard<'a> {
+    lock: &'a FifoLock,
+}
+
+pub(crate) struct FifoWait<'a> {
+    lock: &'a FifoLock,
+    ticket: u64,
+    acquired: bool,
+}
+
+impl FifoLock {
+    /// Takes the next place in line now; the returned future resolves when it is this
+    /// caller's turn (or `None` once the lock is closed).
+    pub(crate) fn lock(&self) -> FifoWait<'_> {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        FifoWait {
+            lock: self,
+            ticket,
+            acquired: false,
+        }
+    }
+
+    /// Fails every current and future waiter.
+    pub(crate) fn close(&self) {
+        self.serving.fail();
+    }
+
+    fn pass(&self, after: u64) {
+        let mut next = after + 1;
+        {
+            let mut abandoned = self.abandoned.borrow_mut();
+            while abandoned.remove(&next) {
+                next += 1;
             }
-            if self.failed.get() {
-                return Poll::Ready(false);
+        }
+        self.serving.advance(next);
+    }
+}
+
+impl<'a> Future for FifoWait<'a> {
+    type Output = Option<FifoGuard<'a>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.lock.serving.poll_wait(self.ticket, cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(false) => Poll::Ready(None),
+            Poll::Ready(true) => {
+                debug_assert_eq!(
+                    self.lock.serving.get(),
+                    self.ticket,
+                    "two holders of a FifoLock"
+                );
+                self.acquired = true;
+                Poll::Ready(Some(FifoGuard { lock: self.lock }))
             }
-            let mut w = self.waiters.borrow_mut();
-            match w.iter_mut().find(|(_, wk)| wk.will_wake(cx.waker())) {
-                Some(entry) => entry.0 = target,
-                None => w.push((target, cx.waker().clone())),
-            }
-            Poll::Pending
-        })
-        .await
+        }
+    }
+}
+
+impl Drop for FifoWait<'_> {
+    fn drop(&mut self) {
+        if self.acquired {
+            return;
+        }
+        if self.lock.serving.get() == self.ticket {
+            self.lock.pass(self.ticket);
+        } else {
+            self.lock.abandoned.borrow_mut().insert(self.ticket);
+        }
+    }
+}
+
+impl Drop for FifoGuard<'_> {
+    fn drop(&mut self) {
+        let ticket = self.lock.serving.get();
+        self.lock.pass(ticket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    #[test]
+    fn fifo_lock_serves_in_call_order_even_when_waiters_give_up() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let lock = Rc::new(FifoLock::default());
+                let order = Rc::new(RefCell::new(Vec::new()));
+                let first = lock.lock().await.expect("open");
+                let mut tasks = Vec::new();
+                for i in 0..20u32 {
+                    let (lock, order) = (lock.clone(), order.clone());
+                    tasks.push(glommio::spawn_local(async move {
+                        if i == 7 {
+                            // Gives up its place before its turn.
+                            drop(lock.lock());
+                            return;
+                        }
+                        let _g = lock.lock().await.expect("open");
+                        order.borrow_mut().push(i);
+                        futures_lite::future::yield_now().await;
+                    }));
+                }
+                // Let every task take its place in line, then release.
+                futures_lite::future::yield_now().await;
+                drop(first);
+                for t in tasks {
+                    t.await;
+                }
+                let want: Vec<u32> = (0..20).filter(|&i| i != 7).collect();
+                assert_eq!(*order.borrow(), want);
+            })
+            .expect("spawn")
+            .join()
+            .expect("join");
     }
 }
