@@ -22,7 +22,7 @@ use bytes::Bytes;
 use glommio::channels::channel_mesh::{Receivers, Senders};
 use glommio::sync::Semaphore;
 use tracing::{debug, info, warn};
-use weir_storage::{BatchCache, Log};
+use weir_storage::{BatchCache, FifoLock, Log};
 
 use crate::config::{apply_topic_config, BrokerConfig};
 use crate::errors::{self, storage_error_code};
@@ -225,6 +225,8 @@ pub struct Shard {
     req_tx: Option<Senders<ReqMsg>>,
     resp_tx: Option<Senders<RespMsg>>,
     permits: Vec<Semaphore>,
+    /// Per destination core: the order in which calls were made.
+    call_order: Vec<FifoLock>,
     fetch_permits: Vec<Semaphore>,
     pending: RefCell<HashMap<u64, Rc<Slot<Resp>>>>,
     next_call: Cell<u64>,
@@ -276,6 +278,7 @@ impl Shard {
             req_tx,
             resp_tx,
             permits: (0..cores).map(|_| Semaphore::new(depth as u64)).collect(),
+            call_order: (0..cores).map(|_| FifoLock::default()).collect(),
             fetch_permits: (0..cores)
                 .map(|_| Semaphore::new(mesh_fetch_depth(cores) as u64))
                 .collect(),
@@ -356,6 +359,13 @@ impl Shard {
             }
             _ => None,
         };
+        // Calls to one core leave in the order they were made (pipelined produce requests to
+        // a partition must be appended in arrival order): the place in line is taken now,
+        // and only the head of the line waits for a permit (glommio's Semaphore is not FIFO).
+        let turn = self.call_order[owner].lock();
+        let Some(turn) = turn.await else {
+            return Resp::Done;
+        };
         let _permit = match fetch_permit {
             Some(p) => p,
             None => match permits.acquire_permit(1).await {
@@ -372,6 +382,7 @@ impl Shard {
             warn!(core = self.id, to = owner, "cross-core channel closed");
             return Resp::Done;
         }
+        drop(turn);
         slot.take().await
     }
 

@@ -44,4 +44,4 @@ pub use crate::cache::BatchCache;
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, Result};
 pub use crate::log::{AppendInfo, Log, ReadOutcome};
-pub use crate::watermark::Watermarks;
+pub use crate::watermark::{FifoGuard, FifoLock, FifoWait, Watermarks};
