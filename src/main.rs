@@ -288,6 +288,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     }
 }
 
+/// How often an idle core's reactor wakes up anyway (see `core_main`).
+const REACTOR_KEEPALIVE: Duration = Duration::from_millis(20);
+
 async fn core_main(
     cores: usize,
     config: Arc<BrokerConfig>,
@@ -300,6 +303,17 @@ async fn core_main(
     listen: std::net::SocketAddr,
     watch: std::os::unix::net::UnixStream,
 ) -> Result<(), String> {
+    // glommio's shared channels (the meshes, and joining them) wake a sleeping executor
+    // through an eventfd and can lose that wake-up (glommio#261): both cores then sleep in
+    // io_uring_enter with nothing to time them out (seen as a start-up hang in ~1% of
+    // starts). A periodic timer bounds any lost wake-up to one tick: each reactor trip
+    // also polls the shared channels.
+    glommio::spawn_local(async {
+        loop {
+            glommio::timer::sleep(REACTOR_KEEPALIVE).await;
+        }
+    })
+    .detach();
     // Must precede every other DMA open on this thread (glommio#605).
     weir_storage::io::prime_dma_probe(&config.data_dir)
         .await
