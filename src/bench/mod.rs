@@ -789,11 +789,23 @@ fn scenario_consume_disk(ctx: &mut Ctx) -> Result<(), String> {
 
 fn scenario_idle(ctx: &mut Ctx) -> Result<(), String> {
     ctx.raw_sample("before")?;
+    // Two fds per client connection (see client::connection): stay under the fd limit.
+    let fd_cap = (fd_limit().saturating_sub(512) / 2).max(1);
+    let fetchers = if ctx.args.fetchers > fd_cap {
+        eprintln!(
+            "[idle-polls] {} fetchers need ~{} fds; the limit allows {fd_cap}: using {fd_cap}",
+            ctx.args.fetchers,
+            ctx.args.fetchers * 2
+        );
+        fd_cap
+    } else {
+        ctx.args.fetchers
+    };
     let spec = idle::IdleSpec {
         bootstrap: ctx.broker.bootstrap.clone(),
         topic: ctx.topic.clone(),
         partitions: ctx.args.partitions,
-        fetchers: ctx.args.fetchers,
+        fetchers,
         idle: Duration::from_secs(ctx.args.idle_secs),
         rounds: ctx.args.wake_rounds,
         broker_pid: ctx.broker.pid,
@@ -849,8 +861,22 @@ fn split_partitions(n: i32, k: usize) -> Vec<Vec<i32>> {
     out
 }
 
-/// Idle-polls opens one socket per fetch: lift the soft fd limit to the hard one (the
-/// broker we spawn inherits it).
+/// The soft limit on open files.
+fn fd_limit() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid pointer to a local struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur as usize
+    } else {
+        1024
+    }
+}
+
+/// Idle-polls opens one socket per fetch: lift the fd limit (the broker we spawn
+/// inherits it).
 fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -858,9 +884,18 @@ fn raise_fd_limit() {
     };
     // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            // Each client connection holds two fds (see client::connection). Root may
+            // raise the hard limit too; otherwise settle for the hard limit.
+            let want: libc::rlim_t = 65_536;
+            let raised = libc::rlimit {
+                rlim_cur: want.max(lim.rlim_cur),
+                rlim_max: want.max(lim.rlim_max),
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 && lim.rlim_cur < lim.rlim_max {
+                lim.rlim_cur = lim.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
         }
     }
 }
