@@ -473,24 +473,18 @@ impl Shard {
         acks: i16,
         parts: Vec<ProducePart>,
     ) -> Vec<ProduceResult> {
-        if parts.len() == 1 {
-            let p = parts.into_iter().next().expect("one part");
-            return vec![self.produce_one(acks, p).await];
-        }
-        // One task per partition, spawned in request order: appends start in order, and
-        // batches for different partitions are written (and flushed) concurrently.
-        let tasks: Vec<_> = parts
-            .into_iter()
-            .map(|p| {
-                let me = self.clone();
-                glommio::spawn_local(async move { me.produce_one(acks, p).await })
-            })
-            .collect();
-        let mut out = Vec::with_capacity(tasks.len());
-        for t in tasks {
-            out.push(t.await);
-        }
-        out
+        // Every append starts (validates and queues on its log's append lock) in this
+        // function's first poll, in request order, whatever the number of partitions: a
+        // connection's pipelined requests then append in the order they arrived. (Spawning
+        // a task per partition here let a later single-partition request overtake them.)
+        // The appends of different partitions still run, and flush, concurrently.
+        crate::sync::join_all(
+            parts
+                .into_iter()
+                .map(|p| self.produce_one(acks, p))
+                .collect(),
+        )
+        .await
     }
 
     async fn produce_one(&self, acks: i16, p: ProducePart) -> ProduceResult {
