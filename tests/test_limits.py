@@ -171,3 +171,21 @@ def test_max_parked_fetches(broker_factory, topic_name):
     assert log_has(broker, "parked fetch limit reached")
     assert broker.log_path.read_text(errors="replace").count("parked fetch limit reached") == 1
     broker.check_alive()
+
+
+def test_huge_array_count_does_not_kill_the_broker(broker):
+    """Regression (found by the request_frames fuzz target): a 23-byte Produce v3 whose topic
+    array claims 2^31-1 entries made the decoder reserve ~200 GB and the broker abort
+    ("memory allocation of 206158430112 bytes failed"). Now the connection is refused as bad
+    input and the broker keeps serving."""
+    header = struct.pack(">hhi", 0, 3, 1) + struct.pack(">h", 1) + b"x"
+    body = struct.pack(">hhii", -1, 1, 10000, 0x7FFFFFFF)  # txn id null, acks, timeout, topic count
+    s = connect(broker.bootstrap)
+    s.sendall(struct.pack(">i", len(header + body)) + header + body)
+    assert outcome_after(s, timeout=5) == "closed"
+    s.close()
+    time.sleep(0.2)
+    broker.check_alive()
+    s = connect(broker.bootstrap)
+    ping(s)
+    s.close()

@@ -1,0 +1,35 @@
+//! Whole request frames, as the broker's connection loop hands them to the decoder
+//! (`weir::wire::decode_request`, the frame without its 4-byte size prefix): arbitrary bytes
+//! must come back as a request or a `ProtocolError` — never a panic, an abort on a huge
+//! allocation, or a hang — for every API key and version the broker accepts.
+//!
+//! Input: the frame itself. Seeds (fuzz/corpus/request_frames) are frames recorded from
+//! librdkafka and kafka-python talking to weir: produce, fetch, metadata, admin and group
+//! requests of the versions those clients really send.
+#![no_main]
+
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let frame = Bytes::copy_from_slice(data);
+    match weir::wire::decode_request(frame) {
+        Ok(req) => {
+            // What was accepted is what the header said, within the versions we speak
+            // (except an unsupported ApiVersions, which is answered, KIP-511).
+            let key = i16::from_be_bytes([data[0], data[1]]);
+            let version = i16::from_be_bytes([data[2], data[3]]);
+            let correlation = i32::from_be_bytes([data[4], data[5], data[6], data[7]]);
+            assert_eq!(req.key as i16, key);
+            assert_eq!(req.version, version);
+            assert_eq!(req.correlation_id, correlation);
+            if !matches!(req.body, weir::wire::Body::ApiVersionsUnsupported) {
+                let (lo, hi) = weir::wire::supported(req.key).expect("a supported api");
+                assert!(lo <= version && version <= hi);
+            }
+        }
+        Err(e) => {
+            let _ = e.to_string();
+        }
+    }
+});
