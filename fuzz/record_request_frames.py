@@ -1,7 +1,7 @@
 """Records seed frames for the `request_frames` fuzz target: starts weir, puts a TCP proxy in
 front of it, drives librdkafka (confluent-kafka) and kafka-python through produce, fetch,
 metadata, admin and consumer-group calls, and writes every client→broker frame (size prefix
-stripped) to fuzz/corpus/request_frames/<api>-v<version>-<sha1>. Run from the repository root
+stripped) to fuzz/corpus/request_frames/seed-<api>-v<version>-<sha1>. Run from the repository root
 after `cargo build --release`:  python3 fuzz/record_request_frames.py
 """
 
@@ -36,7 +36,7 @@ def pump(src, dst, record):
                         break
                     frame, buf = buf[4:4 + n], buf[4 + n:]
                     key, ver = int.from_bytes(frame[:2], "big"), int.from_bytes(frame[2:4], "big")
-                    name = f"api{key}-v{ver}-{hashlib.sha1(frame).hexdigest()[:12]}"
+                    name = f"seed-api{key}-v{ver}-{hashlib.sha1(frame).hexdigest()[:12]}"
                     if len(frame) <= 65536:
                         (OUT / name).write_bytes(frame)
     except OSError:
