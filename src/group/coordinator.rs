@@ -546,6 +546,12 @@ impl Coordinator {
             // (Kafka's rule): during CompletingRebalance, or in Stable unless it is the
             // leader (a leader's rejoin asks for a new assignment). It gets the current
             // generation back.
+            if !is_new {
+                tracing::debug!(group = %req.group_id, member = %member_id, state = g.state.name(),
+                    leader = g.leader.as_deref() == Some(member_id.as_str()),
+                    same_protocols = g.members.get(&member_id).is_some_and(|m| m.protocols == req.protocols),
+                    "known member rejoins");
+            }
             if !is_new && matches!(g.state, State::CompletingRebalance | State::Stable) {
                 let leader = g.leader.as_deref() == Some(member_id.as_str());
                 let state = g.state;
