@@ -199,6 +199,23 @@ pub struct Partition {
     pub topic_id: String,
     pub log: Log,
     waiters: Waiters,
+    /// Disk errors seen on this partition: the first is logged as a warning, the rest at
+    /// debug level (a dead disk under a busy partition must not flood the log).
+    io_errors: Cell<u64>,
+}
+
+impl Partition {
+    /// Logs a disk error of this partition: once at warn level, then at debug level.
+    fn log_io_error(&self, topic: &str, partition: i32, op: &str, e: &weir_storage::Error) {
+        let n = self.io_errors.get() + 1;
+        self.io_errors.set(n);
+        if n == 1 {
+            warn!(topic, partition, op, error = %e,
+                "disk error on this partition; its requests get KAFKA_STORAGE_ERROR (further errors at debug level)");
+        } else {
+            debug!(topic, partition, op, error = %e, errors = n, "disk error");
+        }
+    }
 }
 
 fn wake_waiters(waiters: &Waiters) {
@@ -503,7 +520,7 @@ impl Shard {
             Ok(info) => {
                 if acks == -1 {
                     if let Err(e) = part.log.flush().await {
-                        warn!(topic = %p.topic, partition = p.partition, error = %e, "flush failed");
+                        part.log_io_error(&p.topic, p.partition, "flush", &e);
                         return fail(storage_error_code(&e));
                     }
                 }
@@ -515,7 +532,7 @@ impl Shard {
             }
             Err(e) => {
                 if e.is_storage_error() {
-                    warn!(topic = %p.topic, partition = p.partition, error = %e, "append failed");
+                    part.log_io_error(&p.topic, p.partition, "append", &e);
                 } else {
                     debug!(topic = %p.topic, partition = p.partition, error = %e, "append refused");
                 }
@@ -565,7 +582,7 @@ impl Shard {
                     }
                     Err(e) => {
                         if e.is_storage_error() {
-                            warn!(topic = %p.topic, partition = p.partition, error = %e, "read failed");
+                            part.log_io_error(&p.topic, p.partition, "read", &e);
                         }
                         r.error = storage_error_code(&e);
                     }
@@ -989,6 +1006,7 @@ impl Shard {
                 topic_id: topic_id.to_string(),
                 log,
                 waiters,
+                io_errors: Cell::new(0),
             }),
         );
         Ok(())
