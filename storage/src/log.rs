@@ -424,7 +424,6 @@ impl Log {
                 break;
             }
             // Nothing at or after `next` in this segment: go on with the following one.
-            let seg_next = seg.state.borrow().next_offset;
             let following = inner
                 .segments
                 .borrow()
@@ -432,7 +431,7 @@ impl Log {
                 .next()
                 .map(|(b, _)| *b);
             match following {
-                Some(b) if b < hw => next = b.max(seg_next.min(b)),
+                Some(b) if b < hw => next = b,
                 _ => break,
             }
         }

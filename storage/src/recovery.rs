@@ -28,7 +28,7 @@ pub(crate) async fn scan_segment(segment: &Segment, interval: u64) -> Result<Sca
     let mut window_pos = 0u64; // file position of window[0]
     let mut read_to = 0u64; // file position up to which we have read
     let mut pos = 0u64;
-    let mut st = fresh_state(segment);
+    let mut st = SegmentState::empty(segment.base_offset);
     let stop = loop {
         // Make sure the whole header, then the whole batch, is in the window.
         let need_header = pos + HEADER_BYTES as u64;
@@ -126,10 +126,6 @@ pub(crate) async fn scan_segment(segment: &Segment, interval: u64) -> Result<Sca
     st.visible_size = st.size;
     *segment.state.borrow_mut() = st;
     Ok(stop)
-}
-
-fn fresh_state(segment: &Segment) -> SegmentState {
-    SegmentState::empty(segment.base_offset)
 }
 
 /// Ensures the window holds file bytes `[from, to)`. Returns false if the file ends first.
