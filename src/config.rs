@@ -46,7 +46,8 @@ pub struct BrokerConfig {
     pub connections_max_idle_ms: u64,
     /// Requests read ahead and in process per connection (pipelining depth).
     pub max_inflight_per_connection: usize,
-    /// Cross-core requests in flight from one core to another (channel bound).
+    /// `cross.core.queue.depth`: cross-core calls (produce, fetch answered at once, admin) in
+    /// flight from one core to another; past it a call waits (back-pressure, logged once).
     pub mesh_queue_depth: usize,
     /// Bytes of recently appended batches kept in memory per core.
     pub cache_bytes_per_core: usize,
@@ -136,6 +137,12 @@ impl BrokerConfig {
             "listeners" => self.listen = strip_scheme(value),
             "advertised.listeners" => self.advertised_listener = Some(strip_scheme(value)),
             "cache.bytes.per.core" => self.cache_bytes_per_core = parse_num(key, value)?,
+            "cross.core.queue.depth" => {
+                self.mesh_queue_depth = parse_num(key, value)?;
+                if self.mesh_queue_depth == 0 {
+                    return Err("cross.core.queue.depth must be at least 1".into());
+                }
+            }
             _ => return Err(format!("unknown setting '{key}'")),
         }
         self.raw.insert(key.to_string(), value.trim().to_string());

@@ -8,11 +8,13 @@ mod errors;
 mod fetch_response;
 mod group;
 mod kafka;
-mod metadata;
 mod server;
 mod shard;
 mod sync;
 mod wheel;
+
+/// Shared with the library crate (and its fuzz target `metadata_file`).
+use weir::metadata;
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;

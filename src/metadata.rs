@@ -59,16 +59,53 @@ impl Metadata {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("reading {}: {e}", path.display())),
         };
-        let m: Metadata = serde_json::from_slice(&text)
-            .map_err(|e| format!("corrupt metadata file {}: {e}", path.display()))?;
+        Self::parse(&text)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Most partitions one topic may have (CreateTopics refuses more).
+    pub const MAX_PARTITIONS: usize = 100_000;
+    /// Most cores a metadata file may spread partitions over.
+    pub const MAX_CORES: usize = 4096;
+
+    /// Decodes and checks a metadata file's bytes: the JSON must parse, be of a known format
+    /// version, and describe something the broker can open — valid topic names and ids, at
+    /// least one and at most `MAX_PARTITIONS` partitions per topic, every owner a core below
+    /// `cores`. Anything else is an error naming what is wrong, never a panic later.
+    pub fn parse(bytes: &[u8]) -> Result<Metadata, String> {
+        let m: Metadata =
+            serde_json::from_slice(bytes).map_err(|e| format!("corrupt metadata file: {e}"))?;
         if m.format_version != FORMAT_VERSION {
             return Err(format!(
-                "{}: unsupported metadata format version {}",
-                path.display(),
+                "unsupported metadata format version {}",
                 m.format_version
             ));
         }
-        Ok(Some(m))
+        if m.cores == 0 || m.cores > Self::MAX_CORES {
+            return Err(format!("invalid core count {}", m.cores));
+        }
+        for (name, t) in &m.topics {
+            if !valid_topic_name(name) {
+                return Err(format!("invalid topic name {name:?}"));
+            }
+            if t.id.len() != 32 || !t.id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("topic {name}: invalid topic id {:?}", t.id));
+            }
+            if t.owners.is_empty() || t.owners.len() > Self::MAX_PARTITIONS {
+                return Err(format!(
+                    "topic {name}: invalid partition count {}",
+                    t.owners.len()
+                ));
+            }
+            if let Some(bad) = t.owners.iter().find(|&&o| o >= m.cores) {
+                return Err(format!(
+                    "topic {name}: owner core {bad} is not below the core count {}",
+                    m.cores
+                ));
+            }
+        }
+        Ok(m)
     }
 
     /// Writes atomically: temp file, fsync, rename, fsync of the directory.
@@ -234,6 +271,41 @@ mod tests {
         assert_eq!(four.owner("t", 3), None);
         assert_eq!(four.owner("t", -1), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn parse_refuses_what_the_broker_cannot_open() {
+        let mut m = Metadata::empty(2);
+        m.topics.insert(
+            "t".into(),
+            TopicMeta {
+                id: new_topic_id(),
+                owners: vec![0, 1],
+                configs: BTreeMap::new(),
+            },
+        );
+        let good = serde_json::to_vec(&m).unwrap();
+        assert_eq!(Metadata::parse(&good).unwrap(), m);
+        let bad = |f: &dyn Fn(&mut Metadata)| {
+            let mut b = m.clone();
+            f(&mut b);
+            Metadata::parse(&serde_json::to_vec(&b).unwrap()).unwrap_err()
+        };
+        assert!(bad(&|b| b.format_version = 9).contains("format version"));
+        assert!(bad(&|b| b.cores = 0).contains("core count"));
+        assert!(
+            bad(&|b| b.topics.get_mut("t").unwrap().owners = vec![0, 2]).contains("owner core 2")
+        );
+        assert!(bad(&|b| b.topics.get_mut("t").unwrap().owners.clear()).contains("partition count"));
+        assert!(bad(&|b| b.topics.get_mut("t").unwrap().id = "xyz".into()).contains("topic id"));
+        assert!(bad(&|b| {
+            let t = b.topics.remove("t").unwrap();
+            b.topics.insert("a/b".into(), t);
+        })
+        .contains("topic name"));
+        assert!(Metadata::parse(b"{\"format_version\": 1")
+            .unwrap_err()
+            .contains("corrupt"));
     }
 
     #[test]

@@ -167,7 +167,18 @@ pub enum Resp {
     ListOffsets(Vec<ListResult>),
     Topics(Vec<TopicResult>),
     Group(GroupResp),
+    /// Reply to `Req::Apply`: the partitions this core could not open.
+    Applied(Vec<OpenFailure>),
     Done,
+}
+
+/// A partition log that a core could not open when applying metadata.
+#[derive(Debug, Clone)]
+pub struct OpenFailure {
+    pub topic: String,
+    pub partition: i32,
+    pub core: usize,
+    pub error: String,
 }
 
 /// Envelope on the request mesh: (from core, call id, request).
@@ -255,6 +266,8 @@ pub struct Shard {
     remote_parked: RefCell<HashMap<FetchKey, Weak<Parked>>>,
     early_wakes: RefCell<HashSet<FetchKey>>,
     warned_parked_limit: Cell<bool>,
+    /// Whether a full cross-core queue (`cross.core.queue.depth`) was logged at warn level.
+    warned_queue_full: Cell<bool>,
 
     admin_lock: Semaphore,
     /// The group coordinator of the offset buckets this core owns.
@@ -307,6 +320,7 @@ impl Shard {
             remote_parked: RefCell::new(HashMap::new()),
             early_wakes: RefCell::new(HashSet::new()),
             warned_parked_limit: Cell::new(false),
+            warned_queue_full: Cell::new(false),
             admin_lock: Semaphore::new(1),
             groups: RefCell::new(None),
             shutdown: Event::default(),
@@ -385,10 +399,15 @@ impl Shard {
         };
         let _permit = match fetch_permit {
             Some(p) => p,
-            None => match permits.acquire_permit(1).await {
-                Ok(p) => p,
-                Err(_) => return Resp::Done,
-            },
+            None => {
+                if permits.available() == 0 {
+                    self.note_queue_full(owner);
+                }
+                match permits.acquire_permit(1).await {
+                    Ok(p) => p,
+                    Err(_) => return Resp::Done,
+                }
+            }
         };
         let id = self.next_call.get();
         self.next_call.set(id + 1);
@@ -401,6 +420,17 @@ impl Shard {
         }
         drop(turn);
         slot.take().await
+    }
+
+    /// A call to `owner` found `cross.core.queue.depth` calls in flight: back-pressure, not
+    /// an error (it waits for one to finish), logged at warn level the first time.
+    fn note_queue_full(&self, owner: usize) {
+        if self.warned_queue_full.replace(true) {
+            debug!(core = self.id, to = owner, "cross-core queue full: waiting");
+        } else {
+            warn!(core = self.id, to = owner, depth = self.config.mesh_queue_depth,
+                "cross-core queue full (cross.core.queue.depth): calls wait their turn; logged once");
+        }
     }
 
     /// Starts the tasks that serve the meshes: one receiver task per peer and direction.
@@ -455,10 +485,7 @@ impl Shard {
                 Resp::Done
             }
             Req::ListOffsets(parts) => Resp::ListOffsets(self.list_offsets_local(parts).await),
-            Req::Apply(meta) => {
-                self.apply_metadata(meta).await;
-                Resp::Done
-            }
+            Req::Apply(meta) => Resp::Applied(self.apply_metadata(meta).await),
             Req::CreateTopics {
                 topics,
                 validate_only,
@@ -860,14 +887,47 @@ impl Shard {
             results.push(r);
         }
         if changed {
-            if let Err(e) = self.commit_metadata(meta).await {
-                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
-                    r.error = errors::KAFKA_STORAGE_ERROR;
-                    r.message = Some(e.clone());
+            match self.commit_metadata_reporting(meta).await {
+                Err(e) => {
+                    for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+                        r.error = errors::KAFKA_STORAGE_ERROR;
+                        r.message = Some(e.clone());
+                    }
                 }
+                Ok(failures) => self.undo_failed_creates(&mut results, failures).await,
             }
         }
         results
+    }
+
+    /// A created topic some of whose logs could not be opened (a file in the way, EIO, out of
+    /// file descriptors) is not half-created: the creation is reported failed, with the cause,
+    /// and the topic is removed again, so that a retry starts from nothing.
+    async fn undo_failed_creates(
+        self: &Rc<Self>,
+        results: &mut [TopicResult],
+        failures: Vec<OpenFailure>,
+    ) {
+        let mut meta = (*self.metadata()).clone();
+        let mut undo = false;
+        for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+            let Some(f) = failures.iter().find(|f| f.topic == r.name) else {
+                continue;
+            };
+            warn!(topic = %r.name, partition = f.partition, core = f.core, error = %f.error,
+                "topic creation failed: a partition log cannot be opened; removing the topic");
+            r.error = errors::KAFKA_STORAGE_ERROR;
+            r.message = Some(format!(
+                "cannot create the log of partition {}: {}",
+                f.partition, f.error
+            ));
+            undo |= meta.topics.remove(&r.name).is_some();
+        }
+        if undo {
+            if let Err(e) = self.commit_metadata(meta).await {
+                warn!(error = %e, "removing a topic whose creation failed");
+            }
+        }
     }
 
     async fn admin_delete(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicResult> {
@@ -925,24 +985,36 @@ impl Shard {
     }
 
     /// Writes the new metadata durably, then makes every core apply it (this one first).
-    async fn commit_metadata(self: &Rc<Self>, mut meta: Metadata) -> Result<(), String> {
+    async fn commit_metadata(self: &Rc<Self>, meta: Metadata) -> Result<(), String> {
+        self.commit_metadata_reporting(meta).await.map(|_| ())
+    }
+
+    /// `commit_metadata`, returning the partition logs that could not be opened.
+    async fn commit_metadata_reporting(
+        self: &Rc<Self>,
+        mut meta: Metadata,
+    ) -> Result<Vec<OpenFailure>, String> {
         meta.epoch += 1;
         // A rare, small, blocking write on core 0: acceptable off the data path.
         meta.save(&self.config.data_dir)?;
         let meta = Arc::new(meta);
-        self.apply_metadata(meta.clone()).await;
+        let mut failures = self.apply_metadata(meta.clone()).await;
         for core in 0..self.cores {
             if core != self.id {
                 // Boxed: `call` → `handle` → `admin_*` → here is a recursive async cycle.
-                Box::pin(self.call(core, Req::Apply(meta.clone()))).await;
+                if let Resp::Applied(f) = Box::pin(self.call(core, Req::Apply(meta.clone()))).await
+                {
+                    failures.extend(f);
+                }
             }
         }
-        Ok(())
+        Ok(failures)
     }
 
     /// Opens the logs this core now owns, closes and deletes the ones of deleted topics,
-    /// updates configs, and installs the snapshot.
-    pub async fn apply_metadata(self: &Rc<Self>, meta: Arc<Metadata>) {
+    /// updates configs, and installs the snapshot. Returns the logs that failed to open.
+    pub async fn apply_metadata(self: &Rc<Self>, meta: Arc<Metadata>) -> Vec<OpenFailure> {
+        let mut failures = Vec::new();
         // Deleted (or recreated) topics first, so a recreated topic gets a fresh directory.
         let stale: Vec<(String, i32)> = self
             .partitions
@@ -979,12 +1051,19 @@ impl Shard {
                 match self.open_partition(name, p, &t.id, config.clone()).await {
                     Ok(()) => {}
                     Err(e) => {
-                        warn!(topic = %name, partition = p, error = %e, "cannot open partition log")
+                        warn!(topic = %name, partition = p, error = %e, "cannot open partition log");
+                        failures.push(OpenFailure {
+                            topic: name.clone(),
+                            partition: p,
+                            core: self.id,
+                            error: e.to_string(),
+                        });
                     }
                 }
             }
         }
         *self.meta.borrow_mut() = meta;
+        failures
     }
 
     pub async fn open_partition(
@@ -1133,6 +1212,7 @@ impl Shard {
     /// Opens the logs this core owns at start.
     pub async fn open_owned(self: &Rc<Self>) {
         let meta = self.metadata();
+        // Failures are logged; those partitions answer with an error until the next start.
         self.apply_metadata(meta).await;
     }
 }

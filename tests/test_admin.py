@@ -13,8 +13,8 @@ from confluent_kafka.admin import NewTopic
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpConfigResourceType
 
-from clients import (Msg, rd_admin, rd_consume, rd_create_topic, rd_produce, rd_producer, rd_topic_configs,
-                     wait_for_topic)
+from clients import (Msg, assert_exact, rd_admin, rd_consume, rd_create_topic, rd_produce, rd_producer,
+                     rd_topic_configs, sample_messages, wait_for_topic)
 
 
 def kp_admin(bootstrap):
@@ -156,3 +156,28 @@ def test_auto_create_can_be_disabled(broker_factory, topic_name):
     t = md.topics.get(topic_name)
     assert t is None or t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART, t
     assert topic_name not in rd_admin(b.bootstrap).list_topics(timeout=10).topics
+
+
+def test_create_topic_whose_log_cannot_be_made_fails_cleanly(broker, topic_name):
+    """A partition log that cannot be created (here an operator's file sits where its directory
+    goes) fails the CreateTopics with KAFKA_STORAGE_ERROR and the cause; no half-made topic is
+    left behind, and the same create works once the obstacle is gone."""
+    blocker = broker.data_dir / f"{topic_name}-1"
+    blocker.write_text("not a directory")
+    admin = rd_admin(broker.bootstrap)
+    fs = admin.create_topics([NewTopic(topic_name, num_partitions=3, replication_factor=1)],
+                             operation_timeout=10, request_timeout=30)
+    with pytest.raises(KafkaException) as e:
+        fs[topic_name].result(30)
+    err = e.value.args[0]
+    assert err.code() == KafkaError.KAFKA_STORAGE_ERROR, err
+    assert "partition 1" in err.str(), err.str()
+    assert topic_name not in admin.list_topics(timeout=10).topics
+    assert not (broker.data_dir / f"{topic_name}-0").exists(), "partition 0's log was left behind"
+    assert blocker.read_text() == "not a directory", "the operator's file was touched"
+
+    blocker.unlink()
+    rd_create_topic(broker.bootstrap, topic_name, 3)
+    msgs = sample_messages(30, 3)
+    rd_produce(rd_producer(broker.bootstrap), topic_name, msgs)
+    assert_exact(msgs, rd_consume(broker.bootstrap, topic_name, [0, 1, 2], 30))

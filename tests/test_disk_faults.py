@@ -287,3 +287,66 @@ def test_eio_on_one_partition(manual_broker, loopfs):
     # Logged once for the partition, not once per failed request.
     assert log_count(broker, "disk error on this partition") == 1, broker.log_tail()
     assert broker.alive()
+
+
+def fill_disk(path: Path) -> None:
+    """Writes `path` until the filesystem refuses with ENOSPC."""
+    with open(path, "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        while True:
+            try:
+                f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as e:
+                assert e.errno == 28, e
+                break
+    # Whatever is left (less than a chunk) goes too.
+    with open(path, "ab") as f:
+        for size in (64 << 10, 4096):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * size)
+                    f.flush()
+                    os.fsync(f.fileno())
+
+
+@pytest.mark.timeout(240)
+def test_restart_on_a_full_disk_keeps_data_and_group_offsets(manual_broker, loopfs):
+    """The disk filled while the broker was down: it still starts, serves every record and every
+    committed group offset, refuses produces with KAFKA_STORAGE_ERROR, and takes them again once
+    space is freed."""
+    broker = manual_broker({"log.segment.bytes": 4 << 20})
+    fs = loopfs(broker.data_dir, 96)
+    broker.start()
+    rd_create_topic(broker.bootstrap, "t", 1)
+    assert produce_codes(broker.bootstrap, "t", 0, 10, 1000) == [KafkaError.NO_ERROR] * 10
+    c = rd_consumer(broker.bootstrap, **{"group.id": "g-full", "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition("t", 0, 7)], asynchronous=False)
+    finally:
+        c.close()
+    broker.stop()
+
+    ballast = broker.data_dir / "operator-ballast"
+    fill_disk(ballast)
+    assert fs.free_bytes() < (1 << 20), fs.free_bytes()
+    broker.start()
+    broker.check_alive()
+    assert read_all(broker.bootstrap, "t", 0) == list(range(10))
+    c = rd_consumer(broker.bootstrap, **{"group.id": "g-full", "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition("t", 0)], timeout=20)
+    finally:
+        c.close()
+    assert [(tp.offset, tp.error) for tp in got] == [(7, None)], "the committed offset survives a full disk"
+    codes = produce_codes(broker.bootstrap, "t", 0, 20, 64 << 10)
+    assert KafkaError.KAFKA_STORAGE_ERROR in codes and set(codes) <= {KafkaError.NO_ERROR,
+                                                                    KafkaError.KAFKA_STORAGE_ERROR}, codes
+    broker.check_alive()
+
+    ballast.unlink()
+    codes = produce_codes(broker.bootstrap, "t", 0, 3, 1000)
+    assert codes == [KafkaError.NO_ERROR] * 3, f"produce after space was freed: {codes}"
+    end = read_all(broker.bootstrap, "t", 0)
+    assert end == list(range(len(end))) and len(end) >= 13, end

@@ -155,7 +155,11 @@ impl Error {
     /// True when the disk is full (ENOSPC): the caller may retry once space is freed.
     pub fn is_no_space(&self) -> bool {
         match self {
-            Error::Io { source, .. } => source.raw_os_error() == Some(28),
+            // glommio's errors arrive re-wrapped, without the raw errno but with its kind.
+            Error::Io { source, .. } => {
+                source.raw_os_error() == Some(28)
+                    || source.kind() == std::io::ErrorKind::StorageFull
+            }
             Error::LogFailed(why) => why.contains("No space left"),
             _ => false,
         }

@@ -256,7 +256,17 @@ impl Log {
                 .max(config.write_chunk_bytes as u64),
         )
         .min(align_up(config.segment_bytes + (1 << 20)).max(align_up(size)));
-        active.file.pre_allocate(prealloc).await?;
+        // On a full disk the log still opens: what it holds stays readable, and appends
+        // preallocate before writing (`ensure_preallocated`), so they fail with ENOSPC, and
+        // succeed again once space is freed, without a reopen.
+        let prealloc = match active.file.pre_allocate(prealloc).await {
+            Ok(()) => prealloc,
+            Err(e) if e.is_no_space() => {
+                tracing::warn!(dir = %dir.display(), error = %e, "disk full: log opened without preallocated room");
+                align_up(size)
+            }
+            Err(e) => return Err(e),
+        };
         // Whatever recovery kept is made durable now, so `flushed_offset` can start at the end.
         active.file.fdatasync().await?;
         let appender = Appender::new(

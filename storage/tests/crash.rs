@@ -318,3 +318,64 @@ fn full_disk_refuses_appends_until_space_is_freed() {
         assert!(r.batches().count() >= 1);
     });
 }
+
+/// A log reopened on a full disk (a restart after the disk filled) still opens: its records
+/// are served, appends are refused with ENOSPC, and work again once space is freed.
+#[test]
+fn log_reopens_on_a_full_disk() {
+    let tmp = common::tempdir();
+    common::run(tmp.path(), || async {
+        let dir = Path::new("/sim/reopen-full");
+        let disk = SimDisk::new();
+        let b = RecordBatchBuilder::new(1)
+            .record(None, Some(&[7u8; 3000]), &[])
+            .build();
+        let log = Log::open_in(
+            disk.vfs(),
+            dir,
+            common::small_config(),
+            BatchCache::new(1 << 20),
+        )
+        .await
+        .expect("open");
+        for _ in 0..5 {
+            log.append(b.clone()).await.expect("append");
+        }
+        log.close().await.expect("close");
+
+        disk.inject(SimFault {
+            op: SimOp::Allocate,
+            path_contains: ".log".into(),
+            errno: 28,
+        });
+        let log = Log::open_in(
+            disk.vfs(),
+            dir,
+            common::small_config(),
+            BatchCache::new(1 << 20),
+        )
+        .await
+        .expect("a full disk must not stop the log from opening");
+        let r = log.read(0, 1 << 20).await.expect("read");
+        assert_eq!(r.batches().count(), 5, "every record is still served");
+        let mut refused = false;
+        for _ in 0..50 {
+            match log.append(b.clone()).await {
+                Ok(_) => {}
+                Err(e) => {
+                    assert!(e.is_no_space(), "{e}");
+                    refused = true;
+                    break;
+                }
+            }
+        }
+        assert!(refused, "appends on a full disk are refused");
+        let end = log.watermarks().log_end_offset;
+        disk.clear_faults();
+        let info = log
+            .append(b.clone())
+            .await
+            .expect("append after space is freed");
+        assert_eq!(info.base_offset, end);
+    });
+}
