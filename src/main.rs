@@ -147,7 +147,7 @@ fn build_config(args: &ServeArgs) -> Result<BrokerConfig, String> {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    let config = build_config(&args)?;
+    let mut config = build_config(&args)?;
     // TcpListener::bind panics on an unresolvable address: check it here, with a message.
     let listen_addr = config
         .listen
@@ -167,6 +167,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         return Err(format!("--cores {cores}: too many"));
     }
     shard::data_dir_ok(&config.data_dir)?;
+    // Absolute from here on: logs name the real place, and glommio cannot open relative paths.
+    config.data_dir = std::path::absolute(&config.data_dir)
+        .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
 
     // Metadata: loaded (or created) before any executor starts; partitions are re-spread
     // if the core count changed since the last run.

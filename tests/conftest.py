@@ -1,6 +1,7 @@
 """Fixtures that run the real `weir` broker binary for the integration tests.
 
-`broker` starts `target/release/weir serve --data-dir <fresh dir> --listen 127.0.0.1:0` (the
+`broker` starts `target/release/weir serve --listen 127.0.0.1:0` in a fresh directory, so its data
+lives in the default `./data` there, as for the README's first command (the
 binary is built by scripts/test.sh; WEIR_BIN overrides the path), waits for its
 `listening on 127.0.0.1:PORT` line and hands the test a `Broker` with:
 
@@ -53,7 +54,7 @@ class Broker:
 
     def __init__(self, workdir: Path, settings: dict[str, str] | None = None, cores: int | None = None):
         self.workdir = workdir
-        self.data_dir = workdir / "data"
+        self.data_dir = workdir / "data"  # the default `./data`, relative to the broker's cwd
         self.log_path = workdir / "weir.log"
         self.settings = dict(settings or {})
         self.cores = cores
@@ -66,7 +67,7 @@ class Broker:
     # -- lifecycle -------------------------------------------------------------------------
 
     def command(self) -> list[str]:
-        cmd = [str(WEIR_BIN), "serve", "--data-dir", str(self.data_dir), "--listen", "127.0.0.1:0"]
+        cmd = [str(WEIR_BIN), "serve", "--listen", "127.0.0.1:0"]
         if self.cores is not None:
             cmd += ["--cores", str(self.cores)]
         for key, value in self.settings.items():

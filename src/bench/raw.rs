@@ -57,7 +57,9 @@ pub fn prepare(cfg: &RawConfig) -> std::io::Result<()> {
 }
 
 fn raw_path(dir: &Path) -> PathBuf {
-    dir.join("raw-device.bin")
+    let path = dir.join("raw-device.bin");
+    // glommio opens relative paths against fd -1 (EBADF): hand it an absolute one.
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 /// Runs `seconds` of direct writes, then of direct reads, then of loopback TCP.

@@ -33,6 +33,8 @@ pub(crate) fn align_up(v: u64) -> u64 {
 /// other DMA file on the same filesystem is opened: it writes (once) and opens a file whose
 /// first 4 KiB hold data, so the probe sees a real read.
 pub async fn prime_dma_probe(dir: &Path) -> Result<()> {
+    let abs = absolute(dir)?;
+    let dir: &Path = &abs;
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create dir", dir, None, e))?;
     let path = dir.join(".weir-dma-probe");
     let ok = std::fs::metadata(&path)
@@ -52,6 +54,18 @@ pub async fn prime_dma_probe(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io("dma open", &path, None, e))?;
     let _ = f.close().await;
     Ok(())
+}
+
+/// `path` made absolute against the current directory. glommio 0.9 opens files and
+/// directories with `openat(-1, path)` (not `AT_FDCWD`), so a relative path fails with
+/// EBADF: every path handed to glommio goes through this first.
+pub fn absolute(path: &Path) -> Result<std::borrow::Cow<'_, Path>> {
+    if path.is_absolute() {
+        return Ok(std::borrow::Cow::Borrowed(path));
+    }
+    std::path::absolute(path)
+        .map(std::borrow::Cow::Owned)
+        .map_err(|e| Error::io("resolve path", path, None, e))
 }
 
 /// Where files live: the real filesystem, or a simulated disk.
@@ -104,7 +118,7 @@ impl Vfs {
                     .read(true)
                     .write(true)
                     .create(create)
-                    .dma_open(path)
+                    .dma_open(absolute(path)?)
                     .await
                     .map_err(|e| Error::io("open", path, None, e))?;
                 Ok(IoFile::Dma(Rc::new(f), Rc::new(path.to_owned())))
@@ -169,7 +183,7 @@ impl Vfs {
     pub async fn sync_dir(&self, dir: &Path) -> Result<()> {
         match self {
             Vfs::Real => {
-                let d = glommio::io::Directory::open(dir)
+                let d = glommio::io::Directory::open(absolute(dir)?)
                     .await
                     .map_err(|e| Error::io("open dir", dir, None, e))?;
                 d.sync()

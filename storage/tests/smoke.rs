@@ -64,3 +64,34 @@ fn append_read_flush_reopen() {
         assert_eq!(log.watermarks().log_end_offset, 401);
     });
 }
+
+/// A log in a directory named relative to the current directory opens, appends, syncs and
+/// reopens like one named absolutely (glommio itself cannot open relative paths).
+#[test]
+fn relative_directory() {
+    let dir = common::tempdir();
+    let cwd = std::env::current_dir().expect("cwd");
+    // "../../.." up to the root, then the temp dir: relative, and independent of the cwd.
+    let mut path = std::path::PathBuf::new();
+    for _ in cwd.components().skip(1) {
+        path.push("..");
+    }
+    path.push(dir.path().join("p0").strip_prefix("/").expect("absolute"));
+    assert!(path.is_relative());
+    common::run(dir.path(), move || async move {
+        let log = Log::open(&path, common::small_config())
+            .await
+            .expect("open a relative directory");
+        let b = RecordBatchBuilder::new(1)
+            .record(None, Some(b"v"), &[])
+            .build();
+        assert_eq!(log.append(b).await.expect("append").base_offset, 0);
+        log.flush().await.expect("flush");
+        log.close().await.expect("close");
+        let log = Log::open(&path, common::small_config())
+            .await
+            .expect("reopen a relative directory");
+        assert_eq!(log.watermarks().log_end_offset, 1);
+        log.close().await.expect("close");
+    });
+}
