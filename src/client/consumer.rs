@@ -80,11 +80,24 @@ pub struct FetchedBatch {
 }
 
 impl FetchedBatch {
-    /// The batch's records at or after `skip_before`; `None` for compressed batches.
-    pub fn records(&self) -> Option<Vec<Record>> {
-        let mut recs = decode_records(&self.bytes)?;
+    /// The batch's records at or after `skip_before`, decompressing gzip, snappy, lz4 and
+    /// zstd batches; an error for a corrupt batch.
+    pub fn records(&self) -> Result<Vec<Record>> {
+        let corrupt = |why: String| {
+            Error::Invalid(format!(
+                "{} batch at offset {}: {why}",
+                self.partition, self.base_offset
+            ))
+        };
+        let plain = if self.compression == 0 {
+            self.bytes.clone()
+        } else {
+            super::decompress::decompress_batch(&self.bytes).map_err(corrupt)?
+        };
+        let mut recs =
+            decode_records(&plain).ok_or_else(|| corrupt("malformed records".to_string()))?;
         recs.retain(|r| r.offset >= self.skip_before);
-        Some(recs)
+        Ok(recs)
     }
 }
 
@@ -233,18 +246,12 @@ impl Consumer {
         Ok(batches)
     }
 
-    /// Like [`Consumer::poll_batches`], decoding records (uncompressed batches only:
-    /// a compressed batch is an error here; use `poll_batches` for those).
+    /// Like [`Consumer::poll_batches`], decoding (and decompressing) records.
     pub async fn poll(&mut self) -> Result<Vec<ConsumerRecord>> {
         let batches = self.poll_batches().await?;
         let mut out = Vec::new();
         for b in batches {
-            let recs = b.records().ok_or_else(|| {
-                Error::Invalid(format!(
-                    "{} batch at offset {} is compressed (codec {}): use poll_batches",
-                    b.partition, b.base_offset, b.compression
-                ))
-            })?;
+            let recs = b.records()?;
             out.extend(recs.into_iter().map(|r| ConsumerRecord {
                 partition: b.partition.clone(),
                 offset: r.offset,

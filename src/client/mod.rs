@@ -15,6 +15,7 @@
 mod cluster;
 mod connection;
 mod consumer;
+mod decompress;
 mod error;
 mod partitioner;
 mod producer;
