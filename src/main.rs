@@ -293,8 +293,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     }
 }
 
-/// How often an idle core's reactor wakes up anyway (see `core_main`).
-const REACTOR_KEEPALIVE: Duration = Duration::from_millis(20);
+/// How often an idle core's reactor wakes up anyway (see `core_main`). Each trip costs the
+/// kernel a walk of io_uring's poll-cancel hash (`io_poll_find`), which holds one entry per
+/// socket waiting for data: with 10,000 parked fetches a 20 ms tick cost 3.3-3.7% of a core,
+/// 100 ms costs 0.9-1.1% (`weir bench idle-polls`, docs/bench.md). A lost wake-up is rare
+/// (glommio#261): 100 ms bounds it.
+const REACTOR_KEEPALIVE: Duration = Duration::from_millis(100);
 
 async fn core_main(
     cores: usize,

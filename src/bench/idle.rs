@@ -2,18 +2,26 @@
 //! own connection. Measures the broker's CPU and memory while they wait, then wakes one
 //! partition at a time with a single record and measures how long the parked fetches take
 //! to answer (produce sent → fetch response received).
+//!
+//! Each fetcher is a bare request/response loop on one socket (one fd), not a client
+//! `Connection` (two fds: a dup for its reader task), so 10,000 of them fit under this
+//! machine's fixed 20,000-fd hard limit.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
 use hdrhistogram::Histogram;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{FetchRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ResponseHeader, TopicName};
+use kafka_protocol::protocol::{Decodable, HeaderVersion, StrBytes};
 
 use super::broker::{cpu_seconds, rss_bytes};
 use super::workload::new_histogram;
+use crate::client::{encode_request_frame, MAX_FRAME_BYTES};
 use crate::client::{
     Acks, Cluster, ClusterConfig, Connection, Partitioner, Producer, ProducerConfig,
     ProducerRecord, TopicPartition,
@@ -41,6 +49,10 @@ pub struct IdleResult {
     pub broker_rss_parked_bytes: Option<u64>,
     pub wakeups: u64,
     pub wakeup_timeouts: u64,
+    /// The waking produce's own round trip (sent → acks=1 answer), p50 and p99 in µs: the
+    /// part of the wake-up latency that is the append, not the parked fetches.
+    pub produce_ack_p50_us: u64,
+    pub produce_ack_p99_us: u64,
 }
 
 struct Shared {
@@ -68,40 +80,69 @@ fn fetch_request(topic: &str, partition: i32, offset: i64) -> FetchRequest {
                 .with_partition_max_bytes(1 << 20)])])
 }
 
-async fn fetcher(conn: Connection, topic: String, partition: i32, mut offset: i64, sh: Rc<Shared>) {
-    let Ok(version) = conn.version::<FetchRequest>(12) else {
-        sh.errors.set(sh.errors.get() + 1);
-        return;
-    };
+/// One fetch sent, one response read back: the partition's `(high watermark, has records)`.
+async fn fetch_once(
+    stream: &mut TcpStream,
+    frame: &[u8],
+    version: i16,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<(i64, bool)> {
+    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    stream.write_all(frame).await?;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).await?;
+    let size = i32::from_be_bytes(size);
+    if size < 4 || size as usize > MAX_FRAME_BYTES {
+        return Err(bad(format!("response frame size {size}")));
+    }
+    buf.resize(size as usize, 0);
+    stream.read_exact(buf).await?;
+    let mut body = Bytes::copy_from_slice(buf);
+    ResponseHeader::decode(&mut body, FetchResponse::header_version(version))
+        .map_err(|e| bad(format!("response header: {e}")))?;
+    let resp = FetchResponse::decode(&mut body, version)
+        .map_err(|e| bad(format!("fetch response: {e}")))?;
+    Ok(resp
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .next()
+        .map(|p| {
+            let has = p.records.as_ref().is_some_and(|r| !r.is_empty());
+            (p.high_watermark, has)
+        })
+        .unwrap_or((-1, false)))
+}
+
+async fn fetcher(
+    mut stream: TcpStream,
+    version: i16,
+    topic: String,
+    partition: i32,
+    mut offset: i64,
+    sh: Rc<Shared>,
+) {
+    let client_id = StrBytes::from_static_str("weir-bench-idle");
+    let mut buf = Vec::new();
+    let mut correlation_id = 0;
     while !sh.stop.get() {
-        let fut = match conn
-            .send(&fetch_request(&topic, partition, offset), version)
-            .await
-        {
-            Ok(f) => f,
-            Err(_) => {
-                sh.errors.set(sh.errors.get() + 1);
-                return;
-            }
-        };
-        sh.parked.set(sh.parked.get() + 1);
-        let resp = fut.await;
-        let now = Instant::now();
-        sh.parked.set(sh.parked.get() - 1);
-        let Ok(resp) = resp else {
+        correlation_id += 1;
+        let req = fetch_request(&topic, partition, offset);
+        let Ok(frame) = encode_request_frame(&req, version, correlation_id, &client_id) else {
             sh.errors.set(sh.errors.get() + 1);
             return;
         };
-        let p = resp
-            .responses
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .next();
-        if let Some(p) = p {
-            if p.records.as_ref().is_some_and(|r| !r.is_empty()) && p.high_watermark > offset {
-                offset = p.high_watermark;
-                sh.woken.borrow_mut().push((partition, now));
-            }
+        sh.parked.set(sh.parked.get() + 1);
+        let resp = fetch_once(&mut stream, &frame, version, &mut buf).await;
+        let now = Instant::now();
+        sh.parked.set(sh.parked.get() - 1);
+        let Ok((high_watermark, has_records)) = resp else {
+            sh.errors.set(sh.errors.get() + 1);
+            return;
+        };
+        if has_records && high_watermark > offset {
+            offset = high_watermark;
+            sh.woken.borrow_mut().push((partition, now));
         }
     }
 }
@@ -116,13 +157,24 @@ pub async fn run(
         .await
         .map_err(err)?;
     let mut ends = Vec::new();
+    // The Fetch version each broker speaks, negotiated once by a client connection.
+    let mut versions: std::collections::HashMap<String, i16> = Default::default();
     for p in 0..spec.partitions {
         let tp = TopicPartition::new(spec.topic.clone(), p);
         let leader = cluster.leader(&tp).await.map_err(err)?;
         let addr = cluster
             .broker_addr(leader)
             .ok_or_else(|| format!("no address for broker {leader}"))?;
+        if !versions.contains_key(&addr) {
+            let conn = Connection::connect(&addr, "weir-bench-idle")
+                .await
+                .map_err(err)?;
+            versions.insert(addr.clone(), conn.version::<FetchRequest>(12).map_err(err)?);
+        }
         ends.push((addr, cluster.list_offset(&tp, -1).await.map_err(err)?));
+        if p % 256 == 255 {
+            progress(&format!("end offsets {}/{}", p + 1, spec.partitions));
+        }
     }
     let sh = Rc::new(Shared {
         parked: Cell::new(0),
@@ -142,16 +194,29 @@ pub async fn run(
             .map(|j| {
                 let p = (j % spec.partitions as usize) as i32;
                 let (addr, end) = ends[p as usize].clone();
+                let version = versions[&addr];
                 glommio::spawn_local(async move {
-                    Connection::connect(&addr, "weir-bench-idle")
+                    let stream = TcpStream::connect(addr.as_str())
                         .await
-                        .map(|c| (c, p, end))
+                        .map_err(|e| format!("connect {addr}: {e}"))?;
+                    stream
+                        .set_nodelay(true)
+                        .map_err(|e| format!("set_nodelay {addr}: {e}"))?;
+                    Ok::<_, String>((stream, version, p, end))
                 })
             })
             .collect();
         for w in wave {
-            let (conn, p, end) = w.await.map_err(err)?;
-            glommio::spawn_local(fetcher(conn, spec.topic.clone(), p, end, sh.clone())).detach();
+            let (stream, version, p, end) = w.await?;
+            glommio::spawn_local(fetcher(
+                stream,
+                version,
+                spec.topic.clone(),
+                p,
+                end,
+                sh.clone(),
+            ))
+            .detach();
         }
         i += 64;
         if i % 1024 == 0 {
@@ -191,6 +256,7 @@ pub async fn run(
         },
     );
     let mut hist = new_histogram();
+    let mut acks = new_histogram();
     let per_partition = |p: i32| {
         (0..spec.fetchers)
             .filter(|j| (j % spec.partitions as usize) as i32 == p)
@@ -206,6 +272,7 @@ pub async fn run(
             .await
             .map_err(err)?;
         d.await.map_err(err)?;
+        let _ = acks.record(t0.elapsed().as_micros().max(1) as u64);
         let deadline = Instant::now() + Duration::from_secs(5);
         while sh.woken.borrow().len() < expect && Instant::now() < deadline {
             glommio::timer::sleep(Duration::from_millis(1)).await;
@@ -224,5 +291,7 @@ pub async fn run(
         glommio::timer::sleep(Duration::from_millis(20)).await;
     }
     sh.stop.set(true);
+    res.produce_ack_p50_us = acks.value_at_percentile(50.0);
+    res.produce_ack_p99_us = acks.value_at_percentile(99.0);
     Ok((res, hist))
 }

@@ -103,9 +103,9 @@ pub struct BenchArgs {
     pub producers: usize,
     #[arg(long, default_value_t = 1)]
     pub consumers: usize,
-    /// Partitions of the bench topic.
-    #[arg(long, default_value_t = 4)]
-    pub partitions: i32,
+    /// Partitions of the bench topic [default: 4; idle-polls: one per 10 fetchers].
+    #[arg(long)]
+    pub partitions: Option<i32>,
     /// Bytes per record value (e.g. 1KiB, 100, 4k).
     #[arg(long, default_value = "1KiB", value_parser = parse_size)]
     pub record_size: u64,
@@ -152,6 +152,13 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
     #[arg(long)]
     pub svg: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// Partitions of the bench topic (`run_scenario` fills in the scenario's default).
+    fn parts(&self) -> i32 {
+        self.partitions.unwrap_or(4)
+    }
 }
 
 /// Parses `1024`, `4k`, `1KiB`, `8GiB`, `1MB`...: binary multiples either way.
@@ -499,6 +506,15 @@ struct PhaseResult {
 }
 
 fn run_scenario(args: &BenchArgs) -> Result<(), String> {
+    let mut args = args.clone();
+    // idle-polls: ten parked fetches per partition by default (say, ten consumer groups on
+    // each), so that one record wakes ten fetches: wake-up latency, not fan-out.
+    let default_partitions = match args.scenario {
+        Scenario::IdlePolls => (args.fetchers / 10).clamp(1, 100_000) as i32,
+        _ => 4,
+    };
+    args.partitions.get_or_insert(default_partitions);
+    let args = &args;
     let scenario = args.scenario.name();
     let work = args
         .work_dir
@@ -531,7 +547,12 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
     let broker = match &args.bootstrap {
         Some(b) => Broker::external(b, args.broker_pid),
         None => {
-            let mut settings = vec![format!("num.partitions={}", args.partitions)];
+            let mut settings = vec![format!("num.partitions={}", args.parts())];
+            if matches!(args.scenario, Scenario::IdlePolls) {
+                // A thousand idle partitions: small segments, so that each log reserves
+                // (preallocates) 2 MiB on open, not 64 MiB.
+                settings.push("log.segment.bytes=1048576".to_string());
+            }
             settings.extend(args.broker_set.iter().cloned());
             let b = Broker::spawn(&work.join("broker"), &settings)
                 .map_err(|e| format!("starting weir serve: {e}"))?;
@@ -545,7 +566,7 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
     let topic = format!("bench-{scenario}-{}", std::process::id());
     {
         let (bootstrap, topic, partitions) =
-            (broker.bootstrap.clone(), topic.clone(), args.partitions);
+            (broker.bootstrap.clone(), topic.clone(), args.parts());
         executor("bench-setup", move || async move {
             let cluster = Cluster::connect(ClusterConfig::new(bootstrap)).await?;
             if let Err(e) = cluster.create_topic(&topic, partitions).await {
@@ -563,7 +584,7 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
             command,
             config: json!({
                 "producers": args.producers, "consumers": args.consumers,
-                "partitions": args.partitions, "record_size": args.record_size,
+                "partitions": args.parts(), "record_size": args.record_size,
                 "batch_size": args.batch_size, "linger_ms": args.linger_ms, "acks": args.acks,
                 "max_in_flight": args.max_in_flight, "duration_s": args.duration,
                 "dataset": args.dataset, "fetchers": args.fetchers,
@@ -668,7 +689,7 @@ fn scenario_consume_tail(ctx: &mut Ctx) -> Result<(), String> {
     let producers = (0..ctx.args.producers)
         .map(|_| ctx.produce_spec(Some(per), true, Duration::ZERO))
         .collect();
-    let consumers = split_partitions(ctx.args.partitions, ctx.args.consumers)
+    let consumers = split_partitions(ctx.args.parts(), ctx.args.consumers)
         .into_iter()
         .map(|parts| ConsumeSpec {
             bootstrap: ctx.broker.bootstrap.clone(),
@@ -723,7 +744,7 @@ fn scenario_consume_disk(ctx: &mut Ctx) -> Result<(), String> {
     let (bootstrap, topic, n) = (
         ctx.broker.bootstrap.clone(),
         ctx.topic.clone(),
-        ctx.args.partitions,
+        ctx.args.parts(),
     );
     let ends: HashMap<i32, i64> = executor("bench-ends", move || async move {
         let cluster = Cluster::connect(ClusterConfig::new(bootstrap)).await?;
@@ -739,7 +760,7 @@ fn scenario_consume_disk(ctx: &mut Ctx) -> Result<(), String> {
         Ok::<_, crate::client::Error>(ends)
     })
     .map_err(|e| format!("end offsets: {e}"))?;
-    let consumers = split_partitions(ctx.args.partitions, ctx.args.consumers)
+    let consumers = split_partitions(ctx.args.parts(), ctx.args.consumers)
         .into_iter()
         .map(|parts| ConsumeSpec {
             bootstrap: ctx.broker.bootstrap.clone(),
@@ -789,13 +810,12 @@ fn scenario_consume_disk(ctx: &mut Ctx) -> Result<(), String> {
 
 fn scenario_idle(ctx: &mut Ctx) -> Result<(), String> {
     ctx.raw_sample("before")?;
-    // Two fds per client connection (see client::connection): stay under the fd limit.
-    let fd_cap = (fd_limit().saturating_sub(512) / 2).max(1);
+    // One fd per fetcher (see idle.rs): stay under the fd limit.
+    let fd_cap = fd_limit().saturating_sub(512).max(1);
     let fetchers = if ctx.args.fetchers > fd_cap {
         eprintln!(
             "[idle-polls] {} fetchers need ~{} fds; the limit allows {fd_cap}: using {fd_cap}",
-            ctx.args.fetchers,
-            ctx.args.fetchers * 2
+            ctx.args.fetchers, ctx.args.fetchers
         );
         fd_cap
     } else {
@@ -804,7 +824,7 @@ fn scenario_idle(ctx: &mut Ctx) -> Result<(), String> {
     let spec = idle::IdleSpec {
         bootstrap: ctx.broker.bootstrap.clone(),
         topic: ctx.topic.clone(),
-        partitions: ctx.args.partitions,
+        partitions: ctx.args.parts(),
         fetchers,
         idle: Duration::from_secs(ctx.args.idle_secs),
         rounds: ctx.args.wake_rounds,
@@ -831,6 +851,16 @@ fn scenario_idle(ctx: &mut Ctx) -> Result<(), String> {
         rep.figure("broker RSS before", r as f64 / 1e6, "MB");
     }
     rep.figure("wake-ups timed", res.wakeups as f64, "responses");
+    rep.figure(
+        "waking produce acked (acks=1) p50",
+        res.produce_ack_p50_us as f64,
+        "us",
+    );
+    rep.figure(
+        "waking produce acked (acks=1) p99",
+        res.produce_ack_p99_us as f64,
+        "us",
+    );
     rep.figure(
         "wake-ups missing (> 5 s)",
         res.wakeup_timeouts as f64,

@@ -22,7 +22,9 @@ mod producer;
 mod sync;
 
 pub use cluster::{Cluster, ClusterConfig};
-pub use connection::{decode_frame_header, encode_request_frame, Connection, ResponseFuture};
+pub use connection::{
+    decode_frame_header, encode_request_frame, Connection, ResponseFuture, MAX_FRAME_BYTES,
+};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, FetchedBatch, OffsetReset};
 pub use error::{Error, Result};
 pub use partitioner::{murmur2, partition_for_key, Partitioner};
