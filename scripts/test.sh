@@ -50,6 +50,9 @@ KCAT=$(command -v kcat || command -v kafkacat) || die "kcat is not installed"
 export KCAT
 echo "kcat: $KCAT ($("$KCAT" -V 2>&1 | head -n 1))"
 
+# gdb: a broker that hangs (start, stop) is reported with every thread's backtrace.
+command -v gdb >/dev/null 2>&1 || apt_install gdb
+
 command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH (install a Rust toolchain first)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing: rustup component add rustfmt"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing: rustup component add clippy"

@@ -31,7 +31,9 @@ use crate::errors;
 use crate::fetch_response::{self, FetchReply};
 use crate::group::wire as group;
 use crate::metadata::valid_topic_name;
-use crate::shard::{FetchKey, FetchPart, ListPart, NewTopic, ProducePart, Req, Resp, Shard};
+use crate::shard::{
+    ConfigChange, FetchKey, FetchPart, ListPart, NewTopic, ProducePart, Req, Resp, Shard,
+};
 
 pub use weir::wire::{decode_request, perr, Body, ProtocolError, Request, SUPPORTED};
 
@@ -120,6 +122,14 @@ pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, Protoco
         }
         Body::DescribeConfigs(d) => {
             let resp = describe_configs(&shard, d);
+            one(&req, &resp)
+        }
+        Body::AlterConfigs(a) => {
+            let resp = alter_configs(&shard, a).await;
+            one(&req, &resp)
+        }
+        Body::IncrementalAlterConfigs(a) => {
+            let resp = incremental_alter_configs(&shard, a).await;
             one(&req, &resp)
         }
         Body::InitProducerId(i) => one(&req, &init_producer_id(&shard, i)),
@@ -740,6 +750,214 @@ fn describe_configs(shard: &Rc<Shard>, d: &DescribeConfigsRequest) -> DescribeCo
     }
     if resp.results.iter().any(|r| r.error_code != errors::NONE) {
         warn!(resources = d.resources.len(), "DescribeConfigs with errors");
+    }
+    resp
+}
+
+/// A resource of an (Incremental)AlterConfigs request: its type, name, and the change to
+/// make, or why it is refused (error code, message).
+type AlterResource = (i8, StrBytes, Result<ConfigChange, (i16, String)>);
+
+/// One resource's outcome in an (Incremental)AlterConfigs response.
+struct AlterOutcome {
+    resource_type: i8,
+    name: StrBytes,
+    error: i16,
+    message: Option<String>,
+}
+
+/// Sends the topic changes to core 0 and merges its answers, in request order, with the
+/// resources already refused here.
+async fn alter_topic_configs(
+    shard: &Rc<Shard>,
+    resources: Vec<AlterResource>,
+    validate_only: bool,
+) -> Vec<AlterOutcome> {
+    let changes: Vec<ConfigChange> = resources
+        .iter()
+        .filter_map(|(_, _, c)| c.as_ref().ok().cloned())
+        .collect();
+    let mut results = if changes.is_empty() {
+        Vec::new()
+    } else {
+        match shard
+            .call(
+                0,
+                Req::AlterConfigs {
+                    changes,
+                    validate_only,
+                },
+            )
+            .await
+        {
+            Resp::Topics(r) => r,
+            _ => Vec::new(),
+        }
+    }
+    .into_iter();
+    resources
+        .into_iter()
+        .map(|(resource_type, name, c)| {
+            let (error, message) = match c {
+                Err((code, why)) => (code, Some(why)),
+                Ok(_) => match results.next() {
+                    Some(r) => (r.error, r.message),
+                    None => (errors::UNKNOWN_SERVER_ERROR, Some("no answer".to_string())),
+                },
+            };
+            if error != errors::NONE {
+                warn!(resource = %name, error, message = message.as_deref().unwrap_or(""),
+                    "config change refused");
+            }
+            AlterOutcome {
+                resource_type,
+                name,
+                error,
+                message,
+            }
+        })
+        .collect()
+}
+
+/// Why a resource that is not a topic cannot be altered; `None` for topics.
+fn not_alterable(resource_type: i8, name: &str) -> Option<(i16, String)> {
+    match resource_type {
+        RESOURCE_TOPIC if valid_topic_name(name) => None,
+        RESOURCE_TOPIC => Some((
+            errors::INVALID_TOPIC_EXCEPTION,
+            format!("invalid topic name '{name}'"),
+        )),
+        RESOURCE_BROKER => Some((
+            errors::INVALID_REQUEST,
+            "broker settings are static in weir: set them in the config file, a flag or \
+             the environment (docs/configuration.md) and restart"
+                .to_string(),
+        )),
+        other => Some((
+            errors::INVALID_REQUEST,
+            format!("resource type {other} is not supported"),
+        )),
+    }
+}
+
+/// Refuses a request naming the same resource twice (as Kafka does).
+fn duplicates(keys: &[(i8, String)]) -> HashMap<(i8, String), usize> {
+    let mut n = HashMap::new();
+    for k in keys {
+        *n.entry(k.clone()).or_insert(0) += 1;
+    }
+    n
+}
+
+/// AlterConfigs: each topic's overrides become exactly the configs given (Kafka semantics:
+/// a config not named goes back to the broker default).
+async fn alter_configs(shard: &Rc<Shard>, a: &AlterConfigsRequest) -> AlterConfigsResponse {
+    let keys: Vec<(i8, String)> = a
+        .resources
+        .iter()
+        .map(|r| (r.resource_type, r.resource_name.to_string()))
+        .collect();
+    let dup = duplicates(&keys);
+    let resources = a
+        .resources
+        .iter()
+        .map(|r| {
+            let name = r.resource_name.to_string();
+            let change = if dup[&(r.resource_type, name.clone())] > 1 {
+                Err((
+                    errors::INVALID_REQUEST,
+                    format!("resource '{name}' named more than once"),
+                ))
+            } else if let Some(e) = not_alterable(r.resource_type, &name) {
+                Err(e)
+            } else {
+                Ok(ConfigChange {
+                    topic: name,
+                    replace_all: true,
+                    ops: r
+                        .configs
+                        .iter()
+                        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                        .collect(),
+                })
+            };
+            (r.resource_type, r.resource_name.clone(), change)
+        })
+        .collect();
+    let mut resp = AlterConfigsResponse::default();
+    for o in alter_topic_configs(shard, resources, a.validate_only).await {
+        let mut r = alter_configs_response::AlterConfigsResourceResponse::default();
+        r.resource_type = o.resource_type;
+        r.resource_name = o.name;
+        r.error_code = o.error;
+        r.error_message = o.message.as_deref().map(s);
+        resp.responses.push(r);
+    }
+    resp
+}
+
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+
+/// IncrementalAlterConfigs: SET and DELETE change only the configs named. APPEND and
+/// SUBTRACT apply to list-valued configs, which no weir topic config is.
+async fn incremental_alter_configs(
+    shard: &Rc<Shard>,
+    a: &IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let keys: Vec<(i8, String)> = a
+        .resources
+        .iter()
+        .map(|r| (r.resource_type, r.resource_name.to_string()))
+        .collect();
+    let dup = duplicates(&keys);
+    let resources = a
+        .resources
+        .iter()
+        .map(|r| {
+            let name = r.resource_name.to_string();
+            let change = if dup[&(r.resource_type, name.clone())] > 1 {
+                Err((
+                    errors::INVALID_REQUEST,
+                    format!("resource '{name}' named more than once"),
+                ))
+            } else if let Some(e) = not_alterable(r.resource_type, &name) {
+                Err(e)
+            } else {
+                r.configs
+                    .iter()
+                    .map(|c| match c.config_operation {
+                        OP_SET => Ok((
+                            c.name.to_string(),
+                            Some(c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()),
+                        )),
+                        OP_DELETE => Ok((c.name.to_string(), None)),
+                        op => Err((
+                            errors::INVALID_REQUEST,
+                            format!(
+                                "operation {op} (APPEND=2, SUBTRACT=3) on '{}': not a list config",
+                                c.name.as_str()
+                            ),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|ops| ConfigChange {
+                        topic: name,
+                        replace_all: false,
+                        ops,
+                    })
+            };
+            (r.resource_type, r.resource_name.clone(), change)
+        })
+        .collect();
+    let mut resp = IncrementalAlterConfigsResponse::default();
+    for o in alter_topic_configs(shard, resources, a.validate_only).await {
+        let mut r = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+        r.resource_type = o.resource_type;
+        r.resource_name = o.name;
+        r.error_code = o.error;
+        r.error_message = o.message.as_deref().map(s);
+        resp.responses.push(r);
     }
     resp
 }

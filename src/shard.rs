@@ -117,6 +117,17 @@ pub struct NewTopic {
     pub configs: Vec<(String, Option<String>)>,
 }
 
+/// A change to one topic's config overrides (AlterConfigs / IncrementalAlterConfigs).
+#[derive(Debug, Clone)]
+pub struct ConfigChange {
+    pub topic: String,
+    /// AlterConfigs replaces the whole override set with the SETs given; incremental
+    /// changes only the keys named.
+    pub replace_all: bool,
+    /// (key, `Some(value)` to set, `None` to delete the override).
+    pub ops: Vec<(String, Option<String>)>,
+}
+
 #[derive(Debug, Clone)]
 pub struct TopicResult {
     pub name: String,
@@ -156,6 +167,11 @@ pub enum Req {
     },
     /// → core 0.
     DeleteTopics(Vec<String>),
+    /// → core 0: per-topic config overrides.
+    AlterConfigs {
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
+    },
     /// → the core owning the group (`Coordinator::core_of`).
     Group(GroupReq),
 }
@@ -498,6 +514,10 @@ impl Shard {
                 Resp::Topics(self.admin_create(topics, validate_only).await)
             }
             Req::DeleteTopics(names) => Resp::Topics(self.admin_delete(names).await),
+            Req::AlterConfigs {
+                changes,
+                validate_only,
+            } => Resp::Topics(self.admin_alter_configs(changes, validate_only).await),
             Req::Group(g) => {
                 let coordinator = self.groups.borrow().clone();
                 match coordinator {
@@ -949,6 +969,68 @@ impl Shard {
                 info!(topic = %name, "topic deleted");
             } else {
                 r.error = errors::UNKNOWN_TOPIC_OR_PARTITION;
+            }
+            results.push(r);
+        }
+        if changed {
+            if let Err(e) = self.commit_metadata(meta).await {
+                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+                    r.error = errors::KAFKA_STORAGE_ERROR;
+                    r.message = Some(e.clone());
+                }
+            }
+        }
+        results
+    }
+
+    /// Changes topics' config overrides: validated like CreateTopics' configs, saved in the
+    /// metadata, and applied to the open logs by every core (`apply_metadata`).
+    async fn admin_alter_configs(
+        self: &Rc<Self>,
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
+    ) -> Vec<TopicResult> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let mut results = Vec::new();
+        let mut changed = false;
+        for c in changes {
+            let mut r = TopicResult {
+                name: c.topic.clone(),
+                error: errors::NONE,
+                message: None,
+                partitions: 0,
+            };
+            let Some(t) = meta.topics.get_mut(&c.topic) else {
+                r.error = errors::UNKNOWN_TOPIC_OR_PARTITION;
+                r.message = Some(format!("unknown topic '{}'", c.topic));
+                results.push(r);
+                continue;
+            };
+            let mut configs = if c.replace_all {
+                std::collections::BTreeMap::new()
+            } else {
+                t.configs.clone()
+            };
+            for (k, v) in &c.ops {
+                match v {
+                    Some(v) => configs.insert(k.clone(), v.trim().to_string()),
+                    None => configs.remove(k),
+                };
+            }
+            let mut probe = self.config.log_config(&std::collections::BTreeMap::new());
+            let bad = configs
+                .iter()
+                .find_map(|(k, v)| apply_topic_config(&mut probe, k, v).err());
+            if let Some(e) = bad {
+                r.error = errors::INVALID_CONFIG;
+                r.message = Some(e);
+            } else if !validate_only && configs != t.configs {
+                info!(topic = %c.topic, ?configs, "topic configs changed");
+                t.configs = configs;
+                changed = true;
             }
             results.push(r);
         }

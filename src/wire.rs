@@ -29,6 +29,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -81,6 +83,8 @@ pub enum Body {
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
     DeleteGroups(DeleteGroupsRequest),
+    AlterConfigs(AlterConfigsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
 }
 
 pub fn perr(msg: impl Into<String>) -> ProtocolError {
@@ -143,6 +147,10 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut frame, version)?),
         ApiKey::ListGroups => Body::ListGroups(decode(&mut frame, version)?),
         ApiKey::DeleteGroups => Body::DeleteGroups(decode(&mut frame, version)?),
+        ApiKey::AlterConfigs => Body::AlterConfigs(decode(&mut frame, version)?),
+        ApiKey::IncrementalAlterConfigs => {
+            Body::IncrementalAlterConfigs(decode(&mut frame, version)?)
+        }
         _ => return Err(perr(format!("unsupported api {key:?}"))),
     };
     Ok(Request {

@@ -1,0 +1,161 @@
+"""Per-topic config overrides through Kafka's admin APIs: AlterConfigs (replaces the whole
+override set), IncrementalAlterConfigs (SET/DELETE what it names) and DescribeConfigs, with
+confluent-kafka and kafka-python. A retention.ms set this way deletes old segments and
+survives a restart; bad names and values are refused with INVALID_CONFIG and change nothing;
+validate_only changes nothing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+
+import kafka
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType
+
+from clients import CLIENT_TIMEOUT_S, rd_admin, rd_consumer, rd_create_topic, rd_producer, rd_topic_configs
+
+
+def describe(bootstrap: str, topic: str) -> dict[str, tuple[str | None, ConfigSource]]:
+    admin = rd_admin(bootstrap)
+    [f] = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)]).values()
+    return {n: (e.value, ConfigSource(e.source)) for n, e in f.result(CLIENT_TIMEOUT_S).items()}
+
+
+def alter(bootstrap: str, topic: str, configs: dict[str, str], validate_only: bool = False):
+    admin = rd_admin(bootstrap)
+    [f] = admin.alter_configs([ConfigResource(ResourceType.TOPIC, topic, set_config=configs)],
+                              validate_only=validate_only).values()
+    return f.result(CLIENT_TIMEOUT_S)
+
+
+def incremental(bootstrap: str, topic: str, ops: list[tuple[str, str | None, AlterConfigOpType]],
+                validate_only: bool = False):
+    admin = rd_admin(bootstrap)
+    entries = [ConfigEntry(n, v, incremental_operation=op) for n, v, op in ops]
+    [f] = admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)],
+                                          validate_only=validate_only).values()
+    return f.result(CLIENT_TIMEOUT_S)
+
+
+def error_of(fn) -> str:
+    with pytest.raises(KafkaException) as e:
+        fn()
+    return e.value.args[0].name()
+
+
+def test_alter_incremental_and_describe(broker, topic_name):
+    b = broker.bootstrap
+    rd_create_topic(b, topic_name, 1, config={"segment.bytes": "1048576"})
+    before = describe(b, topic_name)
+    assert before["segment.bytes"] == ("1048576", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert before["retention.ms"][1] == ConfigSource.DEFAULT_CONFIG
+
+    # AlterConfigs replaces the whole set: segment.bytes goes back to the default.
+    alter(b, topic_name, {"retention.ms": "3600000"})
+    after = describe(b, topic_name)
+    assert after["retention.ms"] == ("3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert after["segment.bytes"][1] == ConfigSource.DEFAULT_CONFIG
+    assert after["segment.bytes"][0] != "1048576"
+
+    # Incremental: SET one, keep the other; DELETE one.
+    incremental(b, topic_name, [("max.message.bytes", "65536", AlterConfigOpType.SET)])
+    cfg = describe(b, topic_name)
+    assert cfg["max.message.bytes"] == ("65536", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    assert cfg["retention.ms"] == ("3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+    incremental(b, topic_name, [("retention.ms", None, AlterConfigOpType.DELETE)])
+    cfg = describe(b, topic_name)
+    assert cfg["retention.ms"][1] == ConfigSource.DEFAULT_CONFIG
+    assert cfg["max.message.bytes"] == ("65536", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+
+    # The new max.message.bytes is enforced on produce.
+    p = rd_producer(b)
+    big = b"x" * 100_000
+    p.produce(topic_name, big, partition=0)
+    p.flush(CLIENT_TIMEOUT_S)
+    # (librdkafka refuses locally or the broker answers MESSAGE_TOO_LARGE: either way nothing lands)
+    c = rd_consumer(b)
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
+    finally:
+        c.close()
+    assert hi == 0, "a batch over the topic's max.message.bytes was appended"
+
+
+def test_bad_changes_are_refused_and_change_nothing(broker, topic_name):
+    b = broker.bootstrap
+    rd_create_topic(b, topic_name, 1, config={"retention.ms": "86400000"})
+    assert error_of(lambda: alter(b, topic_name, {"no.such.config": "1"})) == "INVALID_CONFIG"
+    assert error_of(lambda: incremental(b, topic_name, [("retention.ms", "soon", AlterConfigOpType.SET)])) \
+        == "INVALID_CONFIG"
+    assert error_of(lambda: incremental(b, topic_name, [("segment.bytes", "10", AlterConfigOpType.SET)])) \
+        == "INVALID_CONFIG"
+    assert error_of(lambda: incremental(b, topic_name, [("retention.ms", "1", AlterConfigOpType.APPEND)])) \
+        == "INVALID_REQUEST"
+    assert error_of(lambda: alter(b, "no-such-topic", {"retention.ms": "1"})) == "UNKNOWN_TOPIC_OR_PART"
+    # validate_only checks but changes nothing.
+    alter(b, topic_name, {"retention.ms": "1000"}, validate_only=True)
+    incremental(b, topic_name, [("retention.ms", "2000", AlterConfigOpType.SET)], validate_only=True)
+    assert rd_topic_configs(b, topic_name)["retention.ms"] == "86400000"
+    # Broker settings are static.
+    admin = rd_admin(b)
+    [f] = admin.alter_configs([ConfigResource(ResourceType.BROKER, "0", set_config={"num.partitions": "3"})]).values()
+    with pytest.raises(KafkaException):
+        f.result(CLIENT_TIMEOUT_S)
+
+
+def test_kafka_python_alter_configs(broker, topic_name):
+    """kafka-python 3 uses IncrementalAlterConfigs when offered, AlterConfigs when asked."""
+    b = broker.bootstrap
+    rd_create_topic(b, topic_name, 1)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=b, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        for incremental_api, value in ((False, "123456789"), (True, "987654321")):
+            resp = admin.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic_name,
+                                                         configs={"retention.bytes": value})],
+                                       incremental=incremental_api)
+            assert resp == {"topic": {topic_name: "OK"}}, resp
+            desc = admin.describe_configs([KpConfigResource(ConfigResourceType.TOPIC, topic_name)])
+            entry = desc["topic"][topic_name]["retention.bytes"]
+            assert (entry["value"], entry["config_source"]) == (value, "DYNAMIC_TOPIC_CONFIG"), entry
+        resp = admin.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic_name,
+                                                     configs={"retention.bytes": "lots"})],
+                                   incremental=True, raise_on_unknown=False)
+        assert "InvalidConfigurationError" in resp["topic"][topic_name], resp
+    finally:
+        admin.close()
+
+
+def test_retention_set_by_alter_configs_deletes_segments_and_survives_restart(broker_factory, topic_name):
+    b = broker_factory(settings={"log.retention.check.interval.ms": "100"})
+    rd_create_topic(b.bootstrap, topic_name, 1, config={"segment.bytes": "65536"})
+    p = rd_producer(b.bootstrap, **{"linger.ms": 5, "batch.num.messages": 20})
+    for i in range(600):  # 600 KiB over 64 KiB segments
+        p.produce(topic_name, b"%04d" % i + b"v" * 1020, partition=0)
+    assert p.flush(CLIENT_TIMEOUT_S) == 0
+
+    def start_offset() -> int:
+        c = rd_consumer(b.bootstrap)
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)[0]
+        finally:
+            c.close()
+
+    time.sleep(0.5)
+    assert start_offset() == 0, "default retention (7 days) keeps everything"
+    segments = sorted((b.data_dir / f"{topic_name}-0").glob("*.log"))
+    assert len(segments) > 2, segments
+    incremental(b.bootstrap, topic_name, [("retention.ms", "1", AlterConfigOpType.SET)])
+    deadline = time.monotonic() + 20
+    while start_offset() == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first = start_offset()
+    assert first > 0, "retention.ms=1 set by IncrementalAlterConfigs deleted no segment"
+    assert len(sorted((b.data_dir / f"{topic_name}-0").glob("*.log"))) < len(segments)
+
+    b.restart()
+    assert rd_topic_configs(b.bootstrap, topic_name)["retention.ms"] == "1"
+    assert start_offset() >= first, "the log start offset went backwards over a restart"
