@@ -1,5 +1,8 @@
-//! Broker settings: Kafka-named `key=value` pairs from `--config FILE` and `--set`, with
-//! defaults; and the per-topic overrides that turn them into a `LogConfig`.
+//! Broker settings: Kafka-named `key=value` pairs from a config file (`--config FILE`), then
+//! command-line flags (`--set`, `--data-dir`, `--listen`, ...), then environment variables
+//! (`WEIR_` + the name upper-cased with dots as underscores), each overriding the one before;
+//! defaults for the rest; and the per-topic overrides that turn them into a `LogConfig`.
+//! `SETTINGS` is the one reference table (docs/configuration.md is checked against it).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -16,6 +19,82 @@ pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("max.message.bytes", "message.max.bytes"),
     ("cleanup.policy", "log.cleanup.policy"),
 ];
+
+/// One broker setting, as documented in docs/configuration.md.
+pub struct Setting {
+    /// The Kafka-style name (`--set NAME=VALUE`, config file `NAME=VALUE`).
+    pub name: &'static str,
+    pub default: &'static str,
+    pub unit: &'static str,
+    /// The topic-level config that overrides it per topic, if any.
+    pub topic: Option<&'static str>,
+    pub doc: &'static str,
+}
+
+const fn setting(
+    name: &'static str,
+    default: &'static str,
+    unit: &'static str,
+    topic: Option<&'static str>,
+    doc: &'static str,
+) -> Setting {
+    Setting {
+        name,
+        default,
+        unit,
+        topic,
+        doc,
+    }
+}
+
+/// Every setting `BrokerConfig::set` accepts.
+pub const SETTINGS: &[Setting] = &[
+    setting("log.dirs", "./data", "path", None,
+        "Directory of the partition logs, consumer-group offsets and `weir-metadata.json` (`log.dir` is an alias; flag `--data-dir`)."),
+    setting("listeners", "127.0.0.1:9092", "host:port", None,
+        "Address the broker listens on; port 0 picks a free one. A `PLAINTEXT://` prefix is accepted (flag `--listen`)."),
+    setting("advertised.listeners", "the bound address", "host:port", None,
+        "Address given to clients in Metadata responses (flag `--advertised-listener`)."),
+    setting("num.partitions", "1", "partitions", None,
+        "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
+    setting("auto.create.topics.enable", "true", "bool", None,
+        "Create a topic when a client asks for an unknown one in Metadata."),
+    setting("log.segment.bytes", "1073741824", "bytes", Some("segment.bytes"),
+        "Size at which a segment rolls (at least 4096)."),
+    setting("log.roll.ms", "604800000", "ms", Some("segment.ms"),
+        "Age at which a non-empty segment rolls; -1: never."),
+    setting("log.retention.ms", "604800000", "ms", Some("retention.ms"),
+        "Whole segments whose newest record is older are deleted; -1: keep forever."),
+    setting("log.retention.hours", "168", "hours", None,
+        "`log.retention.ms` in hours (whichever is set last wins)."),
+    setting("log.retention.bytes", "-1", "bytes", Some("retention.bytes"),
+        "Oldest segments are deleted while a partition holds more; -1: no limit."),
+    setting("log.cleanup.policy", "delete", "", Some("cleanup.policy"),
+        "Only `delete` (retention) is supported; compaction is not."),
+    setting("message.max.bytes", "8388608", "bytes", Some("max.message.bytes"),
+        "Largest record batch a produce may append."),
+    setting("log.retention.check.interval.ms", "30000", "ms", None,
+        "How often each core applies retention (at least 10)."),
+    setting("socket.request.max.bytes", "104857600", "bytes", None,
+        "Largest request frame; a larger one closes the connection, with a log line."),
+    setting("max.connections", "100000", "connections", None,
+        "Open client connections per broker; past it new connections are closed at once, with a warning."),
+    setting("connections.max.idle.ms", "600000", "ms", None,
+        "A connection with nothing in flight and no bytes received for this long is closed."),
+    setting("fetch.max.parked", "100000", "fetches per core", None,
+        "Long-poll fetches parked per core; past it a fetch is answered at once (empty), with a warning."),
+    setting("fetch.max.wait.ms", "30000", "ms", None,
+        "Longest a fetch is parked, whatever the client asks (below clients' request timeouts)."),
+    setting("cache.bytes.per.core", "268435456", "bytes", None,
+        "Recently appended batches kept in memory per core, so tailing consumers read no disk."),
+    setting("cross.core.queue.depth", "1024", "calls", None,
+        "Cross-core calls in flight from one core to another; past it a call waits (back-pressure, logged once)."),
+];
+
+/// The environment variable of a setting: `WEIR_` + upper-cased name, dots as underscores.
+pub fn env_name(setting: &str) -> String {
+    format!("WEIR_{}", setting.to_ascii_uppercase().replace('.', "_"))
+}
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -123,6 +202,11 @@ impl BrokerConfig {
                 }
             }
             "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
+            "log.cleanup.policy" => {
+                if value.trim() != "delete" {
+                    return Err("log.cleanup.policy: only 'delete' is supported".into());
+                }
+            }
             "socket.request.max.bytes" => self.socket_request_max_bytes = parse_num(key, value)?,
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_num::<u64>(key, value)?.max(10)
@@ -147,6 +231,24 @@ impl BrokerConfig {
         }
         self.raw.insert(key.to_string(), value.trim().to_string());
         Ok(())
+    }
+
+    /// Applies the `WEIR_*` environment variables of known settings (`env_name`), from
+    /// `vars` (the process environment in the broker). Other variables are ignored.
+    pub fn apply_env(
+        &mut self,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Vec<String>, String> {
+        let vars: BTreeMap<String, String> = vars.into_iter().collect();
+        let mut applied = Vec::new();
+        for s in SETTINGS {
+            let var = env_name(s.name);
+            if let Some(v) = vars.get(&var) {
+                self.set(s.name, v).map_err(|e| format!("{var}: {e}"))?;
+                applied.push(var);
+            }
+        }
+        Ok(applied)
     }
 
     /// Reads `key=value` lines (`#` comments and blank lines ignored).
@@ -248,6 +350,90 @@ mod tests {
         assert!(!c.auto_create_topics);
         assert!(c.set("nope", "1").is_err());
         assert!(c.set("num.partitions", "x").is_err());
+    }
+
+    #[test]
+    fn every_setting_is_accepted_and_documented() {
+        let doc = include_str!("../docs/configuration.md");
+        let code = include_str!("config.rs");
+        // Every name `set` matches on is in SETTINGS (or is an alias documented there).
+        let set_fn = &code[code.find("pub fn set(").unwrap()..code.find("fn load_file").unwrap()];
+        for line in set_fn.lines().filter(|l| l.contains("=>")) {
+            for name in line.split("=>").next().unwrap().split('|') {
+                let name = name.trim().trim_matches('"');
+                if name.is_empty() || name == "_" || name.contains(' ') {
+                    continue;
+                }
+                assert!(
+                    SETTINGS.iter().any(|s| s.name == name) || doc.contains(&format!("`{name}`")),
+                    "setting '{name}' is accepted but missing from SETTINGS"
+                );
+            }
+        }
+        for s in SETTINGS {
+            let row = format!("| `{}` |", s.name);
+            assert!(
+                doc.contains(&row),
+                "docs/configuration.md has no row for `{}`",
+                s.name
+            );
+            assert!(
+                doc.contains(&format!("`{}`", env_name(s.name))),
+                "docs/configuration.md does not name {}",
+                env_name(s.name)
+            );
+            if !s.default.contains(' ') {
+                let mut c = BrokerConfig::default();
+                c.set(s.name, s.default)
+                    .unwrap_or_else(|e| panic!("default of {}: {e}", s.name));
+            }
+            if let Some(t) = s.topic {
+                assert!(TOPIC_CONFIGS.contains(&(t, s.name)), "{t} <- {}", s.name);
+            }
+        }
+        // The documented defaults are the real ones.
+        let d = BrokerConfig::default();
+        assert_eq!(d.segment_bytes.to_string(), default_of("log.segment.bytes"));
+        assert_eq!(
+            d.max_message_bytes.to_string(),
+            default_of("message.max.bytes")
+        );
+        assert_eq!(
+            d.cache_bytes_per_core.to_string(),
+            default_of("cache.bytes.per.core")
+        );
+        assert_eq!(
+            d.max_parked_fetches.to_string(),
+            default_of("fetch.max.parked")
+        );
+        assert_eq!(
+            d.mesh_queue_depth.to_string(),
+            default_of("cross.core.queue.depth")
+        );
+        assert_eq!(
+            d.connections_max_idle_ms.to_string(),
+            default_of("connections.max.idle.ms")
+        );
+        assert_eq!(d.listen, default_of("listeners"));
+    }
+
+    fn default_of(name: &str) -> &'static str {
+        SETTINGS.iter().find(|s| s.name == name).unwrap().default
+    }
+
+    #[test]
+    fn environment_overrides_and_is_checked() {
+        let mut c = BrokerConfig::default();
+        c.set("log.retention.ms", "1000").unwrap();
+        let env = [
+            ("WEIR_LOG_RETENTION_MS".to_string(), "2000".to_string()),
+            ("WEIR_BIN".to_string(), "not a setting".to_string()),
+        ];
+        assert_eq!(c.apply_env(env).unwrap(), vec!["WEIR_LOG_RETENTION_MS"]);
+        assert_eq!(c.retention_ms, Some(2000));
+        let bad = [("WEIR_NUM_PARTITIONS".to_string(), "many".to_string())];
+        let e = c.apply_env(bad).unwrap_err();
+        assert!(e.contains("WEIR_NUM_PARTITIONS"), "{e}");
     }
 
     #[test]

@@ -64,7 +64,8 @@ struct ServeArgs {
     /// Number of cores (executors) [default: every CPU this process may run on]
     #[arg(long)]
     cores: Option<usize>,
-    /// File of Kafka-named key=value settings
+    /// File of Kafka-named key=value settings (docs/configuration.md); flags override it,
+    /// and WEIR_* environment variables (e.g. WEIR_LOG_RETENTION_MS) override both
     #[arg(long)]
     config: Option<PathBuf>,
     /// A Kafka-named setting, e.g. --set log.retention.ms=60000 (repeatable)
@@ -135,13 +136,18 @@ fn build_config(args: &ServeArgs) -> Result<BrokerConfig, String> {
         c.set(k, v)?;
     }
     if let Some(d) = &args.data_dir {
-        c.data_dir = d.clone();
+        c.set("log.dirs", &d.to_string_lossy())?;
     }
     if let Some(l) = &args.listen {
-        c.listen = l.clone();
+        c.set("listeners", l)?;
     }
     if let Some(a) = &args.advertised_listener {
-        c.advertised_listener = Some(a.clone());
+        c.set("advertised.listeners", a)?;
+    }
+    // Environment variables last: they override the file and the flags.
+    let applied = c.apply_env(std::env::vars())?;
+    if !applied.is_empty() {
+        info!(variables = ?applied, "settings from the environment");
     }
     Ok(c)
 }
