@@ -24,9 +24,14 @@ pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
 pub struct Setting {
     /// The Kafka-style name (`--set NAME=VALUE`, config file `NAME=VALUE`).
     pub name: &'static str,
+    /// As documented; the test `every_setting_is_accepted_and_documented` checks it against
+    /// `BrokerConfig::default()`.
+    #[allow(dead_code)]
     pub default: &'static str,
     pub unit: &'static str,
-    /// The topic-level config that overrides it per topic, if any.
+    /// The topic-level config that overrides it per topic, if any (checked against
+    /// `TOPIC_CONFIGS` by the same test).
+    #[allow(dead_code)]
     pub topic: Option<&'static str>,
     pub doc: &'static str,
 }
@@ -269,6 +274,38 @@ impl BrokerConfig {
         Ok(())
     }
 
+    /// The current value of a broker setting, as a string (DescribeConfigs); `None` for a
+    /// name not in `SETTINGS`.
+    pub fn value_of(&self, name: &str) -> Option<String> {
+        let opt = |v: Option<u64>| v.map_or("-1".to_string(), |v| v.to_string());
+        Some(match name {
+            "log.dirs" => self.data_dir.display().to_string(),
+            "listeners" => self.listen.clone(),
+            "advertised.listeners" => self
+                .advertised_listener
+                .clone()
+                .unwrap_or_else(|| self.listen.clone()),
+            "num.partitions" => self.num_partitions.to_string(),
+            "auto.create.topics.enable" => self.auto_create_topics.to_string(),
+            "log.segment.bytes" => self.segment_bytes.to_string(),
+            "log.roll.ms" => opt(self.segment_ms),
+            "log.retention.ms" => opt(self.retention_ms),
+            "log.retention.hours" => opt(self.retention_ms.map(|ms| ms / 3_600_000)),
+            "log.retention.bytes" => opt(self.retention_bytes),
+            "log.cleanup.policy" => "delete".to_string(),
+            "message.max.bytes" => self.max_message_bytes.to_string(),
+            "log.retention.check.interval.ms" => self.retention_check_interval_ms.to_string(),
+            "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
+            "max.connections" => self.max_connections.to_string(),
+            "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
+            "fetch.max.parked" => self.max_parked_fetches.to_string(),
+            "fetch.max.wait.ms" => self.fetch_max_wait_ms.to_string(),
+            "cache.bytes.per.core" => self.cache_bytes_per_core.to_string(),
+            "cross.core.queue.depth" => self.mesh_queue_depth.to_string(),
+            _ => return None,
+        })
+    }
+
     /// The broker default of a topic config, as a string (DescribeConfigs).
     pub fn topic_default(&self, topic_key: &str) -> Option<String> {
         let opt = |v: Option<u64>| v.map_or("-1".to_string(), |v| v.to_string());
@@ -415,6 +452,12 @@ mod tests {
             default_of("connections.max.idle.ms")
         );
         assert_eq!(d.listen, default_of("listeners"));
+        for s in SETTINGS {
+            assert!(d.value_of(s.name).is_some(), "value_of({})", s.name);
+            if !s.default.contains(' ') {
+                assert_eq!(d.value_of(s.name).unwrap(), s.default, "{}", s.name);
+            }
+        }
     }
 
     fn default_of(name: &str) -> &'static str {

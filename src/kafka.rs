@@ -714,31 +714,30 @@ fn describe_configs(shard: &Rc<Shard>, d: &DescribeConfigsRequest) -> DescribeCo
             },
             RESOURCE_BROKER => {
                 let c = &shard.config;
-                let opt = |v: Option<u64>| v.map_or("-1".to_string(), |v| v.to_string());
-                let all = [
-                    ("log.segment.bytes", c.segment_bytes.to_string()),
-                    ("log.retention.ms", opt(c.retention_ms)),
-                    ("log.retention.bytes", opt(c.retention_bytes)),
-                    ("num.partitions", c.num_partitions.to_string()),
-                    (
-                        "auto.create.topics.enable",
-                        c.auto_create_topics.to_string(),
-                    ),
-                    (
-                        "socket.request.max.bytes",
-                        c.socket_request_max_bytes.to_string(),
-                    ),
-                    ("message.max.bytes", c.max_message_bytes.to_string()),
-                ];
-                for (k, v) in all {
-                    if wanted(k) {
-                        let source = if c.raw.contains_key(k) {
-                            SOURCE_STATIC_BROKER
-                        } else {
-                            SOURCE_DEFAULT
-                        };
-                        out.configs.push(entry(k, v, source));
+                for setting in crate::config::SETTINGS {
+                    if !wanted(setting.name) {
+                        continue;
                     }
+                    let source = if c.raw.contains_key(setting.name) {
+                        SOURCE_STATIC_BROKER
+                    } else {
+                        SOURCE_DEFAULT
+                    };
+                    let mut e = entry(
+                        setting.name,
+                        c.value_of(setting.name).unwrap_or_default(),
+                        source,
+                    );
+                    // Static: changed by restarting with a new file, flag or variable.
+                    e.read_only = true;
+                    if d.include_documentation {
+                        let unit = match setting.unit {
+                            "" => String::new(),
+                            u => format!(" (unit: {u})"),
+                        };
+                        e.documentation = Some(s(&format!("{}{unit}", setting.doc)));
+                    }
+                    out.configs.push(e);
                 }
             }
             other => {
