@@ -152,7 +152,41 @@ fn build_config(args: &ServeArgs) -> Result<BrokerConfig, String> {
     Ok(c)
 }
 
+/// Checks that this process may use io_uring, so that a kernel without it, a container whose
+/// seccomp profile blocks it, or `kernel.io_uring_disabled` gives a message rather than a
+/// panic deep in glommio.
+fn check_io_uring() -> Result<(), String> {
+    // struct io_uring_params is 120 bytes; zeroed asks for nothing special.
+    let mut params = [0u64; 15];
+    // SAFETY: io_uring_setup(2) with one entry and a valid, writable params buffer.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
+    if fd >= 0 {
+        // SAFETY: closing the ring fd we just got.
+        unsafe { libc::close(fd as i32) };
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    let why = match e.raw_os_error() {
+        Some(libc::ENOSYS) => "this kernel has no io_uring (Linux 5.8 or later is needed)",
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            "io_uring is not permitted: a container's seccomp profile blocks it (Docker's default \
+             does: run with a profile allowing io_uring_setup/io_uring_enter/io_uring_register, or \
+             --security-opt seccomp=unconfined), or the sysctl kernel.io_uring_disabled is set \
+             (0 enables it for everyone; 1 only for the group kernel.io_uring_group)"
+        }
+        Some(libc::ENOMEM) => {
+            "io_uring could not lock its memory: raise RLIMIT_MEMLOCK (LimitMEMLOCK= in systemd, \
+             ulimit -l)"
+        }
+        _ => "io_uring_setup failed",
+    };
+    Err(format!(
+        "io_uring is unavailable ({e}): {why}. See docs/running.md."
+    ))
+}
+
 fn serve(args: ServeArgs) -> Result<(), String> {
+    check_io_uring()?;
     let mut config = build_config(&args)?;
     // TcpListener::bind panics on an unresolvable address: check it here, with a message.
     let listen_addr = config
