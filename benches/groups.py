@@ -31,7 +31,7 @@ def start_broker() -> tuple[subprocess.Popen, str]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-groups-", dir=ROOT / "target"))
     log = open(tmp / "weir.log", "w")
     proc = subprocess.Popen([str(ROOT / "target/release/weir"), "serve", "--data-dir", str(tmp / "data"),
-                             "--listen", "127.0.0.1:0"], stdout=log, stderr=subprocess.STDOUT)
+                             "--listen", "127.0.0.1:0", "--set", "metrics.listen=127.0.0.1:0"], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 30
     while time.time() < deadline:
         m = re.search(r"listening on 127\.0\.0\.1:(\d+)", (tmp / "weir.log").read_text())

@@ -53,7 +53,7 @@ def main():
     OUT.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=ROOT / "target"))  # ext4 (O_DIRECT), not tmpfs
     log = open(work / "log", "wb")
-    proc = subprocess.Popen([str(ROOT / "target/release/weir"), "serve", "--data-dir", str(work / "data"),
+    proc = subprocess.Popen([str(ROOT / "target/release/weir"), "serve", "--set", "metrics.listen=off", "--data-dir", str(work / "data"),
                              "--listen", "127.0.0.1:0"], stdout=log, stderr=subprocess.STDOUT)
     try:
         port = None
@@ -81,7 +81,7 @@ def main():
         # only bootstrap traffic would be seen. Advertise the proxy instead by restarting.
         proc.terminate()
         proc.wait(10)
-        proc2 = subprocess.Popen([str(ROOT / "target/release/weir"), "serve", "--data-dir", str(work / "data"),
+        proc2 = subprocess.Popen([str(ROOT / "target/release/weir"), "serve", "--set", "metrics.listen=off", "--data-dir", str(work / "data"),
                                   "--listen", f"127.0.0.1:{port}", "--set",
                                   f"advertised.listeners=PLAINTEXT://127.0.0.1:{pport}"],
                                  stdout=log, stderr=subprocess.STDOUT)

@@ -87,7 +87,7 @@ then
         "$PYTHON" -m pip install -q --root-user-action=ignore -r "$REQS" \
         || die "pip install -r $REQS"
 fi
-"$PYTHON" -c 'import confluent_kafka, kafka, pytest, snappy, lz4, zstandard
+"$PYTHON" -c 'import confluent_kafka, kafka, pytest, snappy, lz4, zstandard, prometheus_client
 print("confluent-kafka", confluent_kafka.__version__, "librdkafka", confluent_kafka.libversion()[0],
       "| kafka-python", kafka.__version__, "| pytest", pytest.__version__)'
 

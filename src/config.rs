@@ -94,6 +94,8 @@ pub const SETTINGS: &[Setting] = &[
         "Recently appended batches kept in memory per core, so tailing consumers read no disk."),
     setting("cross.core.queue.depth", "1024", "calls", None,
         "Cross-core calls in flight from one core to another; past it a call waits (back-pressure, logged once)."),
+    setting("metrics.listen", "127.0.0.1:9644", "host:port", None,
+        "Address of the Prometheus metrics endpoint (`GET /metrics`, docs/metrics.md); port 0 picks a free one; `off` disables it."),
 ];
 
 /// The environment variable of a setting: `WEIR_` + upper-cased name, dots as underscores.
@@ -135,6 +137,8 @@ pub struct BrokerConfig {
     pub mesh_queue_depth: usize,
     /// Bytes of recently appended batches kept in memory per core.
     pub cache_bytes_per_core: usize,
+    /// `metrics.listen`: address of the Prometheus endpoint; `None` ("off"): no endpoint.
+    pub metrics_listen: Option<String>,
     /// Everything as given, for DescribeConfigs on the broker.
     pub raw: BTreeMap<String, String>,
 }
@@ -161,6 +165,7 @@ impl Default for BrokerConfig {
             max_inflight_per_connection: 64,
             mesh_queue_depth: 1024,
             cache_bytes_per_core: 256 << 20,
+            metrics_listen: Some("127.0.0.1:9644".into()),
             raw: BTreeMap::new(),
         }
     }
@@ -226,6 +231,7 @@ impl BrokerConfig {
             "listeners" => self.listen = strip_scheme(value),
             "advertised.listeners" => self.advertised_listener = Some(strip_scheme(value)),
             "cache.bytes.per.core" => self.cache_bytes_per_core = parse_num(key, value)?,
+            "metrics.listen" => self.metrics_listen = address_or_off(value),
             "cross.core.queue.depth" => {
                 self.mesh_queue_depth = parse_num(key, value)?;
                 if self.mesh_queue_depth == 0 {
@@ -302,6 +308,10 @@ impl BrokerConfig {
             "fetch.max.wait.ms" => self.fetch_max_wait_ms.to_string(),
             "cache.bytes.per.core" => self.cache_bytes_per_core.to_string(),
             "cross.core.queue.depth" => self.mesh_queue_depth.to_string(),
+            "metrics.listen" => self
+                .metrics_listen
+                .clone()
+                .unwrap_or_else(|| "off".to_string()),
             _ => return None,
         })
     }
@@ -360,6 +370,16 @@ pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(
         _ => return Err(format!("unsupported topic config '{key}'")),
     }
     Ok(())
+}
+
+/// An address, or `None` for `off` (or empty).
+fn address_or_off(v: &str) -> Option<String> {
+    let v = v.trim();
+    if v.is_empty() || v.eq_ignore_ascii_case("off") {
+        None
+    } else {
+        Some(strip_scheme(v))
+    }
 }
 
 fn strip_scheme(v: &str) -> String {

@@ -82,7 +82,17 @@ fn s(v: &str) -> StrBytes {
 }
 
 /// Processes one request on the connection's core.
+/// Processes one request, counting it (and its time) in the core's metrics.
 pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
+    let started = std::time::Instant::now();
+    let key = req.key as i16;
+    let sh = shard.clone();
+    let r = process_request(shard, req).await;
+    sh.metrics.request(key, started.elapsed());
+    r
+}
+
+async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
     match &req.body {
         Body::ApiVersions(a) => {
             debug!(

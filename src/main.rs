@@ -8,6 +8,7 @@ mod errors;
 mod fetch_response;
 mod group;
 mod kafka;
+mod metrics;
 mod server;
 mod shard;
 mod sync;
@@ -201,6 +202,24 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         std::net::TcpListener::bind(listen_addr)
             .map_err(|e| format!("--listen {listen_addr}: {e}"))?;
     }
+    // The metrics endpoint: resolved and checked for a listener already there, like --listen.
+    let metrics_addr = match &config.metrics_listen {
+        None => None,
+        Some(m) => {
+            let addr = m
+                .to_socket_addrs()
+                .map_err(|e| format!("metrics.listen {m}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("metrics.listen {m}: no address"))?;
+            if addr.port() != 0 {
+                std::net::TcpListener::bind(addr)
+                    .map_err(|e| format!("metrics.listen {addr}: {e} (set metrics.listen=off to run without metrics)"))?;
+            }
+            Some(addr)
+        }
+    };
+    // Resolved once here (no DNS on the cores).
+    config.metrics_listen = metrics_addr.map(|a| a.to_string());
     let cpus = allowed_cpus();
     let cores = args.cores.unwrap_or(cpus.len()).max(1);
     if cores > 1024 {
@@ -422,6 +441,19 @@ async fn core_main(
         let addr = std::net::SocketAddr::new(listen.ip(), global.port.load(Ordering::SeqCst));
         glommio::net::TcpListener::bind(addr).map_err(|e| format!("binding {addr}: {e}"))?
     };
+    // Core 0 serves the metrics endpoint (it asks every core over the mesh).
+    if id == 0 {
+        if let Some(m) = &config.metrics_listen {
+            let addr: std::net::SocketAddr =
+                m.parse().map_err(|e| format!("metrics.listen {m}: {e}"))?;
+            let l = glommio::net::TcpListener::bind(addr)
+                .map_err(|e| format!("binding metrics.listen {addr}: {e}"))?;
+            let bound = l.local_addr().map_err(|e| e.to_string())?;
+            info!(addr = %bound, "metrics endpoint");
+            println!("metrics on http://{bound}/metrics");
+            glommio::spawn_local(metrics::serve(shard.clone(), l)).detach();
+        }
+    }
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     *shard.advertised.borrow_mut() = advertised(&config, &bound);
     if global.bound.fetch_add(1, Ordering::SeqCst) + 1 == cores {

@@ -32,6 +32,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
             None => break,
             Some(Ok(stream)) => {
                 if shard.connections.get() >= per_core_limit {
+                    crate::metrics::CoreMetrics::bump(&shard.metrics.connections_refused);
                     refused += 1;
                     if refused.is_power_of_two() {
                         warn!(
@@ -44,6 +45,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
                     drop(stream);
                     continue;
                 }
+                crate::metrics::CoreMetrics::bump(&shard.metrics.connections_accepted);
                 let sh = shard.clone();
                 glommio::spawn_local(async move { serve_connection(sh, stream).await }).detach();
             }
@@ -242,6 +244,7 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
             Some(Ok(Frame::Request(f))) => f,
             Some(Ok(Frame::Eof)) => break,
             Some(Ok(Frame::Bad(e))) => {
+                crate::metrics::CoreMetrics::bump(&shard.metrics.connections_closed_bad_input);
                 warn!(core = shard.id, %peer, error = %e, "bad input; closing connection");
                 break;
             }
@@ -253,6 +256,7 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         let req = match kafka::decode_request(frame) {
             Ok(r) => r,
             Err(e) => {
+                crate::metrics::CoreMetrics::bump(&shard.metrics.connections_closed_bad_input);
                 warn!(core = shard.id, %peer, error = %e, "bad request; closing connection");
                 break;
             }

@@ -174,6 +174,8 @@ pub enum Req {
     },
     /// → the core owning the group (`Coordinator::core_of`).
     Group(GroupReq),
+    /// This core's figures for the metrics endpoint.
+    Metrics,
 }
 
 #[derive(Debug)]
@@ -185,6 +187,7 @@ pub enum Resp {
     Group(GroupResp),
     /// Reply to `Req::Apply`: the partitions this core could not open.
     Applied(Vec<OpenFailure>),
+    Metrics(Box<crate::metrics::CoreSnapshot>),
     Done,
 }
 
@@ -229,6 +232,10 @@ pub struct Partition {
     /// Disk errors seen on this partition: the first is logged as a warning, the rest at
     /// debug level (a dead disk under a busy partition must not flood the log).
     io_errors: Cell<u64>,
+    /// For the metrics: batch bytes and records appended, batch bytes fetched.
+    bytes_in: Cell<u64>,
+    records_in: Cell<u64>,
+    bytes_out: Cell<u64>,
 }
 
 impl Partition {
@@ -290,6 +297,8 @@ pub struct Shard {
     groups: RefCell<Option<Rc<Coordinator>>>,
     pub shutdown: Event,
     pub connections: Cell<usize>,
+    /// This core's counters for the metrics endpoint.
+    pub metrics: crate::metrics::CoreMetrics,
     next_producer: Cell<u64>,
     started_ms: i64,
 }
@@ -337,6 +346,7 @@ impl Shard {
             early_wakes: RefCell::new(HashSet::new()),
             warned_parked_limit: Cell::new(false),
             warned_queue_full: Cell::new(false),
+            metrics: Default::default(),
             admin_lock: Semaphore::new(1),
             groups: RefCell::new(None),
             shutdown: Event::default(),
@@ -501,6 +511,7 @@ impl Shard {
                 Resp::Done
             }
             Req::ListOffsets(parts) => Resp::ListOffsets(self.list_offsets_local(parts).await),
+            Req::Metrics => Resp::Metrics(Box::new(self.metrics_snapshot())),
             Req::Apply(meta) => Resp::Applied(self.apply_metadata(meta).await),
             Req::CreateTopics {
                 topics,
@@ -552,10 +563,14 @@ impl Shard {
     }
 
     async fn produce_one(&self, acks: i16, p: ProducePart) -> ProduceResult {
-        let fail = |error| ProduceResult {
-            error,
-            base_offset: -1,
-            log_start_offset: -1,
+        let fail = |error| {
+            self.metrics
+                .error(kafka_protocol::messages::ApiKey::Produce, error);
+            ProduceResult {
+                error,
+                base_offset: -1,
+                log_start_offset: -1,
+            }
         };
         let Some(part) = self.partition(&p.topic, p.partition) else {
             return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
@@ -563,8 +578,12 @@ impl Shard {
         if p.records.is_empty() {
             return fail(errors::CORRUPT_MESSAGE);
         }
+        let bytes = p.records.len() as u64;
         match part.log.append(p.records).await {
             Ok(info) => {
+                part.bytes_in.set(part.bytes_in.get() + bytes);
+                part.records_in
+                    .set(part.records_in.get() + info.last_offset - info.base_offset + 1);
                 if acks == -1 {
                     if let Err(e) = part.log.flush().await {
                         part.log_io_error(&p.topic, p.partition, "flush", &e);
@@ -665,11 +684,11 @@ impl Shard {
                 || Instant::now() >= deadline
                 || self.shutdown.is_fired()
             {
-                return results;
+                return self.count_fetched(parts, results);
             }
             if let Some(k) = key {
                 if self.early_wakes.borrow_mut().remove(&k) {
-                    return results;
+                    return self.count_fetched(parts, results);
                 }
             }
             // Data may have landed while we were reading: read again instead of parking.
@@ -688,7 +707,7 @@ impl Shard {
                         "parked fetch limit reached: fetches are answered at once (fetch.max.parked)"
                     );
                 }
-                return results;
+                return self.count_fetched(parts, results);
             }
             let parked = Rc::new(Parked {
                 fired: Cell::new(false),
@@ -721,12 +740,78 @@ impl Shard {
                     .insert(k, Rc::downgrade(&parked));
             }
             parked.signal.wait().await;
+            if Instant::now() >= deadline {
+                crate::metrics::CoreMetrics::bump(&self.metrics.wheel_expired);
+            } else {
+                crate::metrics::CoreMetrics::bump(&self.metrics.wheel_woken);
+            }
             self.wheel.borrow_mut().remove(wheel_key);
             if let Some(k) = key {
                 self.remote_parked.borrow_mut().remove(&k);
             }
             external = parked.external.get();
         }
+    }
+
+    /// Counts what a fetch returns (bytes out per partition, errors) before it goes.
+    fn count_fetched(&self, parts: &[FetchPart], results: Vec<FetchResult>) -> Vec<FetchResult> {
+        for (p, r) in parts.iter().zip(&results) {
+            self.metrics
+                .error(kafka_protocol::messages::ApiKey::Fetch, r.error);
+            if let Some(part) = self.partition(&p.topic, p.partition) {
+                part.bytes_out.set(part.bytes_out.get() + r.bytes() as u64);
+            }
+        }
+        results
+    }
+
+    /// This core's figures (`Req::Metrics`).
+    fn metrics_snapshot(&self) -> crate::metrics::CoreSnapshot {
+        let mut snap = crate::metrics::CoreSnapshot {
+            core: self.id,
+            parked: self.wheel.borrow().len(),
+            connections: self.connections.get(),
+            ..Default::default()
+        };
+        self.metrics.fill(&mut snap);
+        let depth = self.config.mesh_queue_depth;
+        snap.queue_in_use = (0..self.cores)
+            .filter(|&c| c != self.id)
+            .filter_map(|c| {
+                self.permits
+                    .get(c)
+                    .map(|p| (c, depth.saturating_sub(p.available() as usize)))
+            })
+            .collect();
+        let cache = self.cache.stats();
+        snap.cache_hits = cache.hits;
+        snap.cache_misses = cache.misses;
+        snap.cache_used_bytes = cache.used_bytes;
+        let mut parts: Vec<_> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|((t, p), part)| (t.clone(), *p, part.clone()))
+            .collect();
+        parts.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        snap.partitions = parts
+            .into_iter()
+            .map(|(topic, partition, part)| {
+                let (segments, segment_bytes) = part.log.size();
+                crate::metrics::PartitionSnapshot {
+                    topic,
+                    partition,
+                    bytes_in: part.bytes_in.get(),
+                    records_in: part.records_in.get(),
+                    bytes_out: part.bytes_out.get(),
+                    segments,
+                    segment_bytes,
+                    log_end_offset: part.log.watermarks().log_end_offset,
+                    flush: part.log.flush_stats(),
+                }
+            })
+            .collect();
+        snap
     }
 
     fn wake_remote(&self, key: FetchKey) {
@@ -1168,6 +1253,9 @@ impl Shard {
                 log,
                 waiters,
                 io_errors: Cell::new(0),
+                bytes_in: Cell::new(0),
+                records_in: Cell::new(0),
+                bytes_out: Cell::new(0),
             }),
         );
         Ok(())

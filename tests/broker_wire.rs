@@ -42,6 +42,8 @@ impl Broker {
                 "127.0.0.1:0",
                 "--cores",
                 "2",
+                "--set",
+                "metrics.listen=127.0.0.1:0",
                 "--data-dir",
             ])
             .arg(dir.path())

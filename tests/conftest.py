@@ -41,6 +41,8 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 TEST_TIMEOUT_S = 180
 LISTENING_RE = re.compile(rb"listening on (127\.0\.0\.1):(\d+)")
+# Printed before the "listening on" line when metrics.listen is not off.
+METRICS_RE = re.compile(rb"metrics on (http://\S+/metrics)")
 LOG_TAIL_BYTES = 64 * 1024
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -60,6 +62,7 @@ class Broker:
         self.cores = cores
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        self.metrics_url: str | None = None
         self.starts = 0
         self._stopped = False  # True once we stopped or killed it on purpose
         self._log = open(self.log_path, "ab", buffering=0)
@@ -68,6 +71,9 @@ class Broker:
 
     def command(self) -> list[str]:
         cmd = [str(WEIR_BIN), "serve", "--listen", "127.0.0.1:0"]
+        if "metrics.listen" not in self.settings:
+            # Many test brokers run at once: a free port each, not the default 9644.
+            cmd += ["--set", "metrics.listen=127.0.0.1:0"]
         if self.cores is not None:
             cmd += ["--cores", str(self.cores)]
         for key, value in self.settings.items():
@@ -106,6 +112,10 @@ class Broker:
                 f.seek(offset)
                 m = LISTENING_RE.search(f.read())
             if m:
+                with open(self.log_path, "rb") as f:
+                    f.seek(offset)
+                    mm = METRICS_RE.search(f.read())
+                self.metrics_url = mm.group(1).decode() if mm else None
                 return int(m.group(2))
             if self.proc.poll() is not None:
                 self._stopped = True  # reported here, not again at teardown

@@ -22,7 +22,8 @@ def run_broker(tmp_path, args: list[str], env: dict[str, str]):
     log = open(tmp_path / "weir.log", "wb")
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("WEIR_") or k == "WEIR_BIN"}
     full_env.update(env)
-    proc = subprocess.Popen([str(WEIR_BIN), "serve", "--listen", "127.0.0.1:0", *args], cwd=tmp_path,
+    proc = subprocess.Popen([str(WEIR_BIN), "serve", "--listen", "127.0.0.1:0",
+                             "--set", "metrics.listen=127.0.0.1:0", *args], cwd=tmp_path,
                             stdout=log, stderr=subprocess.STDOUT, env=full_env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -77,7 +78,8 @@ def test_bad_settings_stop_start_up_with_a_message(tmp_path):
     for args, env, message in cases:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("WEIR_")}
         full_env.update(env)
-        p = subprocess.run([str(WEIR_BIN), "serve", "--listen", "127.0.0.1:0", *args], cwd=tmp_path,
+        p = subprocess.run([str(WEIR_BIN), "serve", "--listen", "127.0.0.1:0",
+                            "--set", "metrics.listen=127.0.0.1:0", *args], cwd=tmp_path,
                            capture_output=True, text=True, timeout=30, env=full_env)
         assert p.returncode == 1, (args, env, p.stderr[-2000:])
         assert message in p.stderr, (message, p.stderr[-2000:])

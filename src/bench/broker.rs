@@ -22,7 +22,9 @@ impl Broker {
             .arg("--data-dir")
             .arg(data_dir)
             .arg("--listen")
-            .arg("127.0.0.1:0");
+            .arg("127.0.0.1:0")
+            // A free port, not 9644 (another broker may run); a later --set overrides.
+            .args(["--set", "metrics.listen=127.0.0.1:0"]);
         for s in settings {
             cmd.arg("--set").arg(s);
         }

@@ -43,5 +43,5 @@ mod segment;
 pub use crate::cache::BatchCache;
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, Result};
-pub use crate::log::{AppendInfo, Log, ReadOutcome};
+pub use crate::log::{AppendInfo, FlushStats, Log, ReadOutcome, FLUSH_BUCKETS};
 pub use crate::watermark::{FifoGuard, FifoLock, FifoWait, Watermarks};

@@ -96,6 +96,7 @@ struct Inner {
     kick_scheduled: Cell<bool>,
     sync_running: Cell<bool>,
     syncs_completed: Watch,
+    flush_stats: RefCell<FlushStats>,
     failed: RefCell<Option<String>>,
     listeners: RefCell<Vec<Listener>>,
     cache: Rc<LogCache>,
@@ -113,6 +114,31 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// Upper bounds (seconds) of the flush latency buckets in `FlushStats::buckets`.
+pub const FLUSH_BUCKETS: [f64; 10] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1,
+];
+
+/// Flushes (fdatasync) of one log: a count, their total time, and a latency histogram
+/// (`buckets[i]`: flushes that took at most `FLUSH_BUCKETS[i]`, not cumulative).
+#[derive(Debug, Clone, Default)]
+pub struct FlushStats {
+    pub count: u64,
+    pub seconds: f64,
+    pub buckets: [u64; FLUSH_BUCKETS.len()],
+}
+
+impl FlushStats {
+    fn record(&mut self, took: std::time::Duration) {
+        let s = took.as_secs_f64();
+        self.count += 1;
+        self.seconds += s;
+        if let Some(i) = FLUSH_BUCKETS.iter().position(|&b| s <= b) {
+            self.buckets[i] += 1;
+        }
+    }
 }
 
 impl Log {
@@ -300,6 +326,7 @@ impl Log {
             kick_scheduled: Cell::new(false),
             sync_running: Cell::new(false),
             syncs_completed: Watch::new(0),
+            flush_stats: RefCell::new(FlushStats::default()),
             failed: RefCell::new(None),
             listeners: RefCell::new(Vec::new()),
             cache: cache.register(),
@@ -621,6 +648,11 @@ impl Log {
         self.inner.config.borrow().clone()
     }
 
+    /// The fdatasyncs this log has made and how long they took.
+    pub fn flush_stats(&self) -> FlushStats {
+        self.inner.flush_stats.borrow().clone()
+    }
+
     /// Number of segments and their total bytes.
     pub fn size(&self) -> (usize, u64) {
         let segs = self.inner.segments.borrow();
@@ -938,7 +970,9 @@ impl Inner {
             self.sync_running.set(true);
             let covered = self.hw.get();
             let file = self.appender.borrow().file.clone();
+            let started = std::time::Instant::now();
             let r = file.fdatasync().await;
+            self.flush_stats.borrow_mut().record(started.elapsed());
             self.sync_running.set(false);
             match r {
                 Ok(()) => self.flushed.advance(covered),

@@ -29,7 +29,8 @@ impl TestBroker {
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--cores")
-            .arg("1");
+            .arg("1")
+            .args(["--set", "metrics.listen=127.0.0.1:0"]);
         for s in settings {
             cmd.arg("--set").arg(s);
         }

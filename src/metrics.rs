@@ -1,0 +1,523 @@
+//! Prometheus metrics: each core counts its own requests, partitions, wheel, connections and
+//! cache in plain `Cell`s (nothing shared between cores on the data path); the HTTP endpoint
+//! (`metrics.listen`, core 0) asks every core for a `CoreSnapshot` over the mesh
+//! (`Req::Metrics`) and renders them in the Prometheus text format, labelled by core.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use kafka_protocol::messages::ApiKey;
+use tracing::{debug, warn};
+use weir_storage::{FlushStats, FLUSH_BUCKETS};
+
+use crate::shard::{Req, Resp, Shard};
+
+/// Upper bounds (seconds) of the request latency buckets.
+pub const REQUEST_BUCKETS: [f64; 12] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5, 1.0, 30.0,
+];
+
+/// One API's requests on one core.
+#[derive(Debug, Clone, Default)]
+pub struct ApiStats {
+    pub count: u64,
+    pub seconds: f64,
+    /// Requests that took at most `REQUEST_BUCKETS[i]` (not cumulative).
+    pub buckets: [u64; REQUEST_BUCKETS.len()],
+}
+
+/// A core's own counters. Touched only by that core.
+#[derive(Default)]
+pub struct CoreMetrics {
+    apis: RefCell<BTreeMap<i16, ApiStats>>,
+    /// (api key, error code) → responses (or partitions of a response) with that error.
+    errors: RefCell<BTreeMap<(i16, i16), u64>>,
+    pub wheel_expired: Cell<u64>,
+    pub wheel_woken: Cell<u64>,
+    pub connections_accepted: Cell<u64>,
+    pub connections_refused: Cell<u64>,
+    pub connections_closed_bad_input: Cell<u64>,
+}
+
+impl CoreMetrics {
+    pub fn request(&self, api: i16, took: Duration) {
+        let s = took.as_secs_f64();
+        let mut apis = self.apis.borrow_mut();
+        let a = apis.entry(api).or_default();
+        a.count += 1;
+        a.seconds += s;
+        if let Some(i) = REQUEST_BUCKETS.iter().position(|&b| s <= b) {
+            a.buckets[i] += 1;
+        }
+    }
+
+    pub fn error(&self, api: ApiKey, code: i16) {
+        if code != 0 {
+            *self
+                .errors
+                .borrow_mut()
+                .entry((api as i16, code))
+                .or_insert(0) += 1;
+        }
+    }
+
+    pub fn bump(c: &Cell<u64>) {
+        c.set(c.get() + 1);
+    }
+}
+
+/// One partition's figures.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionSnapshot {
+    pub topic: String,
+    pub partition: i32,
+    pub bytes_in: u64,
+    pub records_in: u64,
+    pub bytes_out: u64,
+    pub segments: usize,
+    pub segment_bytes: u64,
+    pub log_end_offset: u64,
+    pub flush: FlushStats,
+}
+
+/// Everything one core reports; `Send`, to cross the mesh.
+#[derive(Debug, Clone, Default)]
+pub struct CoreSnapshot {
+    pub core: usize,
+    pub apis: Vec<(i16, ApiStats)>,
+    pub errors: Vec<((i16, i16), u64)>,
+    pub parked: usize,
+    pub wheel_expired: u64,
+    pub wheel_woken: u64,
+    pub connections: usize,
+    pub connections_accepted: u64,
+    pub connections_refused: u64,
+    pub connections_closed_bad_input: u64,
+    /// (destination core, cross-core calls in flight to it).
+    pub queue_in_use: Vec<(usize, usize)>,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub cache_used_bytes: usize,
+    pub partitions: Vec<PartitionSnapshot>,
+}
+
+impl CoreMetrics {
+    pub fn fill(&self, snap: &mut CoreSnapshot) {
+        snap.apis = self
+            .apis
+            .borrow()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        snap.errors = self.errors.borrow().iter().map(|(k, v)| (*k, *v)).collect();
+        snap.wheel_expired = self.wheel_expired.get();
+        snap.wheel_woken = self.wheel_woken.get();
+        snap.connections_accepted = self.connections_accepted.get();
+        snap.connections_refused = self.connections_refused.get();
+        snap.connections_closed_bad_input = self.connections_closed_bad_input.get();
+    }
+}
+
+fn api_name(key: i16) -> String {
+    ApiKey::try_from(key).map_or_else(|_| key.to_string(), |k| format!("{k:?}"))
+}
+
+/// Escapes a label value (backslash, double quote, newline).
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A metric family read off each snapshot: (name, type, help, value).
+type Family<T> = (&'static str, &'static str, &'static str, fn(&T) -> u64);
+
+struct Out(String);
+
+impl Out {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+    fn line(&mut self, name: &str, labels: &str, v: impl std::fmt::Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.0, "{name} {v}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{labels}}} {v}");
+        }
+    }
+    /// A histogram from non-cumulative bucket counts.
+    fn histogram(&mut self, name: &str, labels: &str, bounds: &[f64], counts: &[u64], sum: f64) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut acc = 0;
+        for (b, c) in bounds.iter().zip(counts) {
+            acc += c;
+            self.line(
+                &format!("{name}_bucket"),
+                &format!("{labels}{sep}le=\"{b}\""),
+                acc,
+            );
+        }
+        let total: u64 = counts.iter().sum::<u64>().max(acc);
+        self.line(
+            &format!("{name}_bucket"),
+            &format!("{labels}{sep}le=\"+Inf\""),
+            total,
+        );
+        self.line(&format!("{name}_sum"), labels, sum);
+        self.line(&format!("{name}_count"), labels, total);
+    }
+}
+
+/// Renders every core's snapshot as Prometheus text (exposition format 0.0.4).
+pub fn render(cores: &[CoreSnapshot]) -> String {
+    let mut o = Out(String::with_capacity(16 << 10));
+    let part_labels = |c: &CoreSnapshot, p: &PartitionSnapshot| {
+        format!(
+            "core=\"{}\",topic=\"{}\",partition=\"{}\"",
+            c.core,
+            esc(&p.topic),
+            p.partition
+        )
+    };
+
+    o.head(
+        "weir_requests_total",
+        "counter",
+        "Requests handled, by API.",
+    );
+    for c in cores {
+        for (k, a) in &c.apis {
+            o.line(
+                "weir_requests_total",
+                &format!("core=\"{}\",api=\"{}\"", c.core, api_name(*k)),
+                a.count,
+            );
+        }
+    }
+    o.head(
+        "weir_request_errors_total",
+        "counter",
+        "Responses (or partitions of a response) with a Kafka error code, by API and code.",
+    );
+    for c in cores {
+        for ((k, code), n) in &c.errors {
+            o.line(
+                "weir_request_errors_total",
+                &format!(
+                    "core=\"{}\",api=\"{}\",code=\"{code}\"",
+                    c.core,
+                    api_name(*k)
+                ),
+                n,
+            );
+        }
+    }
+    o.head(
+        "weir_request_duration_seconds",
+        "histogram",
+        "Time from a request decoded to its response ready, by API.",
+    );
+    for c in cores {
+        for (k, a) in &c.apis {
+            let l = format!("core=\"{}\",api=\"{}\"", c.core, api_name(*k));
+            o.histogram(
+                "weir_request_duration_seconds",
+                &l,
+                &REQUEST_BUCKETS,
+                &a.buckets,
+                a.seconds,
+            );
+        }
+    }
+    let per_part: [Family<PartitionSnapshot>; 6] = [
+        (
+            "weir_partition_bytes_in_total",
+            "counter",
+            "Record batch bytes appended.",
+            |p| p.bytes_in,
+        ),
+        (
+            "weir_partition_records_in_total",
+            "counter",
+            "Records appended.",
+            |p| p.records_in,
+        ),
+        (
+            "weir_partition_bytes_out_total",
+            "counter",
+            "Record batch bytes returned to fetches.",
+            |p| p.bytes_out,
+        ),
+        (
+            "weir_partition_segments",
+            "gauge",
+            "Segment files of the partition.",
+            |p| p.segments as u64,
+        ),
+        (
+            "weir_partition_segment_bytes",
+            "gauge",
+            "Bytes in the partition's segments.",
+            |p| p.segment_bytes,
+        ),
+        (
+            "weir_partition_log_end_offset",
+            "gauge",
+            "Offset the next record will get.",
+            |p| p.log_end_offset,
+        ),
+    ];
+    for (name, kind, help, f) in per_part {
+        o.head(name, kind, help);
+        for c in cores {
+            for p in &c.partitions {
+                o.line(name, &part_labels(c, p), f(p));
+            }
+        }
+    }
+    o.head(
+        "weir_flush_duration_seconds",
+        "histogram",
+        "fdatasync of a partition's active segment (acks=all produce, shutdown).",
+    );
+    for c in cores {
+        for p in &c.partitions {
+            o.histogram(
+                "weir_flush_duration_seconds",
+                &part_labels(c, p),
+                &FLUSH_BUCKETS,
+                &p.flush.buckets,
+                p.flush.seconds,
+            );
+        }
+    }
+    let per_core: [Family<CoreSnapshot>; 9] = [
+        (
+            "weir_parked_fetches",
+            "gauge",
+            "Fetches parked in the core's wheel waiting for data.",
+            |c| c.parked as u64,
+        ),
+        (
+            "weir_wheel_expired_total",
+            "counter",
+            "Parked fetches answered because their max wait passed.",
+            |c| c.wheel_expired,
+        ),
+        (
+            "weir_wheel_woken_total",
+            "counter",
+            "Parked fetches answered because data arrived.",
+            |c| c.wheel_woken,
+        ),
+        (
+            "weir_connections",
+            "gauge",
+            "Open client connections.",
+            |c| c.connections as u64,
+        ),
+        (
+            "weir_connections_accepted_total",
+            "counter",
+            "Client connections accepted.",
+            |c| c.connections_accepted,
+        ),
+        (
+            "weir_connections_refused_total",
+            "counter",
+            "Client connections closed at once (max.connections).",
+            |c| c.connections_refused,
+        ),
+        (
+            "weir_connections_closed_bad_input_total",
+            "counter",
+            "Connections closed for malformed or oversized requests.",
+            |c| c.connections_closed_bad_input,
+        ),
+        (
+            "weir_cache_hits_total",
+            "counter",
+            "Reads served from the core's batch cache.",
+            |c| c.cache_hits,
+        ),
+        (
+            "weir_cache_misses_total",
+            "counter",
+            "Reads that went to disk.",
+            |c| c.cache_misses,
+        ),
+    ];
+    for (name, kind, help, f) in per_core {
+        o.head(name, kind, help);
+        for c in cores {
+            o.line(name, &format!("core=\"{}\"", c.core), f(c));
+        }
+    }
+    o.head(
+        "weir_cache_bytes",
+        "gauge",
+        "Bytes held in the core's batch cache.",
+    );
+    for c in cores {
+        o.line(
+            "weir_cache_bytes",
+            &format!("core=\"{}\"", c.core),
+            c.cache_used_bytes,
+        );
+    }
+    o.head(
+        "weir_cross_core_queue_depth",
+        "gauge",
+        "Cross-core calls in flight from this core to another (bounded by cross.core.queue.depth).",
+    );
+    for c in cores {
+        for (to, n) in &c.queue_in_use {
+            o.line(
+                "weir_cross_core_queue_depth",
+                &format!("core=\"{}\",to=\"{to}\"", c.core),
+                n,
+            );
+        }
+    }
+    o.0
+}
+
+/// Serves `GET /metrics` on `listener` (core 0) until shutdown.
+pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            shard.shutdown.wait().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => {
+                let sh = shard.clone();
+                glommio::spawn_local(async move {
+                    if let Err(e) = http_connection(sh, stream).await {
+                        debug!(error = %e, "metrics connection closed");
+                    }
+                })
+                .detach();
+            }
+            Some(Err(e)) => {
+                warn!(error = %e, "metrics accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// Every core's snapshot, core 0 first.
+pub async fn gather(shard: &Rc<Shard>) -> Vec<CoreSnapshot> {
+    let mut out = Vec::with_capacity(shard.cores);
+    for core in 0..shard.cores {
+        if let Resp::Metrics(s) = shard.call(core, Req::Metrics).await {
+            out.push(*s);
+        }
+    }
+    out
+}
+
+/// One HTTP/1.1 connection: requests answered in turn until the client closes, asks to
+/// close, or sends something that is not a small GET (then it is closed).
+async fn http_connection(shard: Rc<Shard>, mut stream: TcpStream) -> std::io::Result<()> {
+    const MAX_HEAD: usize = 8 << 10;
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        // Read one request head (up to the blank line), with a deadline.
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            if buf.len() > MAX_HEAD {
+                return respond(
+                    &mut stream,
+                    431,
+                    "text/plain",
+                    b"request head too large\n",
+                    true,
+                )
+                .await;
+            }
+            let mut chunk = [0u8; 1024];
+            let n =
+                futures_lite::future::or(async { Some(stream.read(&mut chunk).await) }, async {
+                    glommio::timer::sleep(Duration::from_secs(10)).await;
+                    None
+                })
+                .await;
+            match n {
+                None | Some(Ok(0)) => return Ok(()),
+                Some(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+                Some(Err(e)) => return Err(e),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        buf.drain(..end);
+        let mut first = head.lines().next().unwrap_or("").split(' ');
+        let (method, path, version) = (first.next(), first.next(), first.next());
+        let close = head.to_ascii_lowercase().contains("connection: close");
+        match (method, path, version) {
+            (Some("GET"), Some(p), Some(v)) if v.starts_with("HTTP/1.") => {
+                let path = p.split('?').next().unwrap_or(p);
+                if path == "/metrics" {
+                    let text = render(&gather(&shard).await);
+                    respond(
+                        &mut stream,
+                        200,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                        text.as_bytes(),
+                        close,
+                    )
+                    .await?;
+                } else {
+                    respond(
+                        &mut stream,
+                        404,
+                        "text/plain",
+                        b"not found: try /metrics\n",
+                        close,
+                    )
+                    .await?;
+                }
+                if close || v == "HTTP/1.0" {
+                    return Ok(());
+                }
+            }
+            _ => {
+                return respond(&mut stream, 400, "text/plain", b"bad request\n", true).await;
+            }
+        }
+    }
+}
+
+async fn respond(
+    stream: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    close: bool,
+) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        431 => "Request Header Fields Too Large",
+        _ => "Bad Request",
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{}\r\n",
+        body.len(),
+        if close { "Connection: close\r\n" } else { "" }
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    stream.flush().await
+}
