@@ -49,6 +49,10 @@ enum Command {
     Serve(ServeArgs),
     /// Benchmark a broker (our own or --bootstrap) against the raw disk and loopback TCP.
     Bench(weir::bench::BenchArgs),
+    /// Manage topics on any Kafka-protocol broker: create, list, describe, delete, alter-config.
+    Topic(weir::admin::TopicArgs),
+    /// Consumer groups on any Kafka-protocol broker: list, describe, reset-offsets.
+    Group(weir::admin::GroupArgs),
 }
 
 #[derive(clap::Args)]
@@ -86,6 +90,8 @@ fn main() {
                 1
             }
         },
+        Command::Topic(args) => weir::admin::topic(args),
+        Command::Group(args) => weir::admin::group(args),
         Command::Bench(args) => {
             if weir::bench::run(args) == std::process::ExitCode::SUCCESS {
                 0
