@@ -85,7 +85,7 @@ fn s(v: &str) -> StrBytes {
 /// Processes one request, counting it (and its time) in the core's metrics.
 pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
     let started = std::time::Instant::now();
-    let key = req.key as i16;
+    let key = req.raw_key();
     let sh = shard.clone();
     let r = process_request(shard, req).await;
     sh.metrics.request(key, started.elapsed());
@@ -100,7 +100,17 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
                 version = %a.client_software_version.as_str(),
                 "ApiVersions"
             );
-            one(&req, &api_versions(errors::NONE))
+            // The streaming fetch extension is listed only for clients that ask for it by
+            // name: ordinary Kafka clients see exactly Kafka's APIs.
+            let mut resp = api_versions(errors::NONE);
+            if a.client_software_name.as_str() == weir::stream_fetch::CLIENT_SOFTWARE_NAME {
+                let mut v = ApiVersion::default();
+                v.api_key = weir::stream_fetch::API_KEY;
+                v.min_version = weir::stream_fetch::VERSION;
+                v.max_version = weir::stream_fetch::VERSION;
+                resp.api_keys.push(v);
+            }
+            one(&req, &resp)
         }
         Body::ApiVersionsUnsupported => {
             // KIP-511: answer in v0 so any client can read the list and retry.
@@ -134,6 +144,8 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
             let resp = describe_configs(&shard, d);
             one(&req, &resp)
         }
+        // server.rs hands these to the connection's streams, never here.
+        Body::StreamFetch(_) => Err(perr("StreamFetch outside a connection")),
         Body::AlterConfigs(a) => {
             let resp = alter_configs(&shard, a).await;
             one(&req, &resp)
@@ -393,6 +405,15 @@ async fn fetch(
     req: &Request,
     f: &FetchRequest,
 ) -> Result<Response, ProtocolError> {
+    let replies = gather_fetch(shard, f).await;
+    let body = fetch_response::encode(req.version, req.correlation_id, &replies);
+    Ok(Some(body))
+}
+
+/// Reads what a fetch asks for from the owning cores, parking (in their wheels) until
+/// `min_bytes` are there or `max_wait_ms` passes: the per-partition results, by topic.
+/// Also the data path of streaming fetch (`streaming.rs`).
+pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest) -> Vec<FetchReply> {
     let meta = shard.metadata();
     // (topic index, partition index) of every part, grouped by owner.
     let mut replies: Vec<FetchReply> = Vec::new();
@@ -515,8 +536,7 @@ async fn fetch(
             }
         }
     }
-    let body = fetch_response::encode(req.version, req.correlation_id, &replies);
-    Ok(Some(body))
+    replies
 }
 
 fn place(

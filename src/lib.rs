@@ -5,4 +5,5 @@ pub mod admin;
 pub mod bench;
 pub mod client;
 pub mod metadata;
+pub mod stream_fetch;
 pub mod wire;

@@ -11,6 +11,7 @@ mod kafka;
 mod metrics;
 mod server;
 mod shard;
+mod streaming;
 mod sync;
 mod wheel;
 

@@ -124,6 +124,9 @@ impl CoreMetrics {
 }
 
 fn api_name(key: i16) -> String {
+    if key == weir::stream_fetch::API_KEY {
+        return "StreamFetch".to_string();
+    }
     ApiKey::try_from(key).map_or_else(|_| key.to_string(), |k| format!("{k:?}"))
 }
 

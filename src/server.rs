@@ -189,11 +189,59 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     // a request arrived or a response went out.
     let activity = Rc::new((Cell::new(0usize), Cell::new(Instant::now())));
     let writer_activity = activity.clone();
+    // Streaming fetch pushes reach the writer on a side channel, so that a stream never
+    // holds up the ordered responses (and is bounded: a full channel stalls the stream).
+    let (push_tx, push_rx) = local_channel::new_bounded::<crate::streaming::Push>(16);
+    let streams = crate::streaming::ConnStreams::new(push_tx);
     let writer = glommio::spawn_local(async move {
         let mut staged = BytesMut::new();
-        while let Some(task) = rx.recv().await {
+        let mut current: Option<JoinHandle<Result<Response, ProtocolError>>> = None;
+        let mut pushes_open = true;
+        loop {
+            // Next: the response at the head of the line, or a push, whichever is ready.
+            enum Ev {
+                Task(Option<JoinHandle<Result<Response, ProtocolError>>>),
+                Done(Option<Result<Response, ProtocolError>>),
+                Push(Option<crate::streaming::Push>),
+            }
+            let push_next = async {
+                if pushes_open {
+                    Ev::Push(push_rx.recv().await)
+                } else {
+                    futures_lite::future::pending().await
+                }
+            };
+            let ev = match current.as_mut() {
+                None => {
+                    futures_lite::future::or(async { Ev::Task(rx.recv().await) }, push_next).await
+                }
+                Some(h) => futures_lite::future::or(async { Ev::Done(h.await) }, push_next).await,
+            };
+            let task_result = match ev {
+                Ev::Task(Some(t)) => {
+                    current = Some(t);
+                    continue;
+                }
+                Ev::Task(None) => break,
+                Ev::Push(None) => {
+                    pushes_open = false;
+                    continue;
+                }
+                Ev::Push(Some(pieces)) => {
+                    if let Err(e) = write_pieces(&mut wr, &mut staged, pieces).await {
+                        debug!(core, peer = %writer_peer, error = %e, "write failed; closing");
+                        break;
+                    }
+                    writer_activity.1.set(Instant::now());
+                    continue;
+                }
+                Ev::Done(r) => {
+                    current = None;
+                    r
+                }
+            };
             let done = &writer_activity;
-            let result = match task.await {
+            let result = match task_result {
                 Some(r) => r,
                 None => Err(ProtocolError("request task was cancelled".into())),
             };
@@ -261,6 +309,12 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
                 break;
             }
         };
+        if let kafka::Body::StreamFetch(op) = req.body {
+            // Answered (and then fed) through the push channel, not in line.
+            activity.1.set(Instant::now());
+            streams.handle(&shard, req.correlation_id, op).await;
+            continue;
+        }
         activity.0.set(activity.0.get() + 1);
         activity.1.set(Instant::now());
         let sh = shard.clone();
@@ -269,6 +323,8 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
             break; // the writer stopped (client gone or protocol error)
         }
     }
+    streams.cancel_all();
+    drop(streams);
     drop(tx);
     writer.await;
     shard.connections.set(shard.connections.get() - 1);

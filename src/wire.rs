@@ -83,12 +83,61 @@ pub enum Body {
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
     DeleteGroups(DeleteGroupsRequest),
+    /// weir's streaming fetch extension (API key `stream_fetch::API_KEY`).
+    StreamFetch(crate::stream_fetch::StreamOp),
     AlterConfigs(AlterConfigsRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
 }
 
+impl Request {
+    /// The API key on the wire: `key` for Kafka's APIs, `stream_fetch::API_KEY` for the
+    /// streaming fetch extension (whose `key` is `ApiKey::Fetch`, the API it extends).
+    pub fn raw_key(&self) -> i16 {
+        match self.body {
+            Body::StreamFetch(_) => crate::stream_fetch::API_KEY,
+            _ => self.key as i16,
+        }
+    }
+}
+
 pub fn perr(msg: impl Into<String>) -> ProtocolError {
     ProtocolError(msg.into())
+}
+
+/// The streaming fetch extension: request header v1 (key, version, correlation id,
+/// client id), then a `StreamOp`.
+fn decode_stream_fetch(
+    mut frame: Bytes,
+    version: i16,
+    correlation_id: i32,
+) -> Result<Request, ProtocolError> {
+    use bytes::Buf;
+    if version != crate::stream_fetch::VERSION {
+        return Err(perr(format!(
+            "unsupported version {version} of StreamFetch (weir speaks 0)"
+        )));
+    }
+    frame.advance(8);
+    if frame.remaining() < 2 {
+        return Err(perr("StreamFetch: truncated client id"));
+    }
+    let n = frame.get_i16();
+    let client_id = if n < 0 {
+        String::new()
+    } else {
+        if frame.remaining() < n as usize {
+            return Err(perr("StreamFetch: truncated client id"));
+        }
+        String::from_utf8_lossy(&frame.split_to(n as usize)).into_owned()
+    };
+    let op = crate::stream_fetch::StreamOp::decode(frame).map_err(|e| perr(e.to_string()))?;
+    Ok(Request {
+        key: ApiKey::Fetch,
+        version,
+        correlation_id,
+        client_id,
+        body: Body::StreamFetch(op),
+    })
 }
 
 /// Decodes one request frame (without its 4-byte size prefix). Synchronous and cheap: runs
@@ -103,6 +152,9 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    if raw_key == crate::stream_fetch::API_KEY {
+        return decode_stream_fetch(frame, version, correlation_id);
+    }
     let key = ApiKey::try_from(raw_key).map_err(|_| perr(format!("unknown api key {raw_key}")))?;
     let Some((lo, hi)) = supported(key) else {
         return Err(perr(format!(

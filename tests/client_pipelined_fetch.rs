@@ -21,6 +21,9 @@ fn small_fetches() -> ConsumerConfig {
         max_partition_bytes: 4 << 10,
         max_bytes: 4 << 10,
         max_wait: Duration::from_millis(200),
+        // The long-poll path (what the consumer uses against brokers without weir's
+        // streaming fetch; tests/client_streaming_fetch.rs covers streams).
+        streaming: false,
         ..ConsumerConfig::default()
     }
 }

@@ -20,10 +20,16 @@ fuzz_target!(|data: &[u8]| {
             let key = i16::from_be_bytes([data[0], data[1]]);
             let version = i16::from_be_bytes([data[2], data[3]]);
             let correlation = i32::from_be_bytes([data[4], data[5], data[6], data[7]]);
-            assert_eq!(req.key as i16, key);
+            assert_eq!(req.raw_key(), key);
             assert_eq!(req.version, version);
             assert_eq!(req.correlation_id, correlation);
-            if !matches!(req.body, weir::wire::Body::ApiVersionsUnsupported) {
+            if let weir::wire::Body::StreamFetch(op) = &req.body {
+                // The extension re-encodes to what was read.
+                assert_eq!(version, weir::stream_fetch::VERSION);
+                let mut b = bytes::BytesMut::new();
+                op.encode(&mut b);
+                assert_eq!(weir::stream_fetch::StreamOp::decode(b.freeze()).as_ref(), Ok(op));
+            } else if !matches!(req.body, weir::wire::Body::ApiVersionsUnsupported) {
                 let (lo, hi) = weir::wire::supported(req.key).expect("a supported api");
                 assert!(lo <= version && version <= hi);
             }

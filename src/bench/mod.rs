@@ -39,7 +39,9 @@ Scenarios:
                 send->ack latency p50/p99/p999. Goal: >= 0.8 x min(raw disk write, TCP).
   consume-tail  consumers tail the log while producers send at a fixed offered rate
                 (--rate records/s; default: half the max rate found by a 5 s probe);
-                end-to-end latency (send -> record in the consumer's hands) p50/p99/p999.
+                end-to-end latency (send -> record in the consumer's hands) p50/p99/p999;
+                --fetch both (default) compares pipelined long polls with streaming fetch
+                (requests/s, pushes/s, latency) in the same run.
                 Goal: p99 < 1 ms.
   consume-disk  write --dataset bytes (several times the broker's cache), then read them
                 from offset 0 with --consumers consumers; MB/s of the catch-up read.
@@ -75,6 +77,14 @@ impl Scenario {
             Scenario::IdlePolls => "idle-polls",
         }
     }
+}
+
+/// How the bench's consumers fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FetchMode {
+    LongPoll,
+    Stream,
+    Both,
 }
 
 /// Measure a broker: produce, tail-latency, disk-bound catch-up and idle long polls.
@@ -123,6 +133,10 @@ pub struct BenchArgs {
     /// consume-tail: offered records per second (all producers together).
     #[arg(long)]
     pub rate: Option<f64>,
+    /// consume-tail: long-poll, stream (weir's streaming fetch), or both in turn on the same
+    /// run for a comparison; consume-disk: stream or long-poll (both: long-poll).
+    #[arg(long, value_enum, default_value = "both")]
+    pub fetch: FetchMode,
     /// consume-disk: bytes to write and then read back.
     #[arg(long, default_value = "2GiB", value_parser = parse_size)]
     pub dataset: u64,
@@ -473,6 +487,14 @@ impl Ctx {
             seconds: stats.seconds,
         };
         Ok(PhaseResult {
+            fetch_requests: c_counters
+                .iter()
+                .map(|c| c.requests.load(Ordering::Relaxed))
+                .sum(),
+            pushes: c_counters
+                .iter()
+                .map(|c| c.pushes.load(Ordering::Relaxed))
+                .sum(),
             stats,
             consumed,
             produce_latency: p_hist,
@@ -499,6 +521,9 @@ impl PhaseStats {
 }
 
 struct PhaseResult {
+    /// Consumers' fetch requests (Fetch, or stream Open/Credit/Cancel) and pushes.
+    fetch_requests: u64,
+    pushes: u64,
     stats: PhaseStats,
     consumed: PhaseStats,
     produce_latency: Histogram<u64>,
@@ -686,42 +711,100 @@ fn scenario_consume_tail(ctx: &mut Ctx) -> Result<(), String> {
     };
     ctx.report.figure("offered rate", rate, "records/s");
     let per = rate / ctx.args.producers.max(1) as f64;
-    let producers = (0..ctx.args.producers)
-        .map(|_| ctx.produce_spec(Some(per), true, Duration::ZERO))
-        .collect();
-    let consumers = split_partitions(ctx.args.parts(), ctx.args.consumers)
-        .into_iter()
-        .map(|parts| ConsumeSpec {
-            bootstrap: ctx.broker.bootstrap.clone(),
-            topic: ctx.topic.clone(),
-            partitions: parts,
-            from_end: true,
-            until: None,
-            stamped: true,
-            max_wait: Duration::from_millis(500),
-        })
-        .collect();
-    let d = Duration::from_secs(ctx.args.duration);
-    let r = ctx.run_phase("tail", producers, consumers, Some(d), None)?;
+    let modes: &[(&str, bool)] = match ctx.args.fetch {
+        FetchMode::LongPoll => &[("long poll", false)],
+        FetchMode::Stream => &[("stream", true)],
+        FetchMode::Both => &[("long poll", false), ("stream", true)],
+    };
+    // (mode, e2e p99 µs, fetch requests per second)
+    let mut summary: Vec<(&str, f64, f64)> = Vec::new();
+    for &(mode, streaming) in modes {
+        let producers = (0..ctx.args.producers)
+            .map(|_| ctx.produce_spec(Some(per), true, Duration::ZERO))
+            .collect();
+        let consumers = split_partitions(ctx.args.parts(), ctx.args.consumers)
+            .into_iter()
+            .map(|parts| ConsumeSpec {
+                bootstrap: ctx.broker.bootstrap.clone(),
+                topic: ctx.topic.clone(),
+                partitions: parts,
+                from_end: true,
+                until: None,
+                stamped: true,
+                max_wait: Duration::from_millis(500),
+                streaming,
+            })
+            .collect();
+        let d = Duration::from_secs(ctx.args.duration);
+        let r = ctx.run_phase(
+            &format!("tail ({mode})"),
+            producers,
+            consumers,
+            Some(d),
+            None,
+        )?;
+        let rep = &mut ctx.report;
+        rep.figure(
+            &format!("[{mode}] achieved produce rate"),
+            r.stats.records_per_s(),
+            "records/s",
+        );
+        rep.figure(
+            &format!("[{mode}] consumed"),
+            r.consumed.records as f64,
+            "records",
+        );
+        rep.figure(
+            &format!("[{mode}] produced"),
+            r.stats.records as f64,
+            "records",
+        );
+        let rps = r.fetch_requests as f64 / r.stats.seconds.max(1e-9);
+        rep.figure(&format!("[{mode}] fetch requests"), rps, "requests/s");
+        if streaming {
+            rep.figure(
+                &format!("[{mode}] pushes"),
+                r.pushes as f64 / r.stats.seconds.max(1e-9),
+                "pushes/s",
+            );
+        }
+        let p50 = r.e2e_latency.value_at_percentile(50.0) as f64;
+        let p99 = r.e2e_latency.value_at_percentile(99.0) as f64;
+        rep.figure(&format!("[{mode}] end-to-end p50"), p50, "us");
+        rep.goal(
+            &format!("[{mode}] end-to-end p99 (us)"),
+            p99,
+            "< 1000",
+            p99 < 1000.0,
+        );
+        summary.push((mode, p99, rps));
+        rep.latencies.push(Latency {
+            name: format!("end-to-end latency ({mode})"),
+            hist: r.e2e_latency,
+        });
+        rep.latencies.push(Latency {
+            name: format!("produce latency (acks={}, {mode} phase)", ctx.args.acks),
+            hist: r.produce_latency,
+        });
+    }
+    if let [(_, lp_p99, lp_rps), (_, st_p99, st_rps)] = summary[..] {
+        let rep = &mut ctx.report;
+        let lat = lp_p99 / st_p99.max(1.0);
+        let req = lp_rps / st_rps.max(1e-9);
+        rep.goal(
+            "stream: e2e p99 lower than long poll by (x)",
+            lat,
+            ">= 2",
+            lat >= 2.0,
+        );
+        rep.goal(
+            "stream: fewer fetch requests than long poll by (x)",
+            req,
+            ">= 5",
+            req >= 5.0,
+        );
+    }
     ctx.raw_sample("after")?;
-    let rep = &mut ctx.report;
-    rep.figure(
-        "achieved produce rate",
-        r.stats.records_per_s(),
-        "records/s",
-    );
-    rep.figure("consumed", r.consumed.records as f64, "records");
-    rep.figure("produced", r.stats.records as f64, "records");
-    let p99 = r.e2e_latency.value_at_percentile(99.0) as f64;
-    rep.goal("end-to-end p99 (us)", p99, "< 1000", p99 < 1000.0);
-    rep.latencies.push(Latency {
-        name: "end-to-end latency".to_string(),
-        hist: r.e2e_latency,
-    });
-    rep.latencies.push(Latency {
-        name: format!("produce latency (acks={})", ctx.args.acks),
-        hist: r.produce_latency,
-    });
     Ok(())
 }
 
@@ -770,6 +853,7 @@ fn scenario_consume_disk(ctx: &mut Ctx) -> Result<(), String> {
             until: Some(ends.clone()),
             stamped: false,
             max_wait: Duration::from_millis(500),
+            streaming: ctx.args.fetch == FetchMode::Stream,
         })
         .collect();
     let r = ctx.run_phase(

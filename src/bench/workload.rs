@@ -20,6 +20,10 @@ pub struct Counters {
     pub bytes: AtomicU64,
     pub records: AtomicU64,
     pub errors: AtomicU64,
+    /// Consumers: requests sent to fetch (Fetch, or stream Open/Credit/Cancel), and
+    /// streaming pushes received.
+    pub requests: AtomicU64,
+    pub pushes: AtomicU64,
 }
 
 /// A monotonic clock shared by producers and consumers of this process: nanoseconds since
@@ -151,6 +155,8 @@ pub struct ConsumeSpec {
     pub until: Option<HashMap<i32, i64>>,
     /// Values carry `clock_ns()` stamps: decode records and record end-to-end latency.
     pub stamped: bool,
+    /// Streaming fetch (when the broker offers it) instead of pipelined long polls.
+    pub streaming: bool,
     pub max_wait: Duration,
 }
 
@@ -170,6 +176,7 @@ pub async fn consume(
         cluster,
         ConsumerConfig {
             max_wait: spec.max_wait,
+            streaming: spec.streaming,
             ..ConsumerConfig::default()
         },
     );
@@ -195,6 +202,12 @@ pub async fn consume(
     };
     let mut signalled = false;
     while !stop.load(Ordering::Relaxed) && !done(&consumer) {
+        counters
+            .requests
+            .store(consumer.fetches_sent(), Ordering::Relaxed);
+        counters
+            .pushes
+            .store(consumer.pushes_received(), Ordering::Relaxed);
         if !signalled && consumer.fetches_sent() == 0 {
             // The first poll sends the first fetch; say we're parked right after.
             signalled = true;

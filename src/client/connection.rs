@@ -81,6 +81,9 @@ struct Shared {
     inflight: RefCell<VecDeque<Pending>>,
     failed: RefCell<Option<Error>>,
     fd: RawFd,
+    /// Streaming fetches: the Open's correlation id → where its messages go. Frames with
+    /// such an id are stream messages (ack, pushes, end), not in-line responses.
+    streams: RefCell<HashMap<i32, glommio::channels::local_channel::LocalSender<Bytes>>>,
 }
 
 impl Shared {
@@ -95,6 +98,8 @@ impl Shared {
         for p in drained {
             p.done.resolve(Err(e.clone()));
         }
+        // Dropping the senders ends every stream's receiver (it sees the failure).
+        self.streams.borrow_mut().clear();
     }
 }
 
@@ -173,6 +178,7 @@ impl Connection {
             inflight: RefCell::new(VecDeque::new()),
             failed: RefCell::new(None),
             fd,
+            streams: RefCell::new(HashMap::new()),
         });
         let reader = SocketReader {
             stream: read_stream,
@@ -211,7 +217,9 @@ impl Connection {
 
     async fn negotiate_versions(&self) -> Result<()> {
         let req = ApiVersionsRequest::default()
-            .with_client_software_name(StrBytes::from_static_str("weir-client"))
+            .with_client_software_name(StrBytes::from_static_str(
+                crate::stream_fetch::CLIENT_SOFTWARE_NAME,
+            ))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
         let mut resp: ApiVersionsResponse = self.send(&req, 3).await?.await?;
         if resp.error_code == 35 {
@@ -222,6 +230,64 @@ impl Connection {
         let mut versions = self.inner.versions.borrow_mut();
         for k in resp.api_keys {
             versions.insert(k.api_key, (k.min_version, k.max_version));
+        }
+        Ok(())
+    }
+
+    /// Whether the broker offered weir's streaming fetch extension.
+    pub fn supports_streaming(&self) -> bool {
+        self.inner
+            .versions
+            .borrow()
+            .get(&crate::stream_fetch::API_KEY)
+            .is_some_and(|&(lo, hi)| {
+                lo <= crate::stream_fetch::VERSION && crate::stream_fetch::VERSION <= hi
+            })
+    }
+
+    /// Opens a stream (`op` must be `StreamOp::Open`): its messages (ack, pushes, end)
+    /// arrive on the returned receiver, as raw frame bodies (`StreamMsg::decode`).
+    pub async fn open_stream(
+        &self,
+        op: &crate::stream_fetch::StreamOp,
+    ) -> Result<glommio::channels::local_channel::LocalReceiver<Bytes>> {
+        let (tx, rx) = glommio::channels::local_channel::new_unbounded();
+        self.write_stream_op(op, Some(tx)).await?;
+        Ok(rx)
+    }
+
+    /// Sends a Credit or Cancel for a stream (no response: the pushes tell).
+    pub async fn stream_op(&self, op: &crate::stream_fetch::StreamOp) -> Result<()> {
+        self.write_stream_op(op, None).await
+    }
+
+    async fn write_stream_op(
+        &self,
+        op: &crate::stream_fetch::StreamOp,
+        route: Option<glommio::channels::local_channel::LocalSender<Bytes>>,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        let _permit = inner
+            .write_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| Error::Closed)?;
+        if let Some(e) = inner.shared.failed.borrow().clone() {
+            return Err(e);
+        }
+        let id = inner.next_correlation_id.get();
+        inner.next_correlation_id.set(id.wrapping_add(1));
+        let frame = op.request_frame(id, inner.client_id.as_str());
+        if let Some(tx) = route {
+            inner.shared.streams.borrow_mut().insert(id, tx);
+        }
+        let mut writer = inner.writer.borrow_mut().take().ok_or(Error::Closed)?;
+        let res = writer.write_all(&frame).await;
+        *inner.writer.borrow_mut() = Some(writer);
+        if let Err(e) = res {
+            let err = Error::io("write", &inner.addr, &e);
+            inner.shared.fail(err.clone());
+            return Err(err);
         }
         Ok(())
     }
@@ -384,6 +450,25 @@ impl SocketReader {
     }
 }
 
+/// Hands a streaming-fetch frame to its stream; false if `id` is not a stream's. The route
+/// goes when the stream ends (an End, or an Ack refusing it).
+fn route_stream(shared: &Shared, id: i32, body: &Bytes) -> bool {
+    use crate::stream_fetch::{MSG_ACK, MSG_END};
+    let mut streams = shared.streams.borrow_mut();
+    let Some(tx) = streams.get(&id) else {
+        return false;
+    };
+    // body: correlation id (4), stream id (4), kind (1), [ack: error (2)]
+    let kind = body.get(8).map(|&k| k as i8);
+    let refused = kind == Some(MSG_ACK) && body.get(9..11).is_some_and(|e| e != [0, 0]);
+    // A consumer that dropped its stream no longer reads: its frames are dropped.
+    let _ = tx.try_send(body.clone());
+    if kind == Some(MSG_END) || refused {
+        streams.remove(&id);
+    }
+    true
+}
+
 async fn reader_loop(mut rd: SocketReader, shared: Rc<Shared>, addr: String) {
     loop {
         match rd.frame(&addr).await {
@@ -392,6 +477,9 @@ async fn reader_loop(mut rd: SocketReader, shared: Rc<Shared>, addr: String) {
                     Ok(id) => id,
                     Err(e) => return shared.fail(e),
                 };
+                if route_stream(&shared, id, &body) {
+                    continue;
+                }
                 let next = shared.inflight.borrow_mut().pop_front();
                 match next {
                     Some(p) if p.correlation_id == id => p.done.resolve(Ok(body)),

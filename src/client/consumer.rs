@@ -22,7 +22,7 @@ use kafka_protocol::ResponseError;
 use weir_storage::batch::{decode_records, BatchHeader, Batches, Record};
 
 use super::cluster::{Cluster, FETCH_VERSION_MAX};
-use super::connection::ResponseFuture;
+use super::connection::{Connection, ResponseFuture};
 use super::error::{Error, Result};
 use super::TopicPartition;
 
@@ -47,6 +47,15 @@ pub struct ConsumerConfig {
     pub isolation_level: i8,
     /// Added to `max_wait` for the client-side deadline of a fetch.
     pub request_timeout: Duration,
+    /// Use weir's streaming fetch (docs/streaming-fetch.md) when the broker offers it and
+    /// every assigned partition has the same leader; pipelined long polls otherwise.
+    pub streaming: bool,
+    /// Streaming: record bytes the broker may push ahead of `poll` (the consumer's buffer).
+    pub stream_credit: i32,
+    /// Streaming: largest single push.
+    pub stream_max_push_bytes: i32,
+    /// Streaming: a stream ends after this long (a new one is opened on the next poll).
+    pub stream_deadline: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -59,6 +68,10 @@ impl Default for ConsumerConfig {
             offset_reset: OffsetReset::Earliest,
             isolation_level: 0,
             request_timeout: Duration::from_secs(30),
+            streaming: true,
+            stream_credit: 8 << 20,
+            stream_max_push_bytes: 1 << 20,
+            stream_deadline: Duration::from_secs(30),
         }
     }
 }
@@ -112,6 +125,15 @@ pub struct ConsumerRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
+/// An open streaming fetch.
+struct ActiveStream {
+    conn: Connection,
+    stream_id: i32,
+    rx: glommio::channels::local_channel::LocalReceiver<Bytes>,
+    /// Bytes handed to the application and not yet given back as credit.
+    drained: i64,
+}
+
 struct InFlight {
     node: i32,
     /// The offset each partition was fetched from.
@@ -128,6 +150,11 @@ pub struct Consumer {
     high_watermarks: HashMap<TopicPartition, i64>,
     in_flight: Vec<InFlight>,
     fetches_sent: u64,
+    stream: Option<ActiveStream>,
+    /// Positions changed since the stream opened: it is replaced on the next poll.
+    stream_stale: bool,
+    next_stream_id: i32,
+    pushes: u64,
 }
 
 impl Consumer {
@@ -139,6 +166,10 @@ impl Consumer {
             high_watermarks: HashMap::new(),
             in_flight: Vec::new(),
             fetches_sent: 0,
+            stream: None,
+            stream_stale: false,
+            next_stream_id: 1,
+            pushes: 0,
         }
     }
 
@@ -150,6 +181,7 @@ impl Consumer {
             self.positions.insert(tp.clone(), pos);
         }
         self.in_flight.clear();
+        self.stream_stale = true;
     }
 
     pub fn assignment(&self) -> Vec<TopicPartition> {
@@ -162,6 +194,7 @@ impl Consumer {
         match self.positions.get_mut(tp) {
             Some(p) => {
                 *p = Some(offset);
+                self.stream_stale = true;
                 Ok(())
             }
             None => Err(Error::Invalid(format!("{tp} is not assigned"))),
@@ -188,9 +221,19 @@ impl Consumer {
         self.high_watermarks.get(tp).copied()
     }
 
-    /// Fetch requests written so far.
+    /// Requests written to fetch so far: Fetch requests, or stream Open/Credit/Cancel.
     pub fn fetches_sent(&self) -> u64 {
         self.fetches_sent
+    }
+
+    /// Streaming fetch pushes received so far (0 when streaming is not in use).
+    pub fn pushes_received(&self) -> u64 {
+        self.pushes
+    }
+
+    /// Whether the last poll was served by a streaming fetch.
+    pub fn is_streaming(&self) -> bool {
+        self.stream.is_some()
     }
 
     /// Fetches currently on the wire.
@@ -202,6 +245,11 @@ impl Consumer {
     /// long poll expired). Before returning, the next fetch is already on the wire.
     pub async fn poll_batches(&mut self) -> Result<Vec<FetchedBatch>> {
         self.resolve_positions().await?;
+        if self.config.streaming {
+            if let Some(r) = self.poll_stream().await {
+                return r;
+            }
+        }
         self.fill_pipeline().await?;
         if self.in_flight.is_empty() {
             return Err(Error::Invalid("no partitions assigned".to_string()));
@@ -244,6 +292,227 @@ impl Consumer {
         let batches = batches?;
         refill?;
         Ok(batches)
+    }
+
+    /// Streaming fetch: `None` when it cannot be used (then `config.streaming` is turned off
+    /// if the broker does not offer it, and the caller falls back to long polls).
+    async fn poll_stream(&mut self) -> Option<Result<Vec<FetchedBatch>>> {
+        use crate::stream_fetch::{EndReason, StreamMsg, StreamOp, StreamPartition};
+        if self.positions.is_empty() {
+            return Some(Err(Error::Invalid("no partitions assigned".to_string())));
+        }
+        if self.stream_stale {
+            self.stream_stale = false;
+            if let Some(old) = self.stream.take() {
+                self.fetches_sent += 1;
+                let _ = old
+                    .conn
+                    .stream_op(&StreamOp::Cancel {
+                        stream_id: old.stream_id,
+                    })
+                    .await;
+            }
+        }
+        if self.stream.is_none() {
+            let mut node = None;
+            let mut partitions = Vec::new();
+            for (tp, pos) in &self.positions {
+                let leader = match self.cluster.leader(tp).await {
+                    Ok(l) => l,
+                    Err(e) => return Some(Err(e)),
+                };
+                if node.is_some_and(|n| n != leader) {
+                    return None; // several leaders: long polls (one per broker) instead
+                }
+                node = Some(leader);
+                partitions.push(StreamPartition {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    offset: (*pos)?,
+                });
+            }
+            let conn = match self.cluster.connection(node?).await {
+                Ok(c) => c,
+                Err(e) => return Some(Err(e)),
+            };
+            if !conn.supports_streaming() {
+                self.config.streaming = false;
+                return None;
+            }
+            let stream_id = self.next_stream_id;
+            self.next_stream_id = self.next_stream_id.wrapping_add(1).max(1);
+            let op = StreamOp::Open {
+                stream_id,
+                credit: self.config.stream_credit,
+                max_push_bytes: self.config.stream_max_push_bytes,
+                deadline_ms: self
+                    .config
+                    .stream_deadline
+                    .as_millis()
+                    .min(i32::MAX as u128) as i32,
+                partitions,
+            };
+            let rx = match conn.open_stream(&op).await {
+                Ok(rx) => rx,
+                Err(e) => return Some(Err(e)),
+            };
+            self.fetches_sent += 1;
+            self.stream = Some(ActiveStream {
+                conn,
+                stream_id,
+                rx,
+                drained: 0,
+            });
+        }
+        let deadline = std::time::Instant::now() + self.config.max_wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let st = self.stream.as_ref()?;
+            let got = futures_lite::future::or(async { Some(st.rx.recv().await) }, async {
+                glommio::timer::sleep(left).await;
+                None
+            })
+            .await;
+            let body = match got {
+                None => {
+                    // Nothing within max_wait. The broker may be holding a batch larger
+                    // than the credit it has left: give back whatever was drained.
+                    if let Some(st) = self.stream.as_mut() {
+                        if st.drained > 0 {
+                            let add = st.drained.min(i64::from(i32::MAX)) as i32;
+                            st.drained -= i64::from(add);
+                            self.fetches_sent += 1;
+                            let op = StreamOp::Credit {
+                                stream_id: st.stream_id,
+                                add,
+                            };
+                            if let Err(e) = st.conn.stream_op(&op).await {
+                                self.stream = None;
+                                return Some(Err(e));
+                            }
+                        }
+                    }
+                    return Some(Ok(Vec::new()));
+                }
+                Some(None) => {
+                    self.stream = None;
+                    return Some(Err(Error::Closed));
+                }
+                Some(Some(b)) => b,
+            };
+            let msg = match StreamMsg::decode(body) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.stream = None;
+                    return Some(Err(Error::Protocol(e.to_string())));
+                }
+            };
+            match msg {
+                StreamMsg::Ack { error: 0, .. } => continue,
+                StreamMsg::Ack { error, .. } => {
+                    // Refused: this consumer uses long polls from now on.
+                    self.stream = None;
+                    self.config.streaming = false;
+                    tracing::debug!(error, "streaming fetch refused; using long polls");
+                    return None;
+                }
+                StreamMsg::End { reason, error, .. } => {
+                    self.stream = None;
+                    if reason == EndReason::CreditSpent
+                        && error == ResponseError::MessageTooLarge.code()
+                    {
+                        // A batch larger than our whole credit: the next stream gets more.
+                        let c = &mut self.config;
+                        c.stream_credit = c.stream_credit.saturating_mul(2);
+                        c.stream_max_push_bytes = c.stream_max_push_bytes.saturating_mul(2);
+                        return Some(Ok(Vec::new()));
+                    }
+                    if error != 0 && reason == EndReason::Error {
+                        return Some(Err(Error::Broker {
+                            code: error,
+                            context: "streaming fetch".to_string(),
+                        }));
+                    }
+                    return Some(Ok(Vec::new()));
+                }
+                StreamMsg::Data {
+                    partitions,
+                    credit_left,
+                    ..
+                } => {
+                    self.pushes += 1;
+                    let mut out = Vec::new();
+                    let mut bytes = 0usize;
+                    let mut first_error = None;
+                    for p in partitions {
+                        let tp = TopicPartition::new(p.topic.as_str(), p.partition);
+                        bytes += p.records.len();
+                        if p.error != 0 {
+                            first_error.get_or_insert(Error::Broker {
+                                code: p.error,
+                                context: format!("streaming fetch of {tp}"),
+                            });
+                            continue;
+                        }
+                        let Some(Some(pos)) = self.positions.get(&tp).copied() else {
+                            continue;
+                        };
+                        self.high_watermarks.insert(tp.clone(), p.high_watermark);
+                        let mut next = pos;
+                        let mut at = 0usize;
+                        for (header, _) in Batches::new(&p.records) {
+                            let len = header.total_bytes();
+                            let start = at;
+                            at += len;
+                            if header.last_offset() < next {
+                                continue;
+                            }
+                            if !header.is_control() {
+                                out.push(fetched(
+                                    &tp,
+                                    header,
+                                    p.records.slice(start..start + len),
+                                    next,
+                                    p.high_watermark,
+                                ));
+                            }
+                            next = header.last_offset() + 1;
+                        }
+                        self.positions.insert(tp, Some(next));
+                    }
+                    // The buffer drains as poll hands the data over: the room goes back to
+                    // the broker once half the credit is drained (one request per half
+                    // window, not one per push).
+                    let half = i64::from(self.config.stream_credit / 2).max(1);
+                    let low = credit_left < self.config.stream_max_push_bytes;
+                    if let Some(st) = self.stream.as_mut() {
+                        st.drained += bytes as i64;
+                        // Also when the broker is nearly out of credit (large batches).
+                        if st.drained >= half || (low && st.drained > 0) {
+                            let add = st.drained.min(i64::from(i32::MAX)) as i32;
+                            st.drained -= i64::from(add);
+                            self.fetches_sent += 1;
+                            let op = StreamOp::Credit {
+                                stream_id: st.stream_id,
+                                add,
+                            };
+                            if let Err(e) = st.conn.stream_op(&op).await {
+                                self.stream = None;
+                                return Some(Err(e));
+                            }
+                        }
+                    }
+                    if first_error.is_some() {
+                        // The broker took the failed partition out of the stream.
+                        self.stream_stale = true;
+                    }
+                    return Some(match first_error {
+                        Some(e) if out.is_empty() => Err(e),
+                        _ => Ok(out),
+                    });
+                }
+            }
+        }
     }
 
     /// Like [`Consumer::poll_batches`], decoding (and decompressing) records.

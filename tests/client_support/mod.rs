@@ -35,7 +35,10 @@ impl TestBroker {
             cmd.arg("--set").arg(s);
         }
         let mut child = cmd
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("WEIR_TEST_BROKER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
