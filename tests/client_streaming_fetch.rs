@@ -325,6 +325,31 @@ fn deadline_and_cancel_end_streams_and_other_requests_are_not_held_up() {
                 .iter()
                 .any(|t| t.name.as_ref().unwrap().as_str() == "idle"));
         }
+        // An ordinary Fetch on the same connection, while the stream is parked, is
+        // answered (here: its own long poll of 200 ms on the idle partition).
+        {
+            use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+            use kafka_protocol::messages::{FetchRequest, TopicName};
+            let v = conn.version::<FetchRequest>(12).unwrap();
+            let req = FetchRequest::default()
+                .with_replica_id((-1).into())
+                .with_max_wait_ms(200)
+                .with_min_bytes(1)
+                .with_max_bytes(1 << 20)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("idle")))
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(0)
+                        .with_fetch_offset(0)
+                        .with_partition_max_bytes(1 << 20)])]);
+            let resp = within(5, "ordinary fetch", async {
+                conn.send(&req, v).await.unwrap().await.unwrap()
+            })
+            .await;
+            let p = &resp.responses[0].partitions[0];
+            assert_eq!((p.error_code, p.high_watermark), (0, 0));
+        }
         // Data wakes the parked stream.
         produce(&cluster, "idle", 0, 1, 8).await;
         match next_msg(&rx).await {
