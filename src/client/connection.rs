@@ -267,29 +267,13 @@ impl Connection {
         route: Option<glommio::channels::local_channel::LocalSender<Bytes>>,
     ) -> Result<()> {
         let inner = &self.inner;
-        let _permit = inner
-            .write_lock
-            .acquire_permit(1)
-            .await
-            .map_err(|_| Error::Closed)?;
-        if let Some(e) = inner.shared.failed.borrow().clone() {
-            return Err(e);
-        }
-        let id = inner.next_correlation_id.get();
-        inner.next_correlation_id.set(id.wrapping_add(1));
-        let frame = op.request_frame(id, inner.client_id.as_str());
-        if let Some(tx) = route {
-            inner.shared.streams.borrow_mut().insert(id, tx);
-        }
-        let mut writer = inner.writer.borrow_mut().take().ok_or(Error::Closed)?;
-        let res = writer.write_all(&frame).await;
-        *inner.writer.borrow_mut() = Some(writer);
-        if let Err(e) = res {
-            let err = Error::io("write", &inner.addr, &e);
-            inner.shared.fail(err.clone());
-            return Err(err);
-        }
-        Ok(())
+        self.write_frame(|id| {
+            if let Some(tx) = route {
+                inner.shared.streams.borrow_mut().insert(id, tx);
+            }
+            Ok(op.request_frame(id, inner.client_id.as_str()))
+        })
+        .await
     }
 
     /// The highest version of `R` both sides speak, at most `cap`.
@@ -338,6 +322,23 @@ impl Connection {
         done: Option<Resolver<Result<Bytes>>>,
     ) -> Result<()> {
         let inner = &self.inner;
+        self.write_frame(|id| {
+            let frame = encode_request_frame(req, version, id, &inner.client_id)?;
+            if let Some(done) = done {
+                inner.shared.inflight.borrow_mut().push_back(Pending {
+                    correlation_id: id,
+                    done,
+                });
+            }
+            Ok(frame)
+        })
+        .await
+    }
+
+    /// Under the write lock: takes the next correlation id, has `frame` encode the request
+    /// with it (and register where the answer goes), and writes it.
+    async fn write_frame(&self, frame: impl FnOnce(i32) -> Result<Bytes>) -> Result<()> {
+        let inner = &self.inner;
         let _permit = inner
             .write_lock
             .acquire_permit(1)
@@ -348,13 +349,7 @@ impl Connection {
         }
         let id = inner.next_correlation_id.get();
         inner.next_correlation_id.set(id.wrapping_add(1));
-        let frame = encode_request_frame(req, version, id, &inner.client_id)?;
-        if let Some(done) = done {
-            inner.shared.inflight.borrow_mut().push_back(Pending {
-                correlation_id: id,
-                done,
-            });
-        }
+        let frame = frame(id)?;
         let mut writer = inner.writer.borrow_mut().take().ok_or(Error::Closed)?;
         let res = writer.write_all(&frame).await;
         *inner.writer.borrow_mut() = Some(writer);

@@ -377,20 +377,8 @@ impl Consumer {
                 None => {
                     // Nothing within max_wait. The broker may be holding a batch larger
                     // than the credit it has left: give back whatever was drained.
-                    if let Some(st) = self.stream.as_mut() {
-                        if st.drained > 0 {
-                            let add = st.drained.min(i64::from(i32::MAX)) as i32;
-                            st.drained -= i64::from(add);
-                            self.fetches_sent += 1;
-                            let op = StreamOp::Credit {
-                                stream_id: st.stream_id,
-                                add,
-                            };
-                            if let Err(e) = st.conn.stream_op(&op).await {
-                                self.stream = None;
-                                return Some(Err(e));
-                            }
-                        }
+                    if let Err(e) = self.give_back_credit().await {
+                        return Some(Err(e));
                     }
                     return Some(Ok(Vec::new()));
                 }
@@ -485,21 +473,14 @@ impl Consumer {
                     // window, not one per push).
                     let half = i64::from(self.config.stream_credit / 2).max(1);
                     let low = credit_left < self.config.stream_max_push_bytes;
-                    if let Some(st) = self.stream.as_mut() {
+                    let give = self.stream.as_mut().is_some_and(|st| {
                         st.drained += bytes as i64;
                         // Also when the broker is nearly out of credit (large batches).
-                        if st.drained >= half || (low && st.drained > 0) {
-                            let add = st.drained.min(i64::from(i32::MAX)) as i32;
-                            st.drained -= i64::from(add);
-                            self.fetches_sent += 1;
-                            let op = StreamOp::Credit {
-                                stream_id: st.stream_id,
-                                add,
-                            };
-                            if let Err(e) = st.conn.stream_op(&op).await {
-                                self.stream = None;
-                                return Some(Err(e));
-                            }
+                        st.drained >= half || low
+                    });
+                    if give {
+                        if let Err(e) = self.give_back_credit().await {
+                            return Some(Err(e));
                         }
                     }
                     if first_error.is_some() {
@@ -513,6 +494,28 @@ impl Consumer {
                 }
             }
         }
+    }
+
+    /// Sends the stream a CREDIT for what the application was handed since the last one.
+    async fn give_back_credit(&mut self) -> Result<()> {
+        let Some(st) = self.stream.as_mut() else {
+            return Ok(());
+        };
+        if st.drained <= 0 {
+            return Ok(());
+        }
+        let add = st.drained.min(i64::from(i32::MAX)) as i32;
+        st.drained -= i64::from(add);
+        self.fetches_sent += 1;
+        let op = crate::stream_fetch::StreamOp::Credit {
+            stream_id: st.stream_id,
+            add,
+        };
+        if let Err(e) = st.conn.stream_op(&op).await {
+            self.stream = None;
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Like [`Consumer::poll_batches`], decoding (and decompressing) records.
