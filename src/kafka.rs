@@ -727,15 +727,24 @@ fn describe_configs(shard: &Rc<Shard>, d: &DescribeConfigsRequest) -> DescribeCo
                     out.error_message = Some(s("unknown topic"));
                 }
                 Some(t) => {
-                    for (key, _) in crate::config::TOPIC_CONFIGS {
+                    for (key, broker_key) in crate::config::TOPIC_CONFIGS {
                         if !wanted(key) {
                             continue;
                         }
+                        // A default the operator set on the broker (file, flag or env) is
+                        // STATIC_BROKER_CONFIG, as Kafka reports it; a built-in one DEFAULT.
+                        let raw = &shard.config.raw;
+                        let set_on_broker = raw.contains_key(*broker_key)
+                            || (*key == "retention.ms" && raw.contains_key("log.retention.hours"));
                         let (value, source) = match t.configs.get(*key) {
                             Some(v) => (v.clone(), SOURCE_TOPIC),
                             None => (
                                 shard.config.topic_default(key).unwrap_or_default(),
-                                SOURCE_DEFAULT,
+                                if set_on_broker {
+                                    SOURCE_STATIC_BROKER
+                                } else {
+                                    SOURCE_DEFAULT
+                                },
                             ),
                         };
                         out.configs.push(entry(key, value, source));

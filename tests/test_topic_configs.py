@@ -159,3 +159,15 @@ def test_retention_set_by_alter_configs_deletes_segments_and_survives_restart(br
     b.restart()
     assert rd_topic_configs(b.bootstrap, topic_name)["retention.ms"] == "1"
     assert start_offset() >= first, "the log start offset went backwards over a restart"
+
+
+def test_describe_reports_defaults_set_on_the_broker_as_static_broker_config(broker_factory, topic_name):
+    """A topic without an override shows where its value comes from: a broker setting the
+    operator gave (here `--set log.retention.ms`) is STATIC_BROKER_CONFIG, a built-in default
+    DEFAULT_CONFIG, an override DYNAMIC_TOPIC_CONFIG."""
+    b = broker_factory(settings={"log.retention.ms": 86400000})
+    rd_create_topic(b.bootstrap, topic_name, 1, config={"retention.bytes": "1000000"})
+    d = describe(b.bootstrap, topic_name)
+    assert d["retention.ms"] == ("86400000", ConfigSource.STATIC_BROKER_CONFIG), d
+    assert d["segment.bytes"][1] == ConfigSource.DEFAULT_CONFIG, d
+    assert d["retention.bytes"] == ("1000000", ConfigSource.DYNAMIC_TOPIC_CONFIG), d
