@@ -792,9 +792,12 @@ fn describe_configs(shard: &Rc<Shard>, d: &DescribeConfigsRequest) -> DescribeCo
     resp
 }
 
-/// A resource of an (Incremental)AlterConfigs request: its type, name, and the change to
-/// make, or why it is refused (error code, message).
-type AlterResource = (i8, StrBytes, Result<ConfigChange, (i16, String)>);
+/// A config change: (key, `Some(value)` to set, `None` to delete).
+type ConfigOp = (String, Option<String>);
+
+/// A resource of an (Incremental)AlterConfigs request: its type, name, and the config
+/// changes it asks for, or why they are refused (error code, message).
+type AlterResource = (i8, StrBytes, Result<Vec<ConfigOp>, (i16, String)>);
 
 /// One resource's outcome in an (Incremental)AlterConfigs response.
 struct AlterOutcome {
@@ -804,13 +807,39 @@ struct AlterOutcome {
     message: Option<String>,
 }
 
-/// Sends the topic changes to core 0 and merges its answers, in request order, with the
-/// resources already refused here.
+/// Refuses resources named twice (as Kafka does) and resources that are not topics, sends
+/// the topic changes to core 0, and merges its answers, in request order, with the refused.
 async fn alter_topic_configs(
     shard: &Rc<Shard>,
     resources: Vec<AlterResource>,
+    replace_all: bool,
     validate_only: bool,
 ) -> Vec<AlterOutcome> {
+    let mut named: HashMap<(i8, String), usize> = HashMap::new();
+    for (t, name, _) in &resources {
+        *named.entry((*t, name.to_string())).or_insert(0) += 1;
+    }
+    let resources: Vec<_> = resources
+        .into_iter()
+        .map(|(t, name, ops)| {
+            let topic = name.to_string();
+            let change = if named[&(t, topic.clone())] > 1 {
+                Err((
+                    errors::INVALID_REQUEST,
+                    format!("resource '{topic}' named more than once"),
+                ))
+            } else if let Some(e) = not_alterable(t, &topic) {
+                Err(e)
+            } else {
+                ops.map(|ops| ConfigChange {
+                    topic,
+                    replace_all,
+                    ops,
+                })
+            };
+            (t, name, change)
+        })
+        .collect();
     let changes: Vec<ConfigChange> = resources
         .iter()
         .filter_map(|(_, _, c)| c.as_ref().ok().cloned())
@@ -878,52 +907,23 @@ fn not_alterable(resource_type: i8, name: &str) -> Option<(i16, String)> {
     }
 }
 
-/// Refuses a request naming the same resource twice (as Kafka does).
-fn duplicates(keys: &[(i8, String)]) -> HashMap<(i8, String), usize> {
-    let mut n = HashMap::new();
-    for k in keys {
-        *n.entry(k.clone()).or_insert(0) += 1;
-    }
-    n
-}
-
 /// AlterConfigs: each topic's overrides become exactly the configs given (Kafka semantics:
 /// a config not named goes back to the broker default).
 async fn alter_configs(shard: &Rc<Shard>, a: &AlterConfigsRequest) -> AlterConfigsResponse {
-    let keys: Vec<(i8, String)> = a
-        .resources
-        .iter()
-        .map(|r| (r.resource_type, r.resource_name.to_string()))
-        .collect();
-    let dup = duplicates(&keys);
     let resources = a
         .resources
         .iter()
         .map(|r| {
-            let name = r.resource_name.to_string();
-            let change = if dup[&(r.resource_type, name.clone())] > 1 {
-                Err((
-                    errors::INVALID_REQUEST,
-                    format!("resource '{name}' named more than once"),
-                ))
-            } else if let Some(e) = not_alterable(r.resource_type, &name) {
-                Err(e)
-            } else {
-                Ok(ConfigChange {
-                    topic: name,
-                    replace_all: true,
-                    ops: r
-                        .configs
-                        .iter()
-                        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                        .collect(),
-                })
-            };
-            (r.resource_type, r.resource_name.clone(), change)
+            let ops = r
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect();
+            (r.resource_type, r.resource_name.clone(), Ok(ops))
         })
         .collect();
     let mut resp = AlterConfigsResponse::default();
-    for o in alter_topic_configs(shard, resources, a.validate_only).await {
+    for o in alter_topic_configs(shard, resources, true, a.validate_only).await {
         let mut r = alter_configs_response::AlterConfigsResourceResponse::default();
         r.resource_type = o.resource_type;
         r.resource_name = o.name;
@@ -943,53 +943,33 @@ async fn incremental_alter_configs(
     shard: &Rc<Shard>,
     a: &IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
-    let keys: Vec<(i8, String)> = a
-        .resources
-        .iter()
-        .map(|r| (r.resource_type, r.resource_name.to_string()))
-        .collect();
-    let dup = duplicates(&keys);
     let resources = a
         .resources
         .iter()
         .map(|r| {
-            let name = r.resource_name.to_string();
-            let change = if dup[&(r.resource_type, name.clone())] > 1 {
-                Err((
-                    errors::INVALID_REQUEST,
-                    format!("resource '{name}' named more than once"),
-                ))
-            } else if let Some(e) = not_alterable(r.resource_type, &name) {
-                Err(e)
-            } else {
-                r.configs
-                    .iter()
-                    .map(|c| match c.config_operation {
-                        OP_SET => Ok((
-                            c.name.to_string(),
-                            Some(c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()),
-                        )),
-                        OP_DELETE => Ok((c.name.to_string(), None)),
-                        op => Err((
-                            errors::INVALID_REQUEST,
-                            format!(
-                                "operation {op} (APPEND=2, SUBTRACT=3) on '{}': not a list config",
-                                c.name.as_str()
-                            ),
-                        )),
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(|ops| ConfigChange {
-                        topic: name,
-                        replace_all: false,
-                        ops,
-                    })
-            };
-            (r.resource_type, r.resource_name.clone(), change)
+            let ops = r
+                .configs
+                .iter()
+                .map(|c| match c.config_operation {
+                    OP_SET => Ok((
+                        c.name.to_string(),
+                        Some(c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()),
+                    )),
+                    OP_DELETE => Ok((c.name.to_string(), None)),
+                    op => Err((
+                        errors::INVALID_REQUEST,
+                        format!(
+                            "operation {op} (APPEND=2, SUBTRACT=3) on '{}': not a list config",
+                            c.name.as_str()
+                        ),
+                    )),
+                })
+                .collect();
+            (r.resource_type, r.resource_name.clone(), ops)
         })
         .collect();
     let mut resp = IncrementalAlterConfigsResponse::default();
-    for o in alter_topic_configs(shard, resources, a.validate_only).await {
+    for o in alter_topic_configs(shard, resources, false, a.validate_only).await {
         let mut r = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
         r.resource_type = o.resource_type;
         r.resource_name = o.name;

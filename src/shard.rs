@@ -303,6 +303,15 @@ pub struct Shard {
     started_ms: i64,
 }
 
+/// The metadata change of an admin request could not be saved: every topic it would have
+/// changed is reported as KAFKA_STORAGE_ERROR, with the cause.
+fn fail_unsaved(results: &mut [TopicResult], e: &str) {
+    for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+        r.error = errors::KAFKA_STORAGE_ERROR;
+        r.message = Some(e.to_string());
+    }
+}
+
 /// Parked fetches one core may have waiting on another. The mesh channels hold
 /// `mesh_queue_depth + mesh_fetch_depth` messages, so a send never waits for space.
 pub fn mesh_fetch_depth(cores: usize) -> usize {
@@ -993,12 +1002,7 @@ impl Shard {
         }
         if changed {
             match self.commit_metadata_reporting(meta).await {
-                Err(e) => {
-                    for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
-                        r.error = errors::KAFKA_STORAGE_ERROR;
-                        r.message = Some(e.clone());
-                    }
-                }
+                Err(e) => fail_unsaved(&mut results, &e),
                 Ok(failures) => self.undo_failed_creates(&mut results, failures).await,
             }
         }
@@ -1059,10 +1063,7 @@ impl Shard {
         }
         if changed {
             if let Err(e) = self.commit_metadata(meta).await {
-                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
-                    r.error = errors::KAFKA_STORAGE_ERROR;
-                    r.message = Some(e.clone());
-                }
+                fail_unsaved(&mut results, &e);
             }
         }
         results
@@ -1121,10 +1122,7 @@ impl Shard {
         }
         if changed {
             if let Err(e) = self.commit_metadata(meta).await {
-                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
-                    r.error = errors::KAFKA_STORAGE_ERROR;
-                    r.message = Some(e.clone());
-                }
+                fail_unsaved(&mut results, &e);
             }
         }
         results

@@ -471,30 +471,22 @@ impl Ctx {
             let h = h.join().map_err(|e| format!("consumer executor: {e}"))??;
             c_hist.add(h).map_err(|e| e.to_string())?;
         }
+        // The consumers' counters, summed.
+        let total = |field: fn(&Counters) -> &AtomicU64| -> u64 {
+            c_counters
+                .iter()
+                .map(|c| field(c).load(Ordering::Relaxed))
+                .sum()
+        };
         let consumed = PhaseStats {
-            bytes: c_counters
-                .iter()
-                .map(|c| c.bytes.load(Ordering::Relaxed))
-                .sum(),
-            records: c_counters
-                .iter()
-                .map(|c| c.records.load(Ordering::Relaxed))
-                .sum(),
-            errors: c_counters
-                .iter()
-                .map(|c| c.errors.load(Ordering::Relaxed))
-                .sum(),
+            bytes: total(|c| &c.bytes),
+            records: total(|c| &c.records),
+            errors: total(|c| &c.errors),
             seconds: stats.seconds,
         };
         Ok(PhaseResult {
-            fetch_requests: c_counters
-                .iter()
-                .map(|c| c.requests.load(Ordering::Relaxed))
-                .sum(),
-            pushes: c_counters
-                .iter()
-                .map(|c| c.pushes.load(Ordering::Relaxed))
-                .sum(),
+            fetch_requests: total(|c| &c.requests),
+            pushes: total(|c| &c.pushes),
             stats,
             consumed,
             produce_latency: p_hist,
