@@ -8,6 +8,7 @@ mod errors;
 mod fetch_response;
 mod group;
 mod kafka;
+mod listen;
 mod metrics;
 mod server;
 mod shard;
@@ -204,11 +205,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .next()
         .ok_or_else(|| format!("--listen {}: no address", config.listen))?;
     // SO_REUSEPORT (which every core's listener sets) would let a second broker share the
-    // port silently: refuse to start when anything already listens there.
-    if listen_addr.port() != 0 {
-        std::net::TcpListener::bind(listen_addr)
-            .map_err(|e| format!("--listen {listen_addr}: {e}"))?;
-    }
+    // port silently: refuse to start when a live process listens there (listen::check_free;
+    // a previous run's lingering connections do not count).
+    listen::check_free("--listen", listen_addr)?;
     // The metrics endpoint: resolved and checked for a listener already there, like --listen.
     let metrics_addr = match &config.metrics_listen {
         None => None,
@@ -218,10 +217,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .map_err(|e| format!("metrics.listen {m}: {e}"))?
                 .next()
                 .ok_or_else(|| format!("metrics.listen {m}: no address"))?;
-            if addr.port() != 0 {
-                std::net::TcpListener::bind(addr)
-                    .map_err(|e| format!("metrics.listen {addr}: {e} (set metrics.listen=off to run without metrics)"))?;
-            }
+            listen::check_free("metrics.listen", addr)
+                .map_err(|e| format!("{e} (set metrics.listen=off to run without metrics)"))?;
             Some(addr)
         }
     };

@@ -985,7 +985,7 @@ impl Shard {
             } else if !validate_only {
                 // A crash between a DeleteTopics (metadata saved) and the owner deleting the
                 // log can leave a directory behind: a new topic of that name starts empty.
-                self.remove_stale_dirs(&t.name);
+                self.remove_stale_dirs(&t.name).await;
                 let owners = meta.place_new(count as usize);
                 meta.topics.insert(
                     t.name.clone(),
@@ -1128,25 +1128,11 @@ impl Shard {
         results
     }
 
-    /// Removes `topic-N` directories of a topic that is not in the metadata.
-    fn remove_stale_dirs(&self, topic: &str) {
-        let prefix = format!("{topic}-");
-        let Ok(entries) = std::fs::read_dir(&self.config.data_dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let is_partition_of_topic = name
-                .strip_prefix(&prefix)
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-            if is_partition_of_topic && e.path().is_dir() {
-                warn!(dir = %e.path().display(), "removing a stale log of a deleted topic");
-                if let Err(err) = std::fs::remove_dir_all(e.path()) {
-                    warn!(dir = %e.path().display(), error = %err, "cannot remove stale log");
-                }
-            }
-        }
+    /// Removes `topic-N` directories of a topic that is not in the metadata (on the blocking
+    /// pool: a deleted topic's logs can be large).
+    async fn remove_stale_dirs(&self, topic: &str) {
+        let (prefix, dir) = (format!("{topic}-"), self.config.data_dir.clone());
+        weir_storage::io::off_reactor(move || remove_stale_dirs(&dir, &prefix)).await
     }
 
     /// Writes the new metadata durably, then makes every core apply it (this one first).
@@ -1160,9 +1146,11 @@ impl Shard {
         mut meta: Metadata,
     ) -> Result<Vec<OpenFailure>, String> {
         meta.epoch += 1;
-        // A rare, small, blocking write on core 0: acceptable off the data path.
-        meta.save(&self.config.data_dir)?;
+        // Buffered write + two fsyncs: on the blocking pool, so that core 0's partitions keep
+        // being served meanwhile.
         let meta = Arc::new(meta);
+        let (saved, dir) = (meta.clone(), self.config.data_dir.clone());
+        weir_storage::io::off_reactor(move || saved.save(&dir)).await?;
         let mut failures = self.apply_metadata(meta.clone()).await;
         for core in 0..self.cores {
             if core != self.id {
@@ -1387,4 +1375,24 @@ impl Shard {
 
 pub fn data_dir_ok(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))
+}
+
+/// `Shard::remove_stale_dirs`' blocking part: `DATA_DIR/<prefix><digits>` directories.
+fn remove_stale_dirs(data_dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let is_partition_of_topic = name
+            .strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_partition_of_topic && e.path().is_dir() {
+            warn!(dir = %e.path().display(), "removing a stale log of a deleted topic");
+            if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                warn!(dir = %e.path().display(), error = %err, "cannot remove stale log");
+            }
+        }
+    }
 }

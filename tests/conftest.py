@@ -54,8 +54,12 @@ class BrokerError(AssertionError):
 class Broker:
     """One weir process at a time on one data dir; restarts keep the data dir and the log."""
 
-    def __init__(self, workdir: Path, settings: dict[str, str] | None = None, cores: int | None = None):
+    def __init__(self, workdir: Path, settings: dict[str, str] | None = None, cores: int | None = None,
+                 fixed_port: bool = False):
         self.workdir = workdir
+        # fixed_port: the defaults a user gets (127.0.0.1:9092, metrics on 127.0.0.1:9644), not
+        # port 0 — a restart must find its port free at once, as it does for a real service.
+        self.fixed_port = fixed_port
         self.data_dir = workdir / "data"  # the default `./data`, relative to the broker's cwd
         self.log_path = workdir / "weir.log"
         self.settings = dict(settings or {})
@@ -70,8 +74,10 @@ class Broker:
     # -- lifecycle -------------------------------------------------------------------------
 
     def command(self) -> list[str]:
-        cmd = [str(WEIR_BIN), "serve", "--listen", "127.0.0.1:0"]
-        if "metrics.listen" not in self.settings:
+        cmd = [str(WEIR_BIN), "serve"]
+        if not self.fixed_port:
+            cmd += ["--listen", "127.0.0.1:0"]
+        if "metrics.listen" not in self.settings and not self.fixed_port:
             # Many test brokers run at once: a free port each, not the default 9644.
             cmd += ["--set", "metrics.listen=127.0.0.1:0"]
         if self.cores is not None:
@@ -249,8 +255,9 @@ def broker_factory(request):
     brokers: list[Broker] = []
     request.node._weir_brokers = brokers
 
-    def make(settings: dict | None = None, cores: int | None = None) -> Broker:
-        b = Broker(_new_workdir(request.node.name), {k: str(v) for k, v in (settings or {}).items()}, cores)
+    def make(settings: dict | None = None, cores: int | None = None, fixed_port: bool = False) -> Broker:
+        b = Broker(_new_workdir(request.node.name), {k: str(v) for k, v in (settings or {}).items()}, cores,
+                   fixed_port)
         brokers.append(b)
         return b.start()
 

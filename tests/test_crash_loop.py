@@ -15,6 +15,10 @@ itself is simulated at the storage layer, storage/tests/crash.rs). After every r
 - group offsets committed between kills (OffsetCommit through a group consumer) come back
   unchanged.
 
+The broker runs on its default, fixed port (127.0.0.1:9092, metrics on 9644), as a real service
+does: every restart after a kill, with the producers' connections still open a moment before,
+must find that port free at once (the sockets the killed process leaves behind do not count).
+
 CI runs WEIR_CRASH_CYCLES (default 20) cycles; the long mode is `WEIR_CRASH_CYCLES=300`.
 The seed is random unless WEIR_CRASH_SEED is given, and printed with every failure:
 `WEIR_CRASH_SEED=<seed> python3 -m pytest tests/test_crash_loop.py` replays the same
@@ -135,7 +139,7 @@ def test_crash_loop(broker_factory, topic_name):
     seed = int(os.environ.get("WEIR_CRASH_SEED", random.randrange(1 << 32)))
     rng = random.Random(seed)
     print(f"crash loop: seed {seed}, {CYCLES} cycles (replay with WEIR_CRASH_SEED={seed})")
-    broker = broker_factory(cores=2)
+    broker = broker_factory(cores=2, fixed_port=True)
     rd_create_topic(broker.bootstrap, topic_name, PARTITIONS)
     group = f"{topic_name}-group"
 

@@ -1,7 +1,7 @@
 //! Storage throughput benchmark: weir's `Log` against the raw device, in the same run.
 //!
 //! The disk weir is developed on is shared and its speed varies 2-5x from minute to minute
-//! (see `PLATFORM.md`), so absolute figures mean little. Every weir measurement is therefore
+//! (see `docs/platform.md`), so absolute figures mean little. Every weir measurement is therefore
 //! paired with a raw reference done with glommio directly, and the pairs are interleaved
 //! over several rounds (raw, weir, raw, weir, ...; the order within a pair alternates from
 //! round to round). The report gives medians with min-max and the weir/raw ratios.

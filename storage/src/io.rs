@@ -68,6 +68,19 @@ pub fn absolute(path: &Path) -> Result<std::borrow::Cow<'_, Path>> {
         .map_err(|e| Error::io("resolve path", path, None, e))
 }
 
+/// Runs a blocking filesystem call (unlink, rmdir of a tree, mkdir, a small buffered write)
+/// on the executor's blocking thread pool, so that the core keeps serving its other partitions
+/// meanwhile: io_uring on our kernels has no unlinkat for whole trees, and deleting a large
+/// segment file can take ext4 tens of milliseconds. Must run on a glommio executor (as every
+/// async file operation of the engine does).
+pub async fn off_reactor<F, R>(f: F) -> R
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    glommio::executor().spawn_blocking(f).await
+}
+
 /// Where files live: the real filesystem, or a simulated disk.
 #[derive(Clone, Default)]
 pub enum Vfs {
@@ -80,7 +93,10 @@ impl Vfs {
     pub async fn create_dir_all(&self, dir: &Path) -> Result<()> {
         match self {
             Vfs::Real => {
-                std::fs::create_dir_all(dir).map_err(|e| Error::io("create dir", dir, None, e))
+                let owned = dir.to_owned();
+                off_reactor(move || std::fs::create_dir_all(owned))
+                    .await
+                    .map_err(|e| Error::io("create dir", dir, None, e))
             }
             Vfs::Sim(_) => Ok(()),
         }
@@ -155,7 +171,12 @@ impl Vfs {
 
     pub async fn remove(&self, path: &Path) -> Result<()> {
         match self {
-            Vfs::Real => match std::fs::remove_file(path) {
+            Vfs::Real => match off_reactor({
+                let owned = path.to_owned();
+                move || std::fs::remove_file(owned)
+            })
+            .await
+            {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(Error::io("remove", path, None, e)),
@@ -170,7 +191,10 @@ impl Vfs {
     pub async fn remove_dir_all(&self, dir: &Path) -> Result<()> {
         match self {
             Vfs::Real => {
-                std::fs::remove_dir_all(dir).map_err(|e| Error::io("remove dir", dir, None, e))
+                let owned = dir.to_owned();
+                off_reactor(move || std::fs::remove_dir_all(owned))
+                    .await
+                    .map_err(|e| Error::io("remove dir", dir, None, e))
             }
             Vfs::Sim(disk) => {
                 disk.files.borrow_mut().retain(|p, _| !p.starts_with(dir));

@@ -303,3 +303,44 @@ fn pipelined_appends_get_offsets_in_arrival_order() {
         }
     });
 }
+
+/// Deleting a log (DeleteTopics, retention) unlinks its files on glommio's blocking pool: the
+/// core goes on running its other tasks meanwhile. Before, `remove_dir_all` ran on the reactor
+/// thread itself, and a delete of a large log stalled every partition of that core; here a
+/// ticker task on the same core must get to run while the delete is in progress.
+#[test]
+fn deleting_a_log_does_not_stall_the_core() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p");
+    common::run(dir.path(), move || async move {
+        let log = Log::open(&path, common::small_config())
+            .await
+            .expect("open");
+        for _ in 0..64 {
+            log.append(batch_at(1_000, 4000)).await.expect("append");
+        }
+        let ticks = Rc::new(Cell::new(0u32));
+        let stop = Rc::new(Cell::new(false));
+        let ticker = glommio::spawn_local({
+            let (ticks, stop) = (ticks.clone(), stop.clone());
+            async move {
+                while !stop.get() {
+                    ticks.set(ticks.get() + 1);
+                    glommio::yield_if_needed().await;
+                    futures_lite::future::yield_now().await;
+                }
+            }
+        });
+        futures_lite::future::yield_now().await; // the ticker is running
+        let before = ticks.get();
+        log.delete().await.expect("delete");
+        let during = ticks.get() - before;
+        stop.set(true);
+        ticker.await;
+        assert!(!path.exists(), "the log directory is gone");
+        assert!(
+            during > 0,
+            "no other task ran while the log was being deleted: the delete blocked the core"
+        );
+    });
+}
