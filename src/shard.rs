@@ -621,9 +621,13 @@ impl Shard {
     async fn read_parts(
         &self,
         parts: &[FetchPart],
+        min_bytes: i32,
         max_bytes: i32,
     ) -> (Vec<FetchResult>, Vec<u64>) {
         let mut remaining = max_bytes.max(0) as usize;
+        // What the fetch still needs before it may answer: reads wait for the disk only
+        // until then, and past it take what the read-ahead holds (`Log::read_available`).
+        let mut wanted = min_bytes.max(1) as usize;
         let mut out = Vec::with_capacity(parts.len());
         let mut hws = Vec::with_capacity(parts.len());
         for p in parts {
@@ -648,11 +652,16 @@ impl Shard {
                 r.error = errors::OFFSET_OUT_OF_RANGE;
             } else if remaining > 0 || out.iter().all(|r: &FetchResult| r.chunks.is_empty()) {
                 let limit = (p.max_bytes.max(0) as usize).min(remaining.max(1));
-                match part.log.read(p.offset as u64, limit).await {
+                match part
+                    .log
+                    .read_available(p.offset as u64, wanted, limit)
+                    .await
+                {
                     Ok(read) => {
                         r.high_watermark = read.watermarks.high_watermark as i64;
                         r.log_start_offset = read.watermarks.log_start_offset as i64;
                         remaining = remaining.saturating_sub(read.len());
+                        wanted = wanted.saturating_sub(read.len()).max(1);
                         r.chunks = read.chunks;
                     }
                     Err(e) => {
@@ -684,7 +693,7 @@ impl Shard {
         let deadline = Instant::now() + Duration::from_millis(wait);
         let mut external = false;
         loop {
-            let (results, hws) = self.read_parts(parts, max_bytes).await;
+            let (results, hws) = self.read_parts(parts, min_bytes, max_bytes).await;
             let total: usize = results.iter().map(FetchResult::bytes).sum();
             let any_error = results.iter().any(|r| r.error != errors::NONE);
             if total as i64 >= i64::from(min_bytes)

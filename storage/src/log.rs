@@ -427,6 +427,23 @@ impl Log {
     /// `max_bytes` (at least one batch if any is available). Empty at the high watermark.
     /// Offsets below the log start or above the log end are `OffsetOutOfRange`.
     pub async fn read(&self, offset: u64, max_bytes: usize) -> Result<ReadOutcome> {
+        self.read_available(offset, max_bytes, max_bytes).await
+    }
+
+    /// Like [`Log::read`], but waits for the disk only until `min_bytes` (and at least one
+    /// batch) are read; past that it adds only the whole batches whose bytes the read-ahead
+    /// already holds in memory, up to `max_bytes`. What a fetch wants: a catch-up consumer
+    /// gets its response as soon as the device has delivered something, while the read-ahead
+    /// keeps the device busy for its next fetch — instead of one response that waits for
+    /// `max_bytes` (tens of MiB) of disk reads with the device idle around it. Data in the
+    /// write cache (tailing consumers) is always in memory, so this only changes catch-up
+    /// reads.
+    pub async fn read_available(
+        &self,
+        offset: u64,
+        min_bytes: usize,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome> {
         let inner = &self.inner;
         let hw = inner.hw.get();
         let start = inner.log_start.get();
@@ -455,7 +472,9 @@ impl Log {
                 segs.range(..=next).next_back().map(|(_, s)| s.clone())
             };
             let Some(seg) = seg else { break };
-            let chunks = inner.read_segment(&seg, next, max_bytes, hw).await?;
+            let chunks = inner
+                .read_segment(&seg, next, min_bytes.min(max_bytes), max_bytes, hw)
+                .await?;
             if !chunks.is_empty() {
                 out.chunks = chunks;
                 break;
@@ -982,10 +1001,14 @@ impl Inner {
         }
     }
 
+    /// Whole batches of `seg` from the one holding `offset`: waiting for the disk until
+    /// `min_bytes` are read, then only those already in memory, up to `max_bytes`
+    /// (`Log::read_available`).
     async fn read_segment(
         &self,
         seg: &Rc<Segment>,
         offset: u64,
+        min_bytes: usize,
         max_bytes: usize,
         hw: u64,
     ) -> Result<Vec<Bytes>> {
@@ -999,6 +1022,11 @@ impl Inner {
         let mut out: Vec<Bytes> = Vec::new();
         let mut total = 0usize;
         while pos + HEADER_BYTES as u64 <= limit {
+            // Enough to answer with: go on only while the bytes are already read.
+            let satisfied = !out.is_empty() && total >= min_bytes;
+            if satisfied && !self.reader.ready(seg, pos, pos + HEADER_BYTES as u64) {
+                break;
+            }
             let header_bytes = concat(
                 self.reader
                     .bytes(seg, pos, pos + HEADER_BYTES as u64, limit)
@@ -1029,6 +1057,9 @@ impl Inner {
                 continue;
             }
             if !out.is_empty() && total + batch_bytes > max_bytes {
+                break;
+            }
+            if satisfied && !self.reader.ready(seg, pos, pos + batch_bytes as u64) {
                 break;
             }
             let mut parts = self

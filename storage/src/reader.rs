@@ -118,6 +118,23 @@ impl ReadCache {
         }
     }
 
+    /// Are the file bytes `[from, to)` of `segment` in memory already (read, or read ahead)?
+    pub(crate) fn ready(&self, segment: &Segment, from: u64, to: u64) -> bool {
+        let slots = self.slots.borrow();
+        let mut idx = from / self.chunk_bytes;
+        while idx * self.chunk_bytes < to {
+            let need_to = to.min((idx + 1) * self.chunk_bytes);
+            let ok = slots
+                .get(&(segment.base_offset, idx))
+                .is_some_and(|s| s.valid_to >= need_to && s.data.borrow().is_some());
+            if !ok {
+                return false;
+            }
+            idx += 1;
+        }
+        true
+    }
+
     /// File bytes `[from, to)` of `segment` (all below `limit`), as zero-copy slices of the
     /// chunks that hold them.
     pub(crate) async fn bytes(

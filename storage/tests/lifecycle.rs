@@ -344,3 +344,52 @@ fn deleting_a_log_does_not_stall_the_core() {
         );
     });
 }
+
+/// A catch-up read for a fetch (`Log::read_available`) answers with what the device has
+/// delivered once `min_bytes` are there, plus what the read-ahead already holds — it does not
+/// wait for `max_bytes` of disk reads. Before, every read waited for all of `max_bytes`
+/// (64 MiB for a librdkafka consumer configured that way), so each response took a long disk
+/// read with the device idle between fetches, and librdkafka's queue overflowed into its
+/// 1 s `fetch.queue.backoff.ms`. `Log::read` (everything up to `max_bytes`) is unchanged.
+#[test]
+fn catch_up_reads_answer_with_what_is_read_not_max_bytes() {
+    let dir = common::tempdir();
+    let path = dir.path().join("p");
+    common::run(dir.path(), move || async move {
+        let cfg = LogConfig {
+            segment_bytes: 64 << 20,
+            read_chunk_bytes: 64 << 10,
+            read_ahead_bytes: 256 << 10,
+            ..common::small_config()
+        };
+        let log = Log::open(&path, cfg.clone()).await.expect("open");
+        for _ in 0..512 {
+            log.append(batch_at(1_000, 4000)).await.expect("append");
+        }
+        let end = log.watermarks().high_watermark;
+        log.close().await.expect("close");
+        // Reopened: nothing in memory, every read goes to the disk.
+        let log = Log::open(&path, cfg.clone()).await.expect("reopen");
+        let all = 8 << 20;
+        let bytes = |r: &weir_storage::ReadOutcome| r.chunks.iter().map(|c| c.len()).sum::<usize>();
+
+        let quick = log.read_available(0, 1, all).await.expect("read_available");
+        let got = bytes(&quick);
+        assert!(got > 0, "at least one batch");
+        assert!(
+            got <= (64 << 10) + (256 << 10) + 8192,
+            "read {got} bytes: more than the first chunk plus the read-ahead window"
+        );
+
+        let want = 1 << 20;
+        let enough = log
+            .read_available(0, want, all)
+            .await
+            .expect("read_available");
+        assert!(bytes(&enough) >= want, "min_bytes is waited for");
+
+        let full = log.read(0, all).await.expect("read");
+        let batches = full.chunks.len() as u64;
+        assert_eq!(batches, end, "read() returns everything up to max_bytes");
+    });
+}
