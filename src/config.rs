@@ -60,6 +60,8 @@ pub const SETTINGS: &[Setting] = &[
         "Address the broker listens on; port 0 picks a free one. A `PLAINTEXT://` prefix is accepted (flag `--listen`)."),
     setting("advertised.listeners", "the bound address", "host:port", None,
         "Address given to clients in Metadata responses (flag `--advertised-listener`)."),
+    setting("listeners.per.core", "true", "bool", None,
+        "Also listen on one port per core (the `listeners` port + 1 + core; kernel-picked when that port is 0) and advertise each core as its own broker in Metadata, the leader of the partitions it owns and the coordinator of its groups, so clients send produce and fetch straight to the owning core (no cross-core hop). The `listeners` port stays the bootstrap address."),
     setting("num.partitions", "1", "partitions", None,
         "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
     setting("auto.create.topics.enable", "true", "bool", None,
@@ -116,6 +118,9 @@ pub struct BrokerConfig {
     pub max_message_bytes: usize,
     pub num_partitions: u32,
     pub auto_create_topics: bool,
+    /// `listeners.per.core`: each core also listens on its own port and is advertised as
+    /// broker `core` (leader of its partitions, coordinator of its groups).
+    pub listeners_per_core: bool,
     pub socket_request_max_bytes: usize,
     /// How often each core applies retention.
     pub retention_check_interval_ms: u64,
@@ -156,6 +161,7 @@ impl Default for BrokerConfig {
             max_message_bytes: 8 << 20,
             num_partitions: 1,
             auto_create_topics: true,
+            listeners_per_core: true,
             socket_request_max_bytes: 100 << 20,
             retention_check_interval_ms: 30_000,
             max_parked_fetches: 100_000,
@@ -212,6 +218,7 @@ impl BrokerConfig {
                 }
             }
             "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
+            "listeners.per.core" => self.listeners_per_core = parse_bool(key, value)?,
             "log.cleanup.policy" => {
                 if value.trim() != "delete" {
                     return Err("log.cleanup.policy: only 'delete' is supported".into());
@@ -293,6 +300,7 @@ impl BrokerConfig {
                 .unwrap_or_else(|| self.listen.clone()),
             "num.partitions" => self.num_partitions.to_string(),
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
+            "listeners.per.core" => self.listeners_per_core.to_string(),
             "log.segment.bytes" => self.segment_bytes.to_string(),
             "log.roll.ms" => opt(self.segment_ms),
             "log.retention.ms" => opt(self.retention_ms),

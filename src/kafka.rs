@@ -257,13 +257,22 @@ async fn metadata(shard: &Rc<Shard>, version: i16, req: &MetadataRequest) -> Met
         auto_create(shard, missing).await;
     }
     let meta = shard.metadata();
-    let (host, port) = shard.advertised.borrow().clone();
+    let mut endpoints = shard.core_endpoints.borrow().clone();
+    if endpoints.is_empty() {
+        endpoints.push(shard.advertised.borrow().clone());
+    }
     let mut r = MetadataResponse::default();
-    let mut broker = MetadataResponseBroker::default();
-    broker.node_id = BrokerId(0);
-    broker.host = s(&host);
-    broker.port = port;
-    r.brokers = vec![broker];
+    r.brokers = endpoints
+        .iter()
+        .enumerate()
+        .map(|(id, (host, port))| {
+            let mut broker = MetadataResponseBroker::default();
+            broker.node_id = BrokerId(id as i32);
+            broker.host = s(host);
+            broker.port = *port;
+            broker
+        })
+        .collect();
     r.cluster_id = Some(s("weir"));
     r.controller_id = BrokerId(0);
     r.cluster_authorized_operations = i32::MIN;
@@ -285,14 +294,18 @@ async fn metadata(shard: &Rc<Shard>, version: i16, req: &MetadataRequest) -> Met
             }
             Some(tm) => {
                 t.topic_id = topic_uuid(&tm.id);
-                t.partitions = (0..tm.owners.len() as i32)
-                    .map(|p| {
+                t.partitions = tm
+                    .owners
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &owner)| {
+                        let leader = BrokerId(shard.node_of(owner));
                         let mut mp = MetadataResponsePartition::default();
-                        mp.partition_index = p;
-                        mp.leader_id = BrokerId(0);
+                        mp.partition_index = p as i32;
+                        mp.leader_id = leader;
                         mp.leader_epoch = 0;
-                        mp.replica_nodes = vec![BrokerId(0)];
-                        mp.isr_nodes = vec![BrokerId(0)];
+                        mp.replica_nodes = vec![leader];
+                        mp.isr_nodes = vec![leader];
                         mp
                     })
                     .collect();

@@ -229,6 +229,14 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     if cores > 1024 {
         return Err(format!("--cores {cores}: too many"));
     }
+    if config.listeners_per_core && listen_addr.port() != 0 {
+        for c in 0..cores {
+            let port = u16::try_from(usize::from(listen_addr.port()) + 1 + c)
+                .map_err(|_| format!("listeners.per.core: core {c}'s port is past 65535"))?;
+            let addr = std::net::SocketAddr::new(listen_addr.ip(), port);
+            listen::check_free(&format!("listeners.per.core (core {c})"), addr)?;
+        }
+    }
     shard::data_dir_ok(&config.data_dir)?;
     // Absolute from here on: logs name the real place, and glommio cannot open relative paths.
     config.data_dir = std::path::absolute(&config.data_dir)
@@ -263,7 +271,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let meta = Arc::new(meta);
     let config = Arc::new(config);
-    let global = Arc::new(Global::new());
+    let global = Arc::new(Global::new(cores));
 
     // Signals: first SIGINT/SIGTERM starts a graceful shutdown, a second one exits at once.
     let mut signals = signal_hook::iterator::Signals::new([
@@ -458,10 +466,38 @@ async fn core_main(
             glommio::spawn_local(metrics::serve(shard.clone(), l)).detach();
         }
     }
+    // listeners.per.core: this core's own port (listen port + 1 + core, or kernel-picked).
+    let core_listener = if config.listeners_per_core {
+        let port = match listen.port() {
+            0 => 0,
+            p => u16::try_from(usize::from(p) + 1 + id)
+                .map_err(|_| format!("listeners.per.core: port {p} + 1 + {id} is past 65535"))?,
+        };
+        let addr = std::net::SocketAddr::new(listen.ip(), port);
+        let l = glommio::net::TcpListener::bind(addr)
+            .map_err(|e| format!("binding core {id}'s listener {addr}: {e}"))?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        global.core_ports[id].store(port, Ordering::SeqCst);
+        Some(l)
+    } else {
+        None
+    };
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     *shard.advertised.borrow_mut() = advertised(&config, &bound);
     if global.bound.fetch_add(1, Ordering::SeqCst) + 1 == cores {
         server::log_listening(&bound);
+    }
+    if let Some(l) = core_listener {
+        // Every core's port is known once all have bound: then this core can advertise them.
+        let started = Instant::now();
+        while global.bound.load(Ordering::SeqCst) < cores {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("the other cores never bound their listeners".into());
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        *shard.core_endpoints.borrow_mut() = core_endpoints(&config, &bound, &global, cores);
+        glommio::spawn_local(server::accept_loop(shard.clone(), l)).detach();
     }
 
     // Shutdown watcher: woken by the byte the signal thread writes to this core's socket.
@@ -502,6 +538,32 @@ async fn core_main(
         glommio::timer::sleep(Duration::from_millis(5)).await;
     }
     Ok(())
+}
+
+/// `listeners.per.core`: the (host, port) advertised for each core. The host is the one
+/// advertised for the broker; the port is the core's own, or, when `advertised.listeners`
+/// names a port P (a proxy or NAT in front), P + 1 + core.
+fn core_endpoints(
+    config: &BrokerConfig,
+    bound: &std::net::SocketAddr,
+    global: &Global,
+    cores: usize,
+) -> Vec<(String, i32)> {
+    let (host, port) = advertised(config, bound);
+    let explicit_port = config.advertised_listener.as_ref().is_some_and(|a| {
+        a.rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<i32>().is_ok())
+    });
+    (0..cores)
+        .map(|c| {
+            let p = if explicit_port {
+                port + 1 + c as i32
+            } else {
+                i32::from(global.core_ports[c].load(Ordering::SeqCst))
+            };
+            (host.clone(), p)
+        })
+        .collect()
 }
 
 fn advertised(config: &BrokerConfig, bound: &std::net::SocketAddr) -> (String, i32) {

@@ -42,16 +42,21 @@ pub struct Global {
     pub bound: AtomicUsize,
     /// The port every core binds (set by core 0).
     pub port: std::sync::atomic::AtomicU16,
+    /// `listeners.per.core`: the port of each core's own listener (set by that core).
+    pub core_ports: Vec<std::sync::atomic::AtomicU16>,
     pub exited: AtomicUsize,
 }
 
 impl Global {
-    pub fn new() -> Global {
+    pub fn new(cores: usize) -> Global {
         Global {
             shutdown: AtomicBool::new(false),
             drained: AtomicUsize::new(0),
             bound: AtomicUsize::new(0),
             port: std::sync::atomic::AtomicU16::new(0),
+            core_ports: (0..cores)
+                .map(|_| std::sync::atomic::AtomicU16::new(0))
+                .collect(),
             exited: AtomicUsize::new(0),
         }
     }
@@ -269,6 +274,9 @@ pub struct Shard {
     pub config: Arc<BrokerConfig>,
     /// host and port put in Metadata responses.
     pub advertised: RefCell<(String, i32)>,
+    /// `listeners.per.core`: every core's advertised (host, port), indexed by core = broker
+    /// id in Metadata. Empty: the broker is advertised as one node, id 0.
+    pub core_endpoints: RefCell<Vec<(String, i32)>>,
     meta: RefCell<Arc<Metadata>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     cache: Rc<BatchCache>,
@@ -336,6 +344,7 @@ impl Shard {
             cores,
             cache: BatchCache::new(config.cache_bytes_per_core),
             advertised: RefCell::new((String::new(), 0)),
+            core_endpoints: RefCell::new(Vec::new()),
             config,
             meta: RefCell::new(meta),
             partitions: RefCell::new(HashMap::new()),
@@ -1135,6 +1144,16 @@ impl Shard {
             }
         }
         results
+    }
+
+    /// The broker id that leads a partition owned by `core` (and coordinates a group living
+    /// there): the core itself with `listeners.per.core`, else the one node 0.
+    pub fn node_of(&self, core: usize) -> i32 {
+        if self.core_endpoints.borrow().is_empty() {
+            0
+        } else {
+            core as i32
+        }
     }
 
     /// Removes `topic-N` directories of a topic that is not in the metadata (on the blocking

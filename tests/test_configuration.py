@@ -38,7 +38,8 @@ def run_broker(tmp_path, args: list[str], env: dict[str, str]):
 
 def broker_configs(bootstrap: str) -> dict[str, str]:
     admin = rd_admin(bootstrap)
-    [broker_id] = admin.list_topics(timeout=10).brokers
+    # One broker per core (listeners.per.core): they share one configuration.
+    broker_id = min(admin.list_topics(timeout=10).brokers)
     [f] = admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker_id))]).values()
     return {name: e.value for name, e in f.result(CLIENT_TIMEOUT_S).items()}
 

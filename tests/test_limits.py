@@ -200,7 +200,9 @@ def test_cross_core_queue_depth_is_backpressure_not_loss(broker_factory, topic_n
     """With one cross-core call allowed in flight per destination, four producers pipelining
     small batches into partitions on both cores fill the queue: calls wait, the broker says so
     once, and every record lands exactly once, in order."""
-    broker = broker_factory(settings={"cross.core.queue.depth": 1}, cores=2)
+    # One advertised node (listeners.per.core=false): every client request lands on one core
+    # and most partitions live on the other, so the cross-core queue is what carries them.
+    broker = broker_factory(settings={"cross.core.queue.depth": 1, "listeners.per.core": "false"}, cores=2)
     partitions = 8
     rd_create_topic(broker.bootstrap, topic_name, partitions)
     msgs = sample_messages(6000, partitions)

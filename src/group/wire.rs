@@ -132,7 +132,17 @@ pub fn find_coordinator(
     version: i16,
     req: &FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
-    let (host, port) = shard.advertised.borrow().clone();
+    // The group's core (its offsets bucket's owner) when each core is its own broker.
+    let endpoint = |key: &str| -> (i32, String, i32) {
+        let node = shard.node_of(Coordinator::core_of(key, shard.cores));
+        match shard.core_endpoints.borrow().get(node as usize) {
+            Some((h, p)) => (node, h.clone(), *p),
+            None => {
+                let (h, p) = shard.advertised.borrow().clone();
+                (0, h, p)
+            }
+        }
+    };
     let mut r = FindCoordinatorResponse::default();
     // key_type 0 = group; 1 = transaction (not supported).
     let (code, msg) = if req.key_type == 0 {
@@ -148,9 +158,10 @@ pub fn find_coordinator(
             .coordinator_keys
             .iter()
             .map(|k| {
+                let (node, host, port) = endpoint(k.as_str());
                 let mut c = WireCoordinator::default();
                 c.key = k.clone();
-                c.node_id = BrokerId(0);
+                c.node_id = BrokerId(node);
                 c.host = s(&host);
                 c.port = port;
                 c.error_code = code;
@@ -159,9 +170,10 @@ pub fn find_coordinator(
             })
             .collect();
     } else {
+        let (node, host, port) = endpoint(req.key.as_str());
         r.error_code = code;
         r.error_message = msg;
-        r.node_id = BrokerId(if code == codes::NONE { 0 } else { -1 });
+        r.node_id = BrokerId(if code == codes::NONE { node } else { -1 });
         r.host = s(if code == codes::NONE { &host } else { "" });
         r.port = if code == codes::NONE { port } else { -1 };
     }
