@@ -50,6 +50,8 @@ pub struct ReadOutcome {
     pub chunks: Vec<Bytes>,
     /// Watermarks when the read was served.
     pub watermarks: Watermarks,
+    /// The chunks joined, made only if `batches` is asked for batches that span chunks.
+    joined: std::cell::OnceCell<Bytes>,
 }
 
 impl ReadOutcome {
@@ -59,10 +61,30 @@ impl ReadOutcome {
     pub fn is_empty(&self) -> bool {
         self.chunks.iter().all(Bytes::is_empty)
     }
-    /// Iterates over the batches (header and bytes). Every chunk holds whole batches.
+    /// Iterates over the batches (header and bytes). A batch split over several chunks (as
+    /// [`Log::read_available`] may return it, to avoid a copy) is joined first.
     pub fn batches(&self) -> impl Iterator<Item = (&BatchHeader, &[u8])> {
-        self.chunks.iter().flat_map(|c| batch::Batches::new(c))
+        let chunks: &[Bytes] = if self.chunks.iter().all(|c| tiles(c)) {
+            &self.chunks
+        } else {
+            std::slice::from_ref(self.joined.get_or_init(|| concat(self.chunks.clone())))
+        };
+        chunks.iter().flat_map(|c| batch::Batches::new(c))
     }
+}
+
+/// Does `chunk` hold whole batches only?
+fn tiles(chunk: &[u8]) -> bool {
+    let mut pos = 0;
+    while pos < chunk.len() {
+        match BatchHeader::parse(&chunk[pos..]) {
+            Some(h) if h.total_bytes() > 0 && pos + h.total_bytes() <= chunk.len() => {
+                pos += h.total_bytes()
+            }
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// A callback run when the high watermark moves.
@@ -457,6 +479,7 @@ impl Log {
         let mut out = ReadOutcome {
             chunks: Vec::new(),
             watermarks: self.watermarks(),
+            joined: Default::default(),
         };
         if offset >= hw {
             return Ok(out);
@@ -1066,16 +1089,19 @@ impl Inner {
                 .reader
                 .bytes(seg, pos, pos + batch_bytes as u64, limit)
                 .await?;
-            if parts.len() > 1 {
-                parts = vec![concat(parts)];
-            }
-            if let Err(reason) = batch::validate(&parts[0]) {
+            // A batch that spans read chunks stays in pieces (the response carries them back
+            // to back): no copy to join them.
+            let valid = match parts.as_slice() {
+                [one] => batch::validate(one),
+                _ => batch::validate_pieces(&parts),
+            };
+            if let Err(reason) = valid {
                 return Err(Error::CorruptBatch {
                     position: pos,
                     reason,
                 });
             }
-            out.push(parts.pop().expect("one part"));
+            out.append(&mut parts);
             total += batch_bytes;
             pos += batch_bytes as u64;
             if total >= max_bytes {
