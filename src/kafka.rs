@@ -471,12 +471,14 @@ pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest) -> Vec<FetchReply
     let n_groups = groups.len();
     if n_groups == 1 {
         let (owner, (parts, slots)) = groups.into_iter().next().expect("one group");
-        let rs = if owner == shard.id {
-            shard
-                .fetch_local(None, f.min_bytes, max_wait_ms, f.max_bytes, &parts)
-                .await
+        let resp = if owner == shard.id {
+            Resp::Fetch(
+                shard
+                    .fetch_local(None, f.min_bytes, max_wait_ms, f.max_bytes, &parts)
+                    .await,
+            )
         } else {
-            match shard
+            shard
                 .call(
                     owner,
                     Req::Fetch {
@@ -488,12 +490,8 @@ pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest) -> Vec<FetchReply
                     },
                 )
                 .await
-            {
-                Resp::Fetch(rs) => rs,
-                _ => Vec::new(),
-            }
         };
-        place(&mut replies, rs, slots);
+        place(&mut replies, resp, slots);
     } else if n_groups > 1 {
         // Ask every owning core at once; as soon as the replies so far hold min_bytes, tell
         // the cores still waiting to answer now (no polling).
@@ -530,13 +528,8 @@ pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest) -> Vec<FetchReply
                 break;
             };
             let slots = pending.remove(&owner).unwrap_or_default();
-            let rs = match resp {
-                Resp::Fetch(rs) => rs,
-                _ => Vec::new(),
-            };
-            total += rs.iter().map(|r| r.bytes()).sum::<usize>();
-            let errored = rs.iter().any(|r| r.error != errors::NONE);
-            place(&mut replies, rs, slots);
+            let (got, errored) = place(&mut replies, resp, slots);
+            total += got;
             if !woke && (total as i64 >= i64::from(f.min_bytes) || errored) {
                 woke = true;
                 for &other in pending.keys() {
@@ -549,16 +542,30 @@ pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest) -> Vec<FetchReply
             }
         }
     }
+    // max_bytes is for the whole response: each owner core filled up to it on its own.
+    crate::fetch_budget::enforce(&mut replies, f.max_bytes);
     replies
 }
 
-fn place(
-    replies: &mut [FetchReply],
-    rs: Vec<crate::shard::FetchResult>,
-    slots: Vec<(usize, usize)>,
-) {
-    for (r, (ti, pi)) in rs.into_iter().zip(slots) {
-        replies[ti].partitions[pi].1 = r;
+/// Puts an owner core's fetch results in their places; returns (bytes, any error). A core
+/// that could not answer (shutting down) gives its partitions NOT_LEADER_OR_FOLLOWER, which
+/// clients retry after a metadata refresh — never NONE with no data and -1 watermarks.
+fn place(replies: &mut [FetchReply], resp: Resp, slots: Vec<(usize, usize)>) -> (usize, bool) {
+    match resp {
+        Resp::Fetch(rs) if rs.len() == slots.len() => {
+            let bytes = rs.iter().map(|r| r.bytes()).sum();
+            let errored = rs.iter().any(|r| r.error != errors::NONE);
+            for (r, (ti, pi)) in rs.into_iter().zip(slots) {
+                replies[ti].partitions[pi].1 = r;
+            }
+            (bytes, errored)
+        }
+        _ => {
+            for (ti, pi) in slots {
+                replies[ti].partitions[pi].1.error = errors::NOT_LEADER_OR_FOLLOWER;
+            }
+            (0, true)
+        }
     }
 }
 
@@ -601,12 +608,21 @@ async fn list_offsets(
         resp.topics.push(tr);
     }
     for (owner, (parts, slots)) in groups {
-        if let Resp::ListOffsets(rs) = shard.call(owner, Req::ListOffsets(parts)).await {
-            for (r, (ti, pi)) in rs.into_iter().zip(slots) {
-                let pr = &mut resp.topics[ti].partitions[pi];
-                pr.error_code = r.error;
-                pr.offset = r.offset;
-                pr.timestamp = r.timestamp;
+        match shard.call(owner, Req::ListOffsets(parts)).await {
+            Resp::ListOffsets(rs) if rs.len() == slots.len() => {
+                for (r, (ti, pi)) in rs.into_iter().zip(slots) {
+                    let pr = &mut resp.topics[ti].partitions[pi];
+                    pr.error_code = r.error;
+                    pr.offset = r.offset;
+                    pr.timestamp = r.timestamp;
+                }
+            }
+            // The owner could not answer (shutting down): a retriable error, not NONE
+            // with -1 offsets.
+            _ => {
+                for (ti, pi) in slots {
+                    resp.topics[ti].partitions[pi].error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                }
             }
         }
     }
@@ -642,6 +658,7 @@ async fn create_topics(
                 .collect(),
         })
         .collect();
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
     let results = match shard
         .call(
             0,
@@ -653,7 +670,7 @@ async fn create_topics(
         .await
     {
         Resp::Topics(r) => r,
-        _ => Vec::new(),
+        _ => unanswered(names),
     };
     let meta = shard.metadata();
     let mut resp = CreateTopicsResponse::default();
@@ -675,6 +692,20 @@ async fn create_topics(
     resp
 }
 
+/// Results for topics whose admin call core 0 could not answer (shutting down): each topic
+/// gets a retriable error, none is silently left out of the response.
+fn unanswered(names: Vec<String>) -> Vec<crate::shard::TopicResult> {
+    names
+        .into_iter()
+        .map(|name| crate::shard::TopicResult {
+            name,
+            error: errors::NOT_CONTROLLER,
+            message: Some("the broker is shutting down".to_string()),
+            partitions: -1,
+        })
+        .collect()
+}
+
 async fn delete_topics(
     shard: &Rc<Shard>,
     version: i16,
@@ -688,9 +719,9 @@ async fn delete_topics(
     } else {
         d.topic_names.iter().map(|n| n.to_string()).collect()
     };
-    let results = match shard.call(0, Req::DeleteTopics(names)).await {
+    let results = match shard.call(0, Req::DeleteTopics(names.clone())).await {
         Resp::Topics(r) => r,
-        _ => Vec::new(),
+        _ => unanswered(names),
     };
     let mut resp = DeleteTopicsResponse::default();
     for r in results {

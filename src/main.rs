@@ -5,6 +5,7 @@
 
 mod config;
 mod errors;
+mod fetch_budget;
 mod fetch_response;
 mod group;
 mod kafka;

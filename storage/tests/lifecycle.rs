@@ -393,6 +393,9 @@ fn catch_up_reads_answer_with_what_is_read_not_max_bytes() {
         assert_eq!(batches, end, "read() returns everything up to max_bytes");
         // 4 KiB batches in 64 KiB read chunks: some span two chunks and come in two pieces
         // (no copy to join them), which concatenate to the same bytes.
-        assert!(full.chunks.len() as u64 > end, "batches spanning chunks stay in pieces");
+        assert!(
+            full.chunks.len() as u64 > end,
+            "batches spanning chunks stay in pieces"
+        );
     });
 }
