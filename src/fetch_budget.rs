@@ -165,7 +165,7 @@ mod tests {
         let small = batch(10);
         let mut r = reply(vec![
             part(&[big.clone(), small.clone()], Some(100)),
-            part(&[small.clone()], None),
+            part(std::slice::from_ref(&small), None),
         ]);
         enforce(&mut r, 1000);
         assert_eq!(
@@ -180,7 +180,7 @@ mod tests {
     fn within_the_limit_nothing_changes() {
         let b = batch(100);
         let mut r = reply(vec![
-            part(&[b.clone()], None),
+            part(std::slice::from_ref(&b), None),
             part(&[b.clone(), b.clone()], Some(3)),
         ]);
         assert_eq!(enforce(&mut r, 1 << 20), 3 * b.len());
