@@ -18,7 +18,6 @@ pub const INVALID_REPLICATION_FACTOR: i16 = 38;
 pub const INVALID_CONFIG: i16 = 40;
 pub const NOT_CONTROLLER: i16 = 41;
 pub const INVALID_REQUEST: i16 = 42;
-pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 
 /// Maps a storage error to the Kafka error code a client should see for that partition.

@@ -1032,7 +1032,11 @@ async fn incremental_alter_configs(
 fn init_producer_id(shard: &Rc<Shard>, i: &InitProducerIdRequest) -> InitProducerIdResponse {
     let mut r = InitProducerIdResponse::default();
     if i.transactional_id.is_some() {
-        r.error_code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        // Transactions do not exist yet: say so (a fatal "unsupported" for every client),
+        // not an authorization failure that sends users looking at ACLs.
+        tracing::info!(client = ?i.transactional_id.as_deref().map(|t| t.as_str()),
+            "transactional InitProducerId refused: weir does not support transactions yet");
+        r.error_code = errors::UNSUPPORTED_VERSION;
         r.producer_id = ProducerId(-1);
         r.producer_epoch = -1;
         return r;

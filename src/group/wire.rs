@@ -148,9 +148,11 @@ pub fn find_coordinator(
     let (code, msg) = if req.key_type == 0 {
         (codes::NONE, None)
     } else {
+        // Not COORDINATOR_NOT_AVAILABLE: clients retry that until their timeout and then
+        // report only the timeout. UNSUPPORTED_VERSION is fatal for them at once.
         (
-            codes::COORDINATOR_NOT_AVAILABLE,
-            Some(s("transactions are not supported")),
+            crate::errors::UNSUPPORTED_VERSION,
+            Some(s("weir does not support transactions yet")),
         )
     };
     if version >= 4 {
