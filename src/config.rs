@@ -62,6 +62,8 @@ pub const SETTINGS: &[Setting] = &[
         "Address given to clients in Metadata responses (flag `--advertised-listener`)."),
     setting("listeners.per.core", "true", "bool", None,
         "Also listen on one port per core (the `listeners` port + 1 + core; kernel-picked when that port is 0) and advertise each core as its own broker in Metadata, the leader of the partitions it owns and the coordinator of its groups, so clients send produce and fetch straight to the owning core (no cross-core hop). The `listeners` port stays the bootstrap address."),
+    setting("offset.metadata.max.bytes", "4096", "bytes", None,
+        "Largest metadata string an OffsetCommit may store with an offset; a larger one is refused with OFFSET_METADATA_TOO_LARGE (that partition's commit only)."),
     setting("num.partitions", "1", "partitions", None,
         "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
     setting("auto.create.topics.enable", "true", "bool", None,
@@ -121,6 +123,8 @@ pub struct BrokerConfig {
     /// `listeners.per.core`: each core also listens on its own port and is advertised as
     /// broker `core` (leader of its partitions, coordinator of its groups).
     pub listeners_per_core: bool,
+    /// `offset.metadata.max.bytes`: largest committed-offset metadata.
+    pub offset_metadata_max_bytes: usize,
     pub socket_request_max_bytes: usize,
     /// How often each core applies retention.
     pub retention_check_interval_ms: u64,
@@ -162,6 +166,7 @@ impl Default for BrokerConfig {
             num_partitions: 1,
             auto_create_topics: true,
             listeners_per_core: true,
+            offset_metadata_max_bytes: 4096,
             socket_request_max_bytes: 100 << 20,
             retention_check_interval_ms: 30_000,
             max_parked_fetches: 100_000,
@@ -219,6 +224,13 @@ impl BrokerConfig {
             }
             "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
             "listeners.per.core" => self.listeners_per_core = parse_bool(key, value)?,
+            "offset.metadata.max.bytes" => {
+                self.offset_metadata_max_bytes = parse_num(key, value)?;
+                // Stored with a u16 length (group::offsets).
+                if self.offset_metadata_max_bytes > usize::from(u16::MAX) {
+                    return Err(format!("{key} must be at most {}", u16::MAX));
+                }
+            }
             "log.cleanup.policy" => {
                 if value.trim() != "delete" {
                     return Err("log.cleanup.policy: only 'delete' is supported".into());
@@ -301,6 +313,7 @@ impl BrokerConfig {
             "num.partitions" => self.num_partitions.to_string(),
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
             "listeners.per.core" => self.listeners_per_core.to_string(),
+            "offset.metadata.max.bytes" => self.offset_metadata_max_bytes.to_string(),
             "log.segment.bytes" => self.segment_bytes.to_string(),
             "log.roll.ms" => opt(self.segment_ms),
             "log.retention.ms" => opt(self.retention_ms),

@@ -31,6 +31,7 @@ use crate::sync::Slot;
 pub mod codes {
     pub const NONE: i16 = 0;
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const ILLEGAL_GENERATION: i16 = 22;

@@ -57,6 +57,14 @@ pub struct OffsetStore {
     entries: RefCell<BTreeMap<Key, Committed>>,
     bytes_since_compaction: Cell<u64>,
     compacting: Cell<bool>,
+    /// Commits and deletes whose records are (being) appended but not yet applied to
+    /// `entries` (they wait for their flush). A compaction snapshots `entries` and moves the
+    /// log start past every record appended so far, so it may only run while this is zero:
+    /// otherwise it would drop such a record from the log while the snapshot lacks it, and an
+    /// acknowledged commit would be gone after a restart.
+    unapplied: Cell<usize>,
+    /// Log size that makes a compaction worth it (`COMPACT_MIN_BYTES`; smaller in tests).
+    compact_min_bytes: u64,
 }
 
 fn encode_key(group: &str, topic: &str, partition: i32) -> Bytes {
@@ -165,6 +173,8 @@ impl OffsetStore {
             entries: RefCell::new(BTreeMap::new()),
             bytes_since_compaction: Cell::new(0),
             compacting: Cell::new(false),
+            unapplied: Cell::new(0),
+            compact_min_bytes: COMPACT_MIN_BYTES,
         };
         store.replay().await?;
         Ok(store)
@@ -226,9 +236,10 @@ impl OffsetStore {
         }
         let batch = b.build();
         let len = batch.len() as u64;
-        self.log.append(batch).await?;
-        self.log.flush().await?;
         {
+            let _unapplied = Unapplied::new(&self.unapplied);
+            self.log.append(batch).await?;
+            self.log.flush().await?;
             let mut e = self.entries.borrow_mut();
             for (topic, partition, c) in offsets {
                 e.insert((group.to_owned(), topic, partition), c);
@@ -259,6 +270,7 @@ impl OffsetStore {
         for (g, t, p) in &keys {
             b = b.record(Some(&encode_key(g, t, *p)), None, &[]);
         }
+        let _unapplied = Unapplied::new(&self.unapplied);
         self.log.append(b.build()).await?;
         self.log.flush().await?;
         let mut e = self.entries.borrow_mut();
@@ -307,7 +319,11 @@ impl OffsetStore {
                 .keys()
                 .map(|(g, t, _)| 40 + (g.len() + t.len()) as u64)
                 .sum();
-            if since < COMPACT_MIN_BYTES || since < 4 * live_bytes || self.compacting.get() {
+            if since < self.compact_min_bytes
+                || since < 4 * live_bytes
+                || self.compacting.get()
+                || self.unapplied.get() > 0
+            {
                 return Ok(());
             }
             e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -344,9 +360,97 @@ impl OffsetStore {
     }
 }
 
+/// Counts one commit or delete as appended-but-not-applied for as long as it lives (also
+/// when the append or flush fails and the future returns early).
+struct Unapplied<'a>(&'a Cell<usize>);
+
+impl<'a> Unapplied<'a> {
+    fn new(c: &'a Cell<usize>) -> Self {
+        c.set(c.get() + 1);
+        Unapplied(c)
+    }
+}
+
+impl Drop for Unapplied<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a compaction ran while another commit had appended its record but not yet
+    /// applied it to memory (it was waiting for its flush). The snapshot lacked that commit,
+    /// the log start moved past its record, and after a restart the acknowledged commit was
+    /// gone (the key read back an older offset). Many concurrent committers with a tiny
+    /// compaction threshold hit that window; every key must read back its last acknowledged
+    /// offset after reopening.
+    #[test]
+    fn concurrent_commits_survive_compaction_and_restart() {
+        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tmp");
+        std::fs::create_dir_all(&base).expect("test tmp dir");
+        let dir = tempfile::tempdir_in(base).expect("tempdir");
+        let path = dir.path().to_owned();
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(move || async move {
+                weir_storage::io::prime_dma_probe(&path)
+                    .await
+                    .expect("prime");
+                let cache = BatchCache::new(8 << 20);
+                let mut store = OffsetStore::open(&path, 3, cache.clone())
+                    .await
+                    .expect("open");
+                store.compact_min_bytes = 2048;
+                let store = Rc::new(store);
+                const WRITERS: i32 = 16;
+                const ROUNDS: i64 = 60;
+                let mut tasks = Vec::new();
+                for w in 0..WRITERS {
+                    let st = store.clone();
+                    tasks.push(glommio::spawn_local(async move {
+                        let mut acked = -1;
+                        for round in 0..ROUNDS {
+                            let c = Committed {
+                                offset: round,
+                                leader_epoch: -1,
+                                metadata: String::new(),
+                                commit_ms: 0,
+                            };
+                            st.commit(&format!("g{w}"), vec![("t".into(), w, c)])
+                                .await
+                                .expect("commit");
+                            acked = round;
+                        }
+                        (w, acked)
+                    }));
+                }
+                let mut acked = Vec::new();
+                for t in tasks {
+                    acked.push(t.await);
+                }
+                assert!(
+                    store.log.watermarks().log_start_offset > 0,
+                    "no compaction ran: the test did not exercise the race"
+                );
+                let store = Rc::try_unwrap(store).ok().expect("sole owner");
+                store.close().await.expect("close");
+                let reopened = OffsetStore::open(&path, 3, cache).await.expect("reopen");
+                for (w, last) in acked {
+                    let got = reopened.get(&format!("g{w}"), "t", w).map(|c| c.offset);
+                    assert_eq!(
+                        got,
+                        Some(last),
+                        "group g{w}: acknowledged offset {last} lost"
+                    );
+                }
+            })
+            .expect("spawn")
+            .join()
+            .expect("join");
+    }
 
     #[test]
     fn records_round_trip() {

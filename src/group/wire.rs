@@ -356,8 +356,19 @@ pub async fn leave_group(
 pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.to_string();
     let mut parts = Vec::new();
+    // Kafka refuses (does not cut) metadata over offset.metadata.max.bytes, per partition.
+    let max_metadata = shard.config.offset_metadata_max_bytes;
+    let mut too_large = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
+            let big = p
+                .committed_metadata
+                .as_ref()
+                .is_some_and(|m| m.len() > max_metadata);
+            too_large.push(big);
+            if big {
+                continue;
+            }
             parts.push(CommitPart {
                 topic: t.name.to_string(),
                 partition: p.partition_index,
@@ -368,23 +379,28 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
         }
     }
     let n = parts.len();
-    let codes_out = match call(
-        shard,
-        &group,
-        GroupReq::Commit {
-            group: group.clone(),
-            generation: req.generation_id_or_member_epoch,
-            member: req.member_id.to_string(),
-            parts,
-        },
-    )
-    .await
-    {
-        GroupResp::Commit(c) => c,
-        GroupResp::Code(c) => vec![c; n],
-        _ => vec![codes::UNKNOWN_SERVER_ERROR; n],
+    let codes_out = if n == 0 {
+        Vec::new()
+    } else {
+        match call(
+            shard,
+            &group,
+            GroupReq::Commit {
+                group: group.clone(),
+                generation: req.generation_id_or_member_epoch,
+                member: req.member_id.to_string(),
+                parts,
+            },
+        )
+        .await
+        {
+            GroupResp::Commit(c) => c,
+            GroupResp::Code(c) => vec![c; n],
+            _ => vec![codes::UNKNOWN_SERVER_ERROR; n],
+        }
     };
     let mut it = codes_out.into_iter();
+    let mut big = too_large.into_iter();
     let mut r = OffsetCommitResponse::default();
     r.topics = req
         .topics
@@ -398,7 +414,11 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
                 .map(|p| {
                     let mut pr = OffsetCommitResponsePartition::default();
                     pr.partition_index = p.partition_index;
-                    pr.error_code = it.next().unwrap_or(codes::UNKNOWN_SERVER_ERROR);
+                    pr.error_code = if big.next().unwrap_or(false) {
+                        codes::OFFSET_METADATA_TOO_LARGE
+                    } else {
+                        it.next().unwrap_or(codes::UNKNOWN_SERVER_ERROR)
+                    };
                     pr
                 })
                 .collect();
