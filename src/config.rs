@@ -189,10 +189,51 @@ fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> 
         .map_err(|_| format!("{key}: '{value}' is not a valid number"))
 }
 
-/// `-1` means "no limit" for Kafka's retention settings.
+/// `-1` means "no limit" for Kafka's retention settings; otherwise `0..=i64::MAX`
+/// (a value that later arithmetic in milliseconds or bytes cannot overflow).
 fn parse_limit(key: &str, value: &str) -> Result<Option<u64>, String> {
     let v: i64 = parse_num(key, value)?;
-    Ok(if v < 0 { None } else { Some(v as u64) })
+    match v {
+        -1 => Ok(None),
+        v if v >= 0 => Ok(Some(v as u64)),
+        _ => Err(format!(
+            "{key}: '{value}' must be -1 (no limit) or at least 0"
+        )),
+    }
+}
+
+/// A number in `lo..=hi`, with the bounds in the message when it is not.
+fn parse_bounded<T>(key: &str, value: &str, lo: T, hi: T) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let v: T = parse_num(key, value)?;
+    if v < lo || v > hi {
+        return Err(format!(
+            "{key}: '{}' must be between {lo} and {hi}",
+            value.trim()
+        ));
+    }
+    Ok(v)
+}
+
+/// `segment.bytes` / `log.segment.bytes`: 4096 ..= 2^31-1 (Kafka's int bound, and what the
+/// engine's 32-bit index positions address: `weir_storage::config::SEGMENT_BYTES_MAX`).
+fn parse_segment_bytes(key: &str, value: &str) -> Result<u64, String> {
+    parse_bounded(key, value, 4096, weir_storage::config::SEGMENT_BYTES_MAX)
+}
+
+/// `segment.ms` / `log.roll.ms`: at least 1 (Kafka), or -1 for never.
+fn parse_roll_ms(key: &str, value: &str) -> Result<Option<u64>, String> {
+    match parse_limit(key, value)? {
+        Some(0) => Err(format!("{key}: must be at least 1 (or -1: never)")),
+        v => Ok(v),
+    }
+}
+
+/// `max.message.bytes` / `message.max.bytes`: 0 ..= the engine's hard batch limit.
+fn parse_message_bytes(key: &str, value: &str) -> Result<usize, String> {
+    parse_bounded(key, value, 0, weir_storage::batch::MAX_BATCH_BYTES)
 }
 
 fn parse_bool(key: &str, value: &str) -> Result<bool, String> {
@@ -208,14 +249,18 @@ impl BrokerConfig {
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let key = key.trim();
         match key {
-            "log.segment.bytes" => self.segment_bytes = parse_num(key, value)?,
-            "log.roll.ms" => self.segment_ms = parse_limit(key, value)?,
+            "log.segment.bytes" => self.segment_bytes = parse_segment_bytes(key, value)?,
+            "log.roll.ms" => self.segment_ms = parse_roll_ms(key, value)?,
             "log.retention.ms" => self.retention_ms = parse_limit(key, value)?,
             "log.retention.hours" => {
-                self.retention_ms = parse_limit(key, value)?.map(|h| h * 3600 * 1000)
+                let hours = parse_limit(key, value)?;
+                if hours.is_some_and(|h| h > i64::MAX as u64 / 3_600_000) {
+                    return Err(format!("{key}: '{}' is too large", value.trim()));
+                }
+                self.retention_ms = hours.map(|h| h * 3_600_000)
             }
             "log.retention.bytes" => self.retention_bytes = parse_limit(key, value)?,
-            "message.max.bytes" => self.max_message_bytes = parse_num(key, value)?,
+            "message.max.bytes" => self.max_message_bytes = parse_message_bytes(key, value)?,
             "num.partitions" => {
                 self.num_partitions = parse_num(key, value)?;
                 if self.num_partitions == 0 {
@@ -236,7 +281,10 @@ impl BrokerConfig {
                     return Err("log.cleanup.policy: only 'delete' is supported".into());
                 }
             }
-            "socket.request.max.bytes" => self.socket_request_max_bytes = parse_num(key, value)?,
+            "socket.request.max.bytes" => {
+                // A frame's size prefix is an i32.
+                self.socket_request_max_bytes = parse_bounded(key, value, 1, i32::MAX as usize)?
+            }
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_num::<u64>(key, value)?.max(10)
             }
@@ -245,7 +293,10 @@ impl BrokerConfig {
                 self.connections_max_idle_ms = parse_num::<u64>(key, value)?.max(1)
             }
             "fetch.max.parked" => self.max_parked_fetches = parse_num(key, value)?,
-            "fetch.max.wait.ms" => self.fetch_max_wait_ms = parse_num(key, value)?,
+            "fetch.max.wait.ms" => {
+                // Clients send max_wait_ms as an i32.
+                self.fetch_max_wait_ms = parse_bounded(key, value, 0, i32::MAX as u64)?
+            }
             "log.dirs" | "log.dir" => self.data_dir = PathBuf::from(value.trim()),
             "listeners" => self.listen = strip_scheme(value),
             "advertised.listeners" => self.advertised_listener = Some(strip_scheme(value)),
@@ -362,27 +413,36 @@ impl BrokerConfig {
             ..LogConfig::default()
         };
         for (k, v) in overrides {
-            // Overrides were validated when the topic was created.
+            // Checked when set; one that fails today's checks (an older weir stored it) is
+            // skipped, and reported at start-up (`invalid_overrides`).
             let _ = apply_topic_config(&mut c, k, v);
         }
         c
     }
 }
 
+/// The stored overrides of a topic that do not pass `apply_topic_config` (key, value, why):
+/// `BrokerConfig::log_config` skips them, and start-up reports them.
+pub fn invalid_overrides(overrides: &BTreeMap<String, String>) -> Vec<(String, String, String)> {
+    let mut scratch = LogConfig::default();
+    overrides
+        .iter()
+        .filter_map(|(k, v)| {
+            apply_topic_config(&mut scratch, k, v)
+                .err()
+                .map(|why| (k.clone(), v.clone(), why))
+        })
+        .collect()
+}
+
 /// Checks and applies one topic-level config to a `LogConfig`.
 pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(), String> {
     match key {
-        "segment.bytes" => {
-            let v: u64 = parse_num(key, value)?;
-            if v < 4096 {
-                return Err("segment.bytes must be at least 4096".into());
-            }
-            c.segment_bytes = v;
-        }
-        "segment.ms" => c.segment_ms = parse_limit(key, value)?,
+        "segment.bytes" => c.segment_bytes = parse_segment_bytes(key, value)?,
+        "segment.ms" => c.segment_ms = parse_roll_ms(key, value)?,
         "retention.ms" => c.retention_ms = parse_limit(key, value)?,
         "retention.bytes" => c.retention_bytes = parse_limit(key, value)?,
-        "max.message.bytes" => c.max_batch_bytes = parse_num(key, value)?,
+        "max.message.bytes" => c.max_batch_bytes = parse_message_bytes(key, value)?,
         "cleanup.policy" => {
             if value.trim() != "delete" {
                 return Err("only cleanup.policy=delete is supported".into());
@@ -414,6 +474,45 @@ fn strip_scheme(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every size and time setting a client can set (CreateTopics, AlterConfigs) has bounds
+    /// that fit the engine: segment.bytes past 2^31-1 let a segment outgrow its 32-bit index
+    /// positions (an assertion panic on append), and retention values past i64::MAX wrapped
+    /// the retention arithmetic.
+    #[test]
+    fn topic_settings_are_bounded() {
+        let mut c = LogConfig::default();
+        for (k, v) in [
+            ("segment.bytes", "2147483648"),
+            ("segment.bytes", "18446744073709551615"),
+            ("segment.bytes", "4095"),
+            ("segment.bytes", "-1"),
+            ("segment.ms", "0"),
+            ("segment.ms", "-2"),
+            ("retention.ms", "-2"),
+            ("retention.ms", "9223372036854775808"),
+            ("retention.bytes", "-5"),
+            ("max.message.bytes", "268435457"),
+            ("max.message.bytes", "-1"),
+        ] {
+            let err = apply_topic_config(&mut c, k, v).expect_err(&format!("{k}={v} accepted"));
+            assert!(err.contains(k), "{err}");
+        }
+        for (k, v) in [
+            ("segment.bytes", "2147483647"),
+            ("segment.ms", "-1"),
+            ("retention.ms", "9223372036854775807"),
+            ("retention.bytes", "-1"),
+            ("max.message.bytes", "268435456"),
+        ] {
+            apply_topic_config(&mut c, k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+        }
+        let mut b = BrokerConfig::default();
+        assert!(b.set("log.segment.bytes", "3000000000").is_err());
+        assert!(b.set("log.retention.hours", "9223372036854775807").is_err());
+        assert!(b.set("socket.request.max.bytes", "4294967296").is_err());
+        assert!(b.set("fetch.max.wait.ms", "2147483648").is_err());
+    }
 
     #[test]
     fn kafka_names_parse_and_minus_one_means_unlimited() {

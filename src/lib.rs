@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod bench;
 pub mod client;
+pub mod config;
 pub mod metadata;
 pub mod stream_fetch;
 pub mod wire;

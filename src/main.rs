@@ -3,7 +3,7 @@
 //! `weir serve` starts one pinned glommio executor per core. See ARCHITECTURE.md for the
 //! path of a Produce and a Fetch through the modules.
 
-mod config;
+use weir::config;
 mod errors;
 mod fetch_budget;
 mod fetch_response;
@@ -253,6 +253,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         );
     }
     meta.save(&config.data_dir)?;
+    // Overrides stored by an older weir (or edited by hand) that today's bounds refuse are
+    // ignored for that topic: say so, once per override, with what is used instead.
+    for (topic, t) in &meta.topics {
+        for (key, value, why) in config::invalid_overrides(&t.configs) {
+            let instead = config::TOPIC_CONFIGS
+                .iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, broker_key)| config.value_of(broker_key))
+                .unwrap_or_else(|| "the default".to_string());
+            warn!(%topic, %key, %value, %why, %instead,
+                "stored topic config override is invalid: ignored, the broker setting applies");
+        }
+    }
     info!(
         data_dir = %config.data_dir.display(),
         topics = meta.topics.len(),

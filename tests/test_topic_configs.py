@@ -171,3 +171,34 @@ def test_describe_reports_defaults_set_on_the_broker_as_static_broker_config(bro
     assert d["retention.ms"] == ("86400000", ConfigSource.STATIC_BROKER_CONFIG), d
     assert d["segment.bytes"][1] == ConfigSource.DEFAULT_CONFIG, d
     assert d["retention.bytes"] == ("1000000", ConfigSource.DYNAMIC_TOPIC_CONFIG), d
+
+
+@pytest.mark.parametrize("key,value", [
+    ("segment.bytes", "3000000000"),          # past 2^31-1: positions would outgrow the index
+    ("segment.bytes", "18446744073709551615"),
+    ("retention.ms", "-2"),
+    ("retention.ms", "9223372036854775808"),  # past i64: wrapped the retention arithmetic
+    ("retention.bytes", "-7"),
+    ("max.message.bytes", "1073741824"),      # past the engine's 256 MiB batch limit
+    ("segment.ms", "0"),
+])
+def test_out_of_range_values_are_refused(broker, topic_name, key, value):
+    """Every size and time setting a client can set has Kafka's bounds (and the engine's):
+    an out-of-range value through CreateTopics, AlterConfigs or IncrementalAlterConfigs gets
+    INVALID_CONFIG, changes nothing, and the broker keeps serving the topic. Before, e.g.
+    segment.bytes=3000000000 was accepted and the partition's append path would hit an
+    assertion (a panic) once the segment passed 4 GiB."""
+    b = broker.bootstrap
+    admin = rd_admin(b)
+    from confluent_kafka.admin import NewTopic
+    f = admin.create_topics([NewTopic(f"{topic_name}-c", 1, 1, config={key: value})])[f"{topic_name}-c"]
+    with pytest.raises(KafkaException) as e:
+        f.result(CLIENT_TIMEOUT_S)
+    assert e.value.args[0].name() == "INVALID_CONFIG"
+    rd_create_topic(b, topic_name, 1)
+    assert error_of(lambda: alter(b, topic_name, {key: value})) == "INVALID_CONFIG"
+    assert error_of(lambda: incremental(b, topic_name, [(key, value, AlterConfigOpType.SET)])) == "INVALID_CONFIG"
+    assert key not in {k for k, (_, src) in describe(b, topic_name).items() if src == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+    p = rd_producer(b)
+    p.produce(topic_name, b"still serving")
+    assert p.flush(10) == 0

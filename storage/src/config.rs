@@ -2,6 +2,19 @@
 
 use std::time::Duration;
 
+/// The largest `segment_bytes` the engine honours (Kafka's limit for `segment.bytes`,
+/// 2^31 - 1): a segment rolls before it would pass this, whatever is configured, so that
+/// every position fits the offset index's 32-bit entries with room for one batch (at most
+/// `batch::MAX_BATCH_BYTES`) beyond it.
+pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
+
+/// The largest file position an offset-index entry (`u32`) can hold. Recovery cuts a
+/// segment at a batch that would end past it instead of indexing a wrapped position.
+pub const SEGMENT_POSITION_MAX: u64 = u32::MAX as u64;
+
+const _: () =
+    assert!(SEGMENT_BYTES_MAX + crate::batch::MAX_BATCH_BYTES as u64 <= SEGMENT_POSITION_MAX);
+
 /// How a [`crate::Log`] lays out and retains its data.
 #[derive(Debug, Clone)]
 pub struct LogConfig {

@@ -54,6 +54,9 @@ pub enum BatchError {
     },
     /// The batch's base offset does not follow the previous batch.
     OffsetGap { expected: u64, got: i64 },
+    /// The batch would end past the largest file position a segment's offset index can
+    /// address (`config::SEGMENT_POSITION_MAX`).
+    PastSegmentLimit { end: u64 },
 }
 
 impl std::fmt::Display for BatchError {
@@ -77,6 +80,10 @@ impl std::fmt::Display for BatchError {
             BatchError::OffsetGap { expected, got } => {
                 write!(f, "base offset {got} does not follow {expected}")
             }
+            BatchError::PastSegmentLimit { end } => write!(
+                f,
+                "batch would end at file position {end}, past what a segment index addresses"
+            ),
         }
     }
 }

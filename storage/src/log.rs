@@ -795,7 +795,12 @@ impl Inner {
     /// Rolls to a new segment if the batches would overflow the active one: its size, or
     /// the 32-bit offsets relative to its base that the indexes hold.
     async fn maybe_roll(self: &Rc<Self>, incoming_bytes: u64, incoming_offsets: u64) -> Result<()> {
-        let limit = self.config.borrow().segment_bytes;
+        // Whatever is configured: a segment's positions must fit its 32-bit index entries.
+        let limit = self
+            .config
+            .borrow()
+            .segment_bytes
+            .min(crate::config::SEGMENT_BYTES_MAX);
         let active = self.active();
         let (size, next) = {
             let st = active.state.borrow();

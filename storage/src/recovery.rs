@@ -79,6 +79,14 @@ pub(crate) async fn scan_segment(segment: &Segment, interval: u64) -> Result<Sca
                 }),
             };
         }
+        if pos + total > crate::config::SEGMENT_POSITION_MAX {
+            // Never written by a log that rolls at SEGMENT_BYTES_MAX; a crafted or foreign
+            // file: cut here rather than index a position that does not fit.
+            break ScanStop {
+                position: pos,
+                reason: Some(BatchError::PastSegmentLimit { end: pos + total }),
+            };
+        }
         let at = (pos - window_pos) as usize;
         let info = match batch::validate(&window[at..at + total as usize]) {
             Ok(info) => info,
