@@ -37,16 +37,19 @@ pub enum GroupReq {
     Heartbeat {
         group: String,
         member: String,
+        instance: Option<String>,
         generation: i32,
     },
     Leave {
         group: String,
-        members: Vec<String>,
+        /// (member id, group instance id).
+        members: Vec<(String, Option<String>)>,
     },
     Commit {
         group: String,
         generation: i32,
         member: String,
+        instance: Option<String>,
         parts: Vec<CommitPart>,
     },
     Fetch {
@@ -82,8 +85,9 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
         GroupReq::Heartbeat {
             group,
             member,
+            instance,
             generation,
-        } => GroupResp::Code(coord.heartbeat(&group, &member, generation)),
+        } => GroupResp::Code(coord.heartbeat(&group, &member, instance.as_deref(), generation)),
         GroupReq::Leave { group, members } => {
             let (top, each) = coord.leave(&group, &members);
             GroupResp::Leave(top, each)
@@ -92,10 +96,11 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
             group,
             generation,
             member,
+            instance,
             parts,
         } => GroupResp::Commit(
             coord
-                .commit_offsets(&group, generation, &member, parts)
+                .commit_offsets(&group, generation, &member, instance.as_deref(), parts)
                 .await,
         ),
         GroupReq::Fetch { group, topics } => GroupResp::Fetch(coord.fetch_offsets(&group, topics)),
@@ -238,6 +243,7 @@ pub async fn sync_group(shard: &Rc<Shard>, req: &SyncGroupRequest) -> SyncGroupR
         group_id: group.clone(),
         generation_id: req.generation_id,
         member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.as_ref().map(|s| s.to_string()),
         protocol_type: req.protocol_type.as_ref().map(|s| s.to_string()),
         protocol_name: req.protocol_name.as_ref().map(|s| s.to_string()),
         assignments: req
@@ -273,6 +279,7 @@ pub async fn heartbeat(shard: &Rc<Shard>, req: &HeartbeatRequest) -> HeartbeatRe
         GroupReq::Heartbeat {
             group: group.clone(),
             member: req.member_id.to_string(),
+            instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
             generation: req.generation_id,
         },
     )
@@ -300,7 +307,10 @@ pub async fn leave_group(
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let ids = members.iter().map(|(m, _)| m.clone()).collect();
+    let ids = members
+        .iter()
+        .map(|(m, i)| (m.clone(), i.as_ref().map(|i| i.to_string())))
+        .collect();
     let (top, each) = match call(
         shard,
         &group,
@@ -341,9 +351,30 @@ pub async fn leave_group(
 
 pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.to_string();
+    let meta = shard.metadata();
+    // Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist (unknown
+    // topic or index out of range), group or not, and commits the others.
+    let known: Vec<bool> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            let name = t.name.to_string();
+            let meta = &meta;
+            t.partitions
+                .iter()
+                .map(move |p| meta.owner(&name, p.partition_index).is_some())
+        })
+        .collect();
     let mut parts = Vec::new();
-    for t in &req.topics {
-        for p in &t.partitions {
+    for (t, p) in req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .zip(&known)
+        .filter(|(_, k)| **k)
+        .map(|(tp, _)| tp)
+    {
+        {
             parts.push(CommitPart {
                 topic: t.name.to_string(),
                 partition: p.partition_index,
@@ -354,23 +385,29 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
         }
     }
     let n = parts.len();
-    let codes_out = match call(
-        shard,
-        &group,
-        GroupReq::Commit {
-            group: group.clone(),
-            generation: req.generation_id_or_member_epoch,
-            member: req.member_id.to_string(),
-            parts,
-        },
-    )
-    .await
-    {
-        GroupResp::Commit(c) => c,
-        GroupResp::Code(c) => vec![c; n],
-        _ => vec![codes::UNKNOWN_SERVER_ERROR; n],
+    let codes_out = if n == 0 && !known.is_empty() {
+        Vec::new()
+    } else {
+        match call(
+            shard,
+            &group,
+            GroupReq::Commit {
+                group: group.clone(),
+                generation: req.generation_id_or_member_epoch,
+                member: req.member_id.to_string(),
+                instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
+                parts,
+            },
+        )
+        .await
+        {
+            GroupResp::Commit(c) => c,
+            GroupResp::Code(c) => vec![c; n],
+            _ => vec![codes::UNKNOWN_SERVER_ERROR; n],
+        }
     };
     let mut it = codes_out.into_iter();
+    let mut known = known.into_iter();
     let mut r = OffsetCommitResponse::default();
     r.topics = req
         .topics
@@ -384,7 +421,11 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
                 .map(|p| {
                     let mut pr = OffsetCommitResponsePartition::default();
                     pr.partition_index = p.partition_index;
-                    pr.error_code = it.next().unwrap_or(codes::UNKNOWN_SERVER_ERROR);
+                    pr.error_code = if known.next().unwrap_or(false) {
+                        it.next().unwrap_or(codes::UNKNOWN_SERVER_ERROR)
+                    } else {
+                        crate::errors::UNKNOWN_TOPIC_OR_PARTITION
+                    };
                     pr
                 })
                 .collect();
