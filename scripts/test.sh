@@ -50,6 +50,12 @@ KCAT=$(command -v kcat || command -v kafkacat) || die "kcat is not installed"
 export KCAT
 echo "kcat: $KCAT ($("$KCAT" -V 2>&1 | head -n 1))"
 
+# librdkafka's own tests (tests/test_librdkafka_suite.py, scripts/librdkafka-suite.sh) are
+# built from source: a C/C++ toolchain, make, OpenSSL and zlib headers.
+for tool in gcc g++ make; do command -v $tool >/dev/null 2>&1 || apt_install build-essential; done
+[ -f /usr/include/openssl/ssl.h ] || apt_install libssl-dev
+[ -f /usr/include/zlib.h ] || apt_install zlib1g-dev
+
 # gdb: a broker that hangs (start, stop) is reported with every thread's backtrace.
 command -v gdb >/dev/null 2>&1 || apt_install gdb
 

@@ -44,6 +44,7 @@ pub mod codes {
     pub const NON_EMPTY_GROUP: i16 = 68;
     pub const GROUP_ID_NOT_FOUND: i16 = 69;
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+    pub const FENCED_INSTANCE_ID: i16 = 82;
 }
 
 /// Group settings, with Kafka's names.
@@ -120,6 +121,7 @@ pub struct SyncRequest {
     pub group_id: String,
     pub generation_id: i32,
     pub member_id: String,
+    pub group_instance_id: Option<String>,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignments: Vec<(String, Bytes)>,
@@ -186,6 +188,8 @@ struct Group {
     members: BTreeMap<String, Member>,
     /// Join order, for picking a leader.
     order: Vec<String>,
+    /// Static members (KIP-345): group instance id → its current member id.
+    statics: HashMap<String, String>,
     rebalance_deadline: Instant,
     delay_until: Instant,
 }
@@ -201,6 +205,7 @@ impl Group {
             leader: None,
             members: BTreeMap::new(),
             order: Vec::new(),
+            statics: HashMap::new(),
             rebalance_deadline: now,
             delay_until: now,
         }
@@ -209,6 +214,11 @@ impl Group {
     fn remove_member(&mut self, id: &str) -> Option<Member> {
         self.order.retain(|m| m != id);
         let m = self.members.remove(id)?;
+        if let Some(instance) = &m.group_instance_id {
+            if self.statics.get(instance).is_some_and(|cur| cur == id) {
+                self.statics.remove(instance);
+            }
+        }
         if let Some(w) = &m.join_waiter {
             w.set(JoinResponse {
                 error: codes::UNKNOWN_MEMBER_ID,
@@ -226,6 +236,55 @@ impl Group {
             self.leader = None;
         }
         Some(m)
+    }
+
+    /// Kafka's check of who sends a request: a given instance id must map to `member_id`
+    /// (else the sender is an older incarnation of a static member: FENCED_INSTANCE_ID),
+    /// and the member must exist.
+    fn check_member(&self, member_id: &str, instance: Option<&str>) -> i16 {
+        if let Some(instance) = instance {
+            match self.statics.get(instance) {
+                Some(cur) if cur != member_id => return codes::FENCED_INSTANCE_ID,
+                Some(_) => {}
+                None => return codes::UNKNOWN_MEMBER_ID,
+            }
+        }
+        if self.members.contains_key(member_id) {
+            codes::NONE
+        } else {
+            codes::UNKNOWN_MEMBER_ID
+        }
+    }
+
+    /// A static member restarted (its instance id arrives with no member id): `new_id`
+    /// takes over `old_id`'s place, assignment and leadership. The old incarnation's
+    /// pending requests are fenced.
+    fn replace_static(&mut self, instance: &str, old_id: &str, new_id: &str) {
+        let Some(mut m) = self.members.remove(old_id) else {
+            return;
+        };
+        if let Some(w) = m.join_waiter.take() {
+            w.set(JoinResponse {
+                error: codes::FENCED_INSTANCE_ID,
+                member_id: old_id.to_owned(),
+                generation_id: -1,
+                ..Default::default()
+            });
+        }
+        if let Some(w) = m.sync_waiter.take() {
+            w.set(SyncResponse {
+                error: codes::FENCED_INSTANCE_ID,
+                ..Default::default()
+            });
+        }
+        for id in self.order.iter_mut().filter(|id| *id == old_id) {
+            *id = new_id.to_owned();
+        }
+        if self.leader.as_deref() == Some(old_id) {
+            self.leader = Some(new_id.to_owned());
+        }
+        self.members.insert(new_id.to_owned(), m);
+        self.statics.insert(instance.to_owned(), new_id.to_owned());
     }
 
     /// Protocols every member supports, in the first member's order of preference.
@@ -333,9 +392,11 @@ impl Group {
         let missing: Vec<String> = self
             .members
             .iter()
-            .filter(|(_, m)| m.join_waiter.is_none())
+            .filter(|(_, m)| m.join_waiter.is_none() && m.group_instance_id.is_none())
             .map(|(id, _)| id.clone())
             .collect();
+        // Static members that did not rejoin stay (Kafka's rule): they keep their place
+        // until their session times out.
         for id in missing {
             tracing::info!(group = group_id, member = %id, "member did not rejoin in time; removed");
             self.remove_member(&id);
@@ -464,6 +525,24 @@ impl Coordinator {
         self.groups.borrow().get(id).cloned()
     }
 
+    /// A fresh member id: the client id and a unique suffix, as Kafka makes them.
+    fn new_member_id(&self, client_id: &str) -> String {
+        let n = self.next_member.get();
+        self.next_member.set(n + 1);
+        let client = if client_id.is_empty() {
+            "member"
+        } else {
+            client_id
+        };
+        format!(
+            "{client}-{:016x}{n:04x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        )
+    }
+
     fn initial_delay(&self) -> Duration {
         Duration::from_millis(self.config.initial_rebalance_delay_ms)
     }
@@ -515,28 +594,63 @@ impl Coordinator {
                     return fail(codes::INCONSISTENT_GROUP_PROTOCOL, &req.member_id);
                 }
             }
+            let instance = req.group_instance_id.as_deref();
+            let known_static = instance.and_then(|i| g.statics.get(i).cloned());
+            // Set when a restarted static member took over its old member id.
+            let mut replaced = false;
             let member_id = if req.member_id.is_empty() {
-                if g.members.len() >= self.config.max_size {
-                    return fail(codes::GROUP_MAX_SIZE_REACHED, "");
-                }
-                let n = self.next_member.get();
-                self.next_member.set(n + 1);
-                let client = if req.client_id.is_empty() {
-                    "member"
+                if let (Some(instance), Some(old)) = (instance, known_static) {
+                    let new_id = self.new_member_id(&req.client_id);
+                    let leader_before = g.leader.clone().unwrap_or_default();
+                    g.replace_static(instance, &old, &new_id);
+                    tracing::info!(group = %req.group_id, instance, old = %old, member = %new_id,
+                        state = g.state.name(), "static member rejoined with a new member id");
+                    replaced = true;
+                    if g.state == State::Stable {
+                        let m = g.members.get_mut(&new_id).expect("just replaced");
+                        let (old_protocols, old_type) =
+                            (m.protocols.clone(), m.protocol_type.clone());
+                        m.protocols = req.protocols.clone();
+                        m.protocol_type = req.protocol_type.clone();
+                        // Kafka's rule (KIP-345): a static member coming back to a Stable group
+                        // that does not change the group's protocol gets the current generation
+                        // and no rebalance; the previous leader id is returned so it does not
+                        // run an assignment a Stable group would ignore.
+                        if g.select_protocol() == g.protocol {
+                            let m = g.members.get_mut(&new_id).expect("just replaced");
+                            m.session_timeout =
+                                Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+                            m.rebalance_timeout = Duration::from_millis(
+                                req.rebalance_timeout_ms.max(req.session_timeout_ms).max(0) as u64,
+                            );
+                            m.last_heartbeat = Instant::now();
+                            return JoinResponse {
+                                error: codes::NONE,
+                                generation_id: g.generation,
+                                protocol_type: g.protocol_type.clone(),
+                                protocol_name: g.protocol.clone(),
+                                leader: leader_before,
+                                member_id: new_id,
+                                members: Vec::new(),
+                            };
+                        }
+                        let m = g.members.get_mut(&new_id).expect("just replaced");
+                        m.protocols = old_protocols;
+                        m.protocol_type = old_type;
+                    }
+                    new_id
                 } else {
-                    &req.client_id
-                };
-                format!(
-                    "{client}-{:016x}{n:04x}",
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_nanos() as u64)
-                        .unwrap_or(0)
-                )
-            } else if g.members.contains_key(&req.member_id) {
-                req.member_id.clone()
+                    if g.members.len() >= self.config.max_size {
+                        return fail(codes::GROUP_MAX_SIZE_REACHED, "");
+                    }
+                    self.new_member_id(&req.client_id)
+                }
             } else {
-                return fail(codes::UNKNOWN_MEMBER_ID, &req.member_id);
+                let code = g.check_member(&req.member_id, instance);
+                if code != codes::NONE {
+                    return fail(code, &req.member_id);
+                }
+                req.member_id.clone()
             };
             if g.members.is_empty() {
                 g.protocol_type = Some(req.protocol_type.clone());
@@ -553,7 +667,8 @@ impl Coordinator {
                     same_protocols = g.members.get(&member_id).is_some_and(|m| m.protocols == req.protocols),
                     "known member rejoins");
             }
-            if !is_new && matches!(g.state, State::CompletingRebalance | State::Stable) {
+            if !is_new && !replaced && matches!(g.state, State::CompletingRebalance | State::Stable)
+            {
                 let leader = g.leader.as_deref() == Some(member_id.as_str());
                 let state = g.state;
                 let m = g.members.get_mut(&member_id).expect("known member");
@@ -596,6 +711,9 @@ impl Coordinator {
                 });
             }
             if is_new {
+                if let Some(instance) = &req.group_instance_id {
+                    g.statics.insert(instance.clone(), member_id.clone());
+                }
                 g.order.push(member_id.clone());
                 tracing::info!(group = %req.group_id, member = %member_id, "member joined");
             }
@@ -616,8 +734,9 @@ impl Coordinator {
         let slot = Rc::new(Slot::default());
         {
             let mut g = group.borrow_mut();
-            if !g.members.contains_key(&req.member_id) {
-                return fail(codes::UNKNOWN_MEMBER_ID);
+            let code = g.check_member(&req.member_id, req.group_instance_id.as_deref());
+            if code != codes::NONE {
+                return fail(code);
             }
             if req.generation_id != g.generation {
                 return fail(codes::ILLEGAL_GENERATION);
@@ -674,11 +793,21 @@ impl Coordinator {
         slot.take().await
     }
 
-    pub fn heartbeat(&self, group_id: &str, member_id: &str, generation_id: i32) -> i16 {
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+    ) -> i16 {
         let Some(group) = self.group(group_id) else {
             return codes::UNKNOWN_MEMBER_ID;
         };
         let mut g = group.borrow_mut();
+        let code = g.check_member(member_id, instance);
+        if code != codes::NONE {
+            return code;
+        }
         let (state, generation) = (g.state, g.generation);
         let Some(m) = g.members.get_mut(member_id) else {
             return codes::UNKNOWN_MEMBER_ID;
@@ -694,8 +823,10 @@ impl Coordinator {
         }
     }
 
-    /// Removes members; returns the group error and one error per member.
-    pub fn leave(&self, group_id: &str, members: &[String]) -> (i16, Vec<i16>) {
+    /// Removes members, each named by member id and/or group instance id (LeaveGroup v3+
+    /// may name a static member by instance id alone); returns the group error and one
+    /// error per member.
+    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> (i16, Vec<i16>) {
         let Some(group) = self.group(group_id) else {
             return (
                 codes::UNKNOWN_MEMBER_ID,
@@ -705,8 +836,24 @@ impl Coordinator {
         let mut g = group.borrow_mut();
         let mut errs = Vec::with_capacity(members.len());
         let mut removed = false;
-        for id in members {
-            if g.remove_member(id).is_some() {
+        for (id, instance) in members {
+            let id = match instance.as_deref() {
+                // Kafka's rule: an instance id names its current member; a different,
+                // non-empty member id is an older incarnation and is fenced.
+                Some(instance) => match g.statics.get(instance) {
+                    Some(cur) if !id.is_empty() && cur != id => {
+                        errs.push(codes::FENCED_INSTANCE_ID);
+                        continue;
+                    }
+                    Some(cur) => cur.clone(),
+                    None => {
+                        errs.push(codes::UNKNOWN_MEMBER_ID);
+                        continue;
+                    }
+                },
+                None => id.clone(),
+            };
+            if g.remove_member(&id).is_some() {
                 tracing::info!(group = group_id, member = %id, "member left");
                 removed = true;
                 errs.push(codes::NONE);
@@ -776,6 +923,7 @@ impl Coordinator {
         group_id: &str,
         generation_id: i32,
         member_id: &str,
+        instance: Option<&str>,
         parts: Vec<CommitPart>,
     ) -> Vec<i16> {
         let n = parts.len();
@@ -787,21 +935,29 @@ impl Coordinator {
         }
         if let Some(group) = self.group(group_id) {
             let mut g = group.borrow_mut();
-            if !g.members.is_empty() || generation_id >= 0 || !member_id.is_empty() {
+            if !g.members.is_empty()
+                || generation_id >= 0
+                || !member_id.is_empty()
+                || instance.is_some()
+            {
                 let (state, generation) = (g.state, g.generation);
                 let no_members = g.members.is_empty();
+                let check = g.check_member(member_id, instance);
+                // Kafka's rule: a member of the current generation may commit while the
+                // group prepares a rebalance (that is how offsets of partitions being
+                // revoked stick); only between the join and the sync phase is it refused.
                 let code = match g.members.get_mut(member_id) {
-                    None if generation_id < 0 && member_id.is_empty() && no_members => codes::NONE,
+                    None if generation_id < 0
+                        && member_id.is_empty()
+                        && instance.is_none()
+                        && no_members =>
+                    {
+                        codes::NONE
+                    }
+                    _ if check != codes::NONE => check,
                     None => codes::UNKNOWN_MEMBER_ID,
                     Some(_) if generation_id != generation => codes::ILLEGAL_GENERATION,
-                    Some(_)
-                        if matches!(
-                            state,
-                            State::PreparingRebalance | State::CompletingRebalance
-                        ) =>
-                    {
-                        codes::REBALANCE_IN_PROGRESS
-                    }
+                    Some(_) if state == State::CompletingRebalance => codes::REBALANCE_IN_PROGRESS,
                     Some(m) => {
                         m.last_heartbeat = Instant::now();
                         codes::NONE
@@ -1089,6 +1245,7 @@ mod tests {
                         group_id: "g".into(),
                         generation_id: j.generation_id,
                         member_id: j.member_id.clone(),
+                        group_instance_id: None,
                         protocol_type: Some("consumer".into()),
                         protocol_name: j.protocol_name.clone(),
                         assignments,
@@ -1122,12 +1279,15 @@ mod tests {
                 assert_eq!(s.assignment, Bytes::from(format!("a-{}", j.member_id)));
             }
             assert_eq!(c.describe("g").state, "Stable");
-            assert_eq!(c.heartbeat("g", &joins[0].member_id, 1), codes::NONE);
+            assert_eq!(c.heartbeat("g", &joins[0].member_id, None, 1), codes::NONE);
             assert_eq!(
-                c.heartbeat("g", &joins[0].member_id, 0),
+                c.heartbeat("g", &joins[0].member_id, None, 0),
                 codes::ILLEGAL_GENERATION
             );
-            assert_eq!(c.heartbeat("g", "nobody", 1), codes::UNKNOWN_MEMBER_ID);
+            assert_eq!(
+                c.heartbeat("g", "nobody", None, 1),
+                codes::UNKNOWN_MEMBER_ID
+            );
         });
     }
 
@@ -1142,7 +1302,7 @@ mod tests {
             let third = glommio::spawn_local(async move { c3.join(join_req("", 10_000)).await });
             futures_lite::future::yield_now().await;
             assert_eq!(
-                c.heartbeat("g", &joins[0].member_id, 1),
+                c.heartbeat("g", &joins[0].member_id, None, 1),
                 codes::REBALANCE_IN_PROGRESS
             );
             let rejoin: Vec<_> = joins
@@ -1165,7 +1325,7 @@ mod tests {
             );
             sync_all(&c, &joins2).await;
             // One leaves: the rest rebalance to generation 3.
-            let (err, _) = c.leave("g", &[joins2[0].member_id.clone()]);
+            let (err, _) = c.leave("g", &[(joins2[0].member_id.clone(), None)]);
             assert_eq!(err, codes::NONE);
             assert_eq!(c.describe("g").state, "PreparingRebalance");
             let rest: Vec<_> = joins2[1..]
@@ -1183,6 +1343,77 @@ mod tests {
         });
     }
 
+    /// KIP-345 (issue 21): weir only recorded group.instance.id, so a restarted static
+    /// member was a new member (rebalance), its old incarnation was not fenced and
+    /// LeaveGroup by instance id did not find it.
+    #[test]
+    fn static_member_restart_fencing_and_leave_by_instance_id() {
+        run(|dir| async move {
+            let c = open(&dir).await;
+            let stat = |member: &str| JoinRequest {
+                group_instance_id: Some("i1".into()),
+                ..join_req(member, 10_000)
+            };
+            let first = c.join(stat("")).await;
+            assert_eq!(first.error, codes::NONE);
+            sync_all(&c, std::slice::from_ref(&first)).await;
+            // The restart: no member id, same instance id, same protocols.
+            let again = c.join(stat("")).await;
+            assert_eq!(again.error, codes::NONE);
+            assert_ne!(again.member_id, first.member_id);
+            assert_eq!(again.generation_id, first.generation_id, "no rebalance");
+            assert_eq!(c.describe("g").state, "Stable");
+            let sync = c
+                .sync(SyncRequest {
+                    group_id: "g".into(),
+                    generation_id: again.generation_id,
+                    member_id: again.member_id.clone(),
+                    group_instance_id: Some("i1".into()),
+                    protocol_type: None,
+                    protocol_name: None,
+                    assignments: Vec::new(),
+                })
+                .await;
+            assert_eq!(sync.error, codes::NONE);
+            assert_eq!(sync.assignment, format!("a-{}", first.member_id).as_bytes());
+            let gen = again.generation_id;
+            assert_eq!(
+                c.heartbeat("g", &first.member_id, Some("i1"), gen),
+                codes::FENCED_INSTANCE_ID
+            );
+            assert_eq!(
+                c.heartbeat("g", &again.member_id, Some("i1"), gen),
+                codes::NONE
+            );
+            let part = CommitPart {
+                topic: "t".into(),
+                partition: 0,
+                offset: 1,
+                leader_epoch: -1,
+                metadata: None,
+            };
+            assert_eq!(
+                c.commit_offsets("g", gen, &first.member_id, Some("i1"), vec![part])
+                    .await,
+                vec![codes::FENCED_INSTANCE_ID]
+            );
+            let (_, errs) = c.leave(
+                "g",
+                &[
+                    (first.member_id.clone(), Some("i1".into())),
+                    (String::new(), Some("nobody".into())),
+                ],
+            );
+            assert_eq!(
+                errs,
+                vec![codes::FENCED_INSTANCE_ID, codes::UNKNOWN_MEMBER_ID]
+            );
+            let (_, errs) = c.leave("g", &[(String::new(), Some("i1".into()))]);
+            assert_eq!(errs, vec![codes::NONE]);
+            assert_eq!(c.describe("g").members.len(), 0);
+        });
+    }
+
     #[test]
     fn a_silent_member_is_removed_after_its_session_timeout() {
         run(|dir| async move {
@@ -1193,7 +1424,7 @@ mod tests {
             // Member 0 keeps heartbeating; member 1 goes silent.
             loop {
                 glommio::timer::sleep(Duration::from_millis(50)).await;
-                let hb = c.heartbeat("g", &joins[0].member_id, 1);
+                let hb = c.heartbeat("g", &joins[0].member_id, None, 1);
                 c.tick();
                 if hb == codes::REBALANCE_IN_PROGRESS {
                     break;
@@ -1225,27 +1456,28 @@ mod tests {
             };
             // A consumer that uses assign() commits without membership.
             assert_eq!(
-                c.commit_offsets("g", -1, "", vec![part(5)]).await,
+                c.commit_offsets("g", -1, "", None, vec![part(5)]).await,
                 vec![codes::NONE]
             );
             let joins = form_group(&c, 1, 10_000).await;
             sync_all(&c, &joins).await;
             assert_eq!(
-                c.commit_offsets("g", 7, &joins[0].member_id, vec![part(6)])
+                c.commit_offsets("g", 7, &joins[0].member_id, None, vec![part(6)])
                     .await,
                 vec![codes::ILLEGAL_GENERATION]
             );
             assert_eq!(
-                c.commit_offsets("g", 1, "stranger", vec![part(6)]).await,
+                c.commit_offsets("g", 1, "stranger", None, vec![part(6)])
+                    .await,
                 vec![codes::UNKNOWN_MEMBER_ID]
             );
             assert_eq!(
-                c.commit_offsets("g", 1, &joins[0].member_id, vec![part(9)])
+                c.commit_offsets("g", 1, &joins[0].member_id, None, vec![part(9)])
                     .await,
                 vec![codes::NONE]
             );
             assert_eq!(c.delete_group("g").await, codes::NON_EMPTY_GROUP);
-            c.leave("g", &[joins[0].member_id.clone()]);
+            c.leave("g", &[(joins[0].member_id.clone(), None)]);
             drop(c);
             let c = open(&dir).await;
             let got = c
@@ -1275,7 +1507,7 @@ mod tests {
                     metadata: Some(md.clone()),
                 }];
                 assert_eq!(
-                    c.commit_offsets("g", -1, "", parts).await,
+                    c.commit_offsets("g", -1, "", None, parts).await,
                     vec![codes::NONE]
                 );
             }

@@ -37,16 +37,19 @@ pub enum GroupReq {
     Heartbeat {
         group: String,
         member: String,
+        instance: Option<String>,
         generation: i32,
     },
     Leave {
         group: String,
-        members: Vec<String>,
+        /// (member id, group instance id).
+        members: Vec<(String, Option<String>)>,
     },
     Commit {
         group: String,
         generation: i32,
         member: String,
+        instance: Option<String>,
         parts: Vec<CommitPart>,
     },
     Fetch {
@@ -82,8 +85,9 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
         GroupReq::Heartbeat {
             group,
             member,
+            instance,
             generation,
-        } => GroupResp::Code(coord.heartbeat(&group, &member, generation)),
+        } => GroupResp::Code(coord.heartbeat(&group, &member, instance.as_deref(), generation)),
         GroupReq::Leave { group, members } => {
             let (top, each) = coord.leave(&group, &members);
             GroupResp::Leave(top, each)
@@ -92,10 +96,11 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
             group,
             generation,
             member,
+            instance,
             parts,
         } => GroupResp::Commit(
             coord
-                .commit_offsets(&group, generation, &member, parts)
+                .commit_offsets(&group, generation, &member, instance.as_deref(), parts)
                 .await,
         ),
         GroupReq::Fetch { group, topics } => GroupResp::Fetch(coord.fetch_offsets(&group, topics)),
@@ -252,6 +257,7 @@ pub async fn sync_group(shard: &Rc<Shard>, req: &SyncGroupRequest) -> SyncGroupR
         group_id: group.clone(),
         generation_id: req.generation_id,
         member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.as_ref().map(|s| s.to_string()),
         protocol_type: req.protocol_type.as_ref().map(|s| s.to_string()),
         protocol_name: req.protocol_name.as_ref().map(|s| s.to_string()),
         assignments: req
@@ -287,6 +293,7 @@ pub async fn heartbeat(shard: &Rc<Shard>, req: &HeartbeatRequest) -> HeartbeatRe
         GroupReq::Heartbeat {
             group: group.clone(),
             member: req.member_id.to_string(),
+            instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
             generation: req.generation_id,
         },
     )
@@ -314,7 +321,10 @@ pub async fn leave_group(
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let ids = members.iter().map(|(m, _)| m.clone()).collect();
+    let ids = members
+        .iter()
+        .map(|(m, i)| (m.clone(), i.as_ref().map(|i| i.to_string())))
+        .collect();
     let (top, each) = match call(
         shard,
         &group,
@@ -355,31 +365,60 @@ pub async fn leave_group(
 
 pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> OffsetCommitResponse {
     let group = req.group_id.to_string();
-    let mut parts = Vec::new();
-    // Kafka refuses (does not cut) metadata over offset.metadata.max.bytes, per partition.
+    let meta = shard.metadata();
+    // Kafka answers UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist (unknown
+    // topic or index out of range), group or not, and commits the others.
+    let known: Vec<bool> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            let name = t.name.to_string();
+            let meta = &meta;
+            t.partitions
+                .iter()
+                .map(move |p| meta.owner(&name, p.partition_index).is_some())
+        })
+        .collect();
+    // Kafka also refuses (does not cut) metadata over offset.metadata.max.bytes, per partition.
     let max_metadata = shard.config.offset_metadata_max_bytes;
-    let mut too_large = Vec::new();
-    for t in &req.topics {
-        for p in &t.partitions {
-            let big = p
+    let refusal: Vec<Option<i16>> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .zip(&known)
+        .map(|(p, &k)| {
+            if !k {
+                Some(crate::errors::UNKNOWN_TOPIC_OR_PARTITION)
+            } else if p
                 .committed_metadata
                 .as_ref()
-                .is_some_and(|m| m.len() > max_metadata);
-            too_large.push(big);
-            if big {
-                continue;
+                .is_some_and(|m| m.len() > max_metadata)
+            {
+                Some(codes::OFFSET_METADATA_TOO_LARGE)
+            } else {
+                None
             }
-            parts.push(CommitPart {
-                topic: t.name.to_string(),
-                partition: p.partition_index,
-                offset: p.committed_offset,
-                leader_epoch: p.committed_leader_epoch,
-                metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-            });
-        }
+        })
+        .collect();
+    let mut parts = Vec::new();
+    for (t, p) in req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .zip(&refusal)
+        .filter(|(_, r)| r.is_none())
+        .map(|(tp, _)| tp)
+    {
+        parts.push(CommitPart {
+            topic: t.name.to_string(),
+            partition: p.partition_index,
+            offset: p.committed_offset,
+            leader_epoch: p.committed_leader_epoch,
+            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+        });
     }
     let n = parts.len();
-    let codes_out = if n == 0 {
+    let codes_out = if n == 0 && !refusal.is_empty() {
         Vec::new()
     } else {
         match call(
@@ -389,6 +428,7 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
                 group: group.clone(),
                 generation: req.generation_id_or_member_epoch,
                 member: req.member_id.to_string(),
+                instance: req.group_instance_id.as_ref().map(|s| s.to_string()),
                 parts,
             },
         )
@@ -400,7 +440,7 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
         }
     };
     let mut it = codes_out.into_iter();
-    let mut big = too_large.into_iter();
+    let mut refusal = refusal.into_iter();
     let mut r = OffsetCommitResponse::default();
     r.topics = req
         .topics
@@ -414,10 +454,9 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
                 .map(|p| {
                     let mut pr = OffsetCommitResponsePartition::default();
                     pr.partition_index = p.partition_index;
-                    pr.error_code = if big.next().unwrap_or(false) {
-                        codes::OFFSET_METADATA_TOO_LARGE
-                    } else {
-                        it.next().unwrap_or(codes::UNKNOWN_SERVER_ERROR)
+                    pr.error_code = match refusal.next().flatten() {
+                        Some(code) => code,
+                        None => it.next().unwrap_or(codes::UNKNOWN_SERVER_ERROR),
                     };
                     pr
                 })
