@@ -53,6 +53,12 @@ echo "kcat: $KCAT ($("$KCAT" -V 2>&1 | head -n 1))"
 # gdb: a broker that hangs (start, stop) is reported with every thread's backtrace.
 command -v gdb >/dev/null 2>&1 || apt_install gdb
 
+# `weir bench --client rdkafka` links librdkafka, which rdkafka-sys builds from source
+# (cmake-build feature): cmake, a C toolchain and libcurl's headers.
+command -v cmake >/dev/null 2>&1 || apt_install cmake
+command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || apt_install build-essential
+dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || apt_install libcurl4-openssl-dev
+
 command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH (install a Rust toolchain first)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing: rustup component add rustfmt"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing: rustup component add clippy"
