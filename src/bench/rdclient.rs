@@ -18,6 +18,9 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::workload::{clock_ns, new_histogram, ConsumeSpec, Counters, ProduceSpec};
 use crate::client::Acks;
 
+/// How long a catch-up read may go without a record before it gives up.
+const STALL: Duration = Duration::from_secs(30);
+
 /// Parses `--rd-set key=value` flags.
 pub fn parse_props(props: &[String]) -> Result<Vec<(String, String)>, String> {
     props
@@ -214,13 +217,26 @@ pub fn consume(
     } else {
         usize::MAX
     };
+    // A catch-up read that stops getting records (e.g. every response refused as larger
+    // than receive.message.max.bytes) ends with the error rather than hanging.
+    let mut last_record = Instant::now();
+    let mut last_error = None;
     while !stop.load(Ordering::Relaxed) && remaining > 0 {
+        if spec.until.is_some() && last_record.elapsed() > STALL {
+            return Err(format!(
+                "librdkafka consumer: no record for {} s (last error: {})",
+                STALL.as_secs(),
+                last_error.unwrap_or_else(|| "none".to_string())
+            ));
+        }
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
-            Some(Err(_)) => {
+            Some(Err(e)) => {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
+                last_error = Some(e.to_string());
             }
             Some(Ok(m)) => {
+                last_record = Instant::now();
                 let v = m.payload().unwrap_or(&[]);
                 if spec.stamped && v.len() >= 8 {
                     let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
