@@ -59,6 +59,12 @@ for tool in gcc g++ make; do command -v $tool >/dev/null 2>&1 || apt_install bui
 # gdb: a broker that hangs (start, stop) is reported with every thread's backtrace.
 command -v gdb >/dev/null 2>&1 || apt_install gdb
 
+# `weir bench --client rdkafka` links librdkafka, which rdkafka-sys builds from source
+# (cmake-build feature): cmake, a C toolchain and libcurl's headers.
+command -v cmake >/dev/null 2>&1 || apt_install cmake
+command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || apt_install build-essential
+dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || apt_install libcurl4-openssl-dev
+
 command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH (install a Rust toolchain first)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing: rustup component add rustfmt"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing: rustup component add clippy"

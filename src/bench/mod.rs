@@ -9,6 +9,7 @@
 mod broker;
 mod idle;
 mod raw;
+mod rdclient;
 mod report;
 mod workload;
 
@@ -51,6 +52,13 @@ Scenarios:
                 the wake-up latency when one record lands on a partition.
                 Goal: < 2% of one core, wake-up p99 < 1 ms.
 
+--client rdkafka runs produce, consume-tail and consume-disk through librdkafka (the
+rdkafka crate: producers with delivery reports, consumers that `assign` without a
+group) instead of weir's own client; --rd-set key=value passes any librdkafka
+property (after the bench's own, so it wins), e.g. --rd-set fetch.max.bytes=67108864.
+consume-tail then runs librdkafka's fetch only (--fetch is ignored); idle-polls stays
+native-only.
+
 Every scenario samples the raw device (sequential direct 1 MiB writes and reads of a
 preallocated file at --raw-write-qd / --raw-read-qd) and loopback TCP before and after the
 weir phase, and reports weir's figures as ratios of them. Without --bootstrap the bench
@@ -59,6 +67,15 @@ starts its own `weir serve` on 127.0.0.1:0 with data under --work-dir.
 Output: progress on stderr, a summary table on stdout, all figures in --json
 (default target/bench/<scenario>.json), throughput and latency curves in --svg
 (default target/bench/<scenario>.svg).";
+
+/// Which client library drives the load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClientKind {
+    /// weir's own client (crate::client) on glommio executors.
+    Native,
+    /// librdkafka through the rdkafka crate.
+    Rdkafka,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
@@ -162,6 +179,13 @@ pub struct BenchArgs {
     /// --set cache.bytes.per.core=268435456.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub broker_set: Vec<String>,
+    /// Client library of the producers and consumers (idle-polls: native only).
+    #[arg(long, value_enum, default_value = "native")]
+    pub client: ClientKind,
+    /// --client rdkafka: a librdkafka property for every producer and consumer
+    /// (repeatable), e.g. --rd-set fetch.max.bytes=67108864 --rd-set debug=fetch.
+    #[arg(long = "rd-set", value_name = "KEY=VALUE")]
+    pub rd_set: Vec<String>,
     #[arg(long)]
     pub json: Option<PathBuf>,
     #[arg(long)]
@@ -263,6 +287,37 @@ struct Ctx {
     broker: Broker,
     start: Instant,
     topic: String,
+    /// --rd-set, parsed.
+    rd_props: Vec<(String, String)>,
+}
+
+type WorkerResult = Result<Histogram<u64>, String>;
+
+/// A producer or consumer worker: a glommio executor (native client) or a plain thread
+/// (librdkafka runs its own I/O threads).
+enum Worker {
+    Glommio(ExecutorJoinHandle<WorkerResult>),
+    Thread(std::thread::JoinHandle<WorkerResult>),
+}
+
+impl Worker {
+    fn spawn_thread(
+        name: String,
+        f: impl FnOnce() -> WorkerResult + Send + 'static,
+    ) -> Result<Worker, String> {
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(f)
+            .map(Worker::Thread)
+            .map_err(|e| format!("starting a bench thread: {e}"))
+    }
+
+    fn join(self, what: &str) -> WorkerResult {
+        match self {
+            Worker::Glommio(h) => h.join().map_err(|e| format!("{what} executor: {e}"))?,
+            Worker::Thread(h) => h.join().map_err(|_| format!("{what} thread panicked"))?,
+        }
+    }
 }
 
 impl Ctx {
@@ -386,15 +441,24 @@ impl Ctx {
             let c = Arc::new(Counters::default());
             c_counters.push(c.clone());
             let (stop, finished, ready) = (c_stop.clone(), c_finished.clone(), ready.clone());
-            c_handles.push(spawn_executor(
-                &format!("bench-consumer-{i}"),
-                1 << 20,
-                move || async move {
-                    let r = workload::consume(spec, c, stop, ready).await;
-                    finished.fetch_add(1, Ordering::Relaxed);
-                    r
-                },
-            ));
+            let name = format!("bench-consumer-{i}");
+            c_handles.push(match self.args.client {
+                ClientKind::Native => {
+                    Worker::Glommio(spawn_executor(&name, 1 << 20, move || async move {
+                        let r = workload::consume(spec, c, stop, ready).await;
+                        finished.fetch_add(1, Ordering::Relaxed);
+                        r
+                    }))
+                }
+                ClientKind::Rdkafka => {
+                    let props = self.rd_props.clone();
+                    Worker::spawn_thread(name, move || {
+                        let r = rdclient::consume(spec, &props, c, stop, ready);
+                        finished.fetch_add(1, Ordering::Relaxed);
+                        r
+                    })?
+                }
+            });
         }
         if !consumers.is_empty() {
             // Let the consumers find their positions and park their first fetch.
@@ -412,15 +476,24 @@ impl Ctx {
             let c = Arc::new(Counters::default());
             p_counters.push(c.clone());
             let (stop, finished, budget) = (stop.clone(), finished.clone(), budget_cell.clone());
-            p_handles.push(spawn_executor(
-                &format!("bench-producer-{i}"),
-                1 << 20,
-                move || async move {
-                    let r = workload::produce(spec, c, stop, budget).await;
-                    finished.fetch_add(1, Ordering::Relaxed);
-                    r
-                },
-            ));
+            let name = format!("bench-producer-{i}");
+            p_handles.push(match self.args.client {
+                ClientKind::Native => {
+                    Worker::Glommio(spawn_executor(&name, 1 << 20, move || async move {
+                        let r = workload::produce(spec, c, stop, budget).await;
+                        finished.fetch_add(1, Ordering::Relaxed);
+                        r
+                    }))
+                }
+                ClientKind::Rdkafka => {
+                    let props = self.rd_props.clone();
+                    Worker::spawn_thread(name, move || {
+                        let r = rdclient::produce(spec, &props, c, stop, budget);
+                        finished.fetch_add(1, Ordering::Relaxed);
+                        r
+                    })?
+                }
+            });
         }
         let workers = producers.len() + consumers.len();
         // Throughput is what the producers got acked, or what consumers read if there are
@@ -463,12 +536,12 @@ impl Ctx {
         };
         let mut p_hist = workload::new_histogram();
         for h in p_handles {
-            let h = h.join().map_err(|e| format!("producer executor: {e}"))??;
+            let h = h.join("producer")?;
             p_hist.add(h).map_err(|e| e.to_string())?;
         }
         let mut c_hist = workload::new_histogram();
         for h in c_handles {
-            let h = h.join().map_err(|e| format!("consumer executor: {e}"))??;
+            let h = h.join("consumer")?;
             c_hist.add(h).map_err(|e| e.to_string())?;
         }
         // The consumers' counters, summed.
@@ -533,6 +606,10 @@ fn run_scenario(args: &BenchArgs) -> Result<(), String> {
     args.partitions.get_or_insert(default_partitions);
     let args = &args;
     let scenario = args.scenario.name();
+    if args.client == ClientKind::Rdkafka && args.scenario == Scenario::IdlePolls {
+        return Err("idle-polls runs with the native client only (drop --client rdkafka)".into());
+    }
+    rdclient::parse_props(&args.rd_set)?;
     let work = args
         .work_dir
         .join(format!("{scenario}-{}", std::process::id()));
@@ -609,6 +686,11 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
                 "raw_file": args.raw_file, "raw_secs": args.raw_secs,
                 "bootstrap": broker.bootstrap, "own_broker": args.bootstrap.is_none(),
                 "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+                "client": match args.client {
+                    ClientKind::Native => "native",
+                    ClientKind::Rdkafka => "rdkafka",
+                },
+                "rd_set": args.rd_set,
             }),
             ..Report::default()
         },
@@ -617,6 +699,7 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
         broker,
         start: Instant::now(),
         topic,
+        rd_props: rdclient::parse_props(&args.rd_set)?,
     };
     match args.scenario {
         Scenario::Produce => scenario_produce(&mut ctx)?,
@@ -704,6 +787,7 @@ fn scenario_consume_tail(ctx: &mut Ctx) -> Result<(), String> {
     ctx.report.figure("offered rate", rate, "records/s");
     let per = rate / ctx.args.producers.max(1) as f64;
     let modes: &[(&str, bool)] = match ctx.args.fetch {
+        _ if ctx.args.client == ClientKind::Rdkafka => &[("librdkafka", false)],
         FetchMode::LongPoll => &[("long poll", false)],
         FetchMode::Stream => &[("stream", true)],
         FetchMode::Both => &[("long poll", false), ("stream", true)],
@@ -752,7 +836,10 @@ fn scenario_consume_tail(ctx: &mut Ctx) -> Result<(), String> {
             "records",
         );
         let rps = r.fetch_requests as f64 / r.stats.seconds.max(1e-9);
-        rep.figure(&format!("[{mode}] fetch requests"), rps, "requests/s");
+        if ctx.args.client == ClientKind::Native {
+            // librdkafka does not count its fetches for us.
+            rep.figure(&format!("[{mode}] fetch requests"), rps, "requests/s");
+        }
         if streaming {
             rep.figure(
                 &format!("[{mode}] pushes"),
