@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 use crate::appender::{Appender, WriteOp};
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
 use crate::cache::{BatchCache, LogCache};
-use crate::config::LogConfig;
+use crate::config::{LogConfig, MAX_SEGMENT_BYTES};
 use crate::error::{Error, Result};
 use crate::io::{align_down, align_up, Vfs};
 use crate::offset_index::{OffsetIndex, TimeIndex};
@@ -303,7 +303,7 @@ impl Log {
                 .preallocate_bytes
                 .max(config.write_chunk_bytes as u64),
         )
-        .min(align_up(config.segment_bytes + (1 << 20)).max(align_up(size)));
+        .min(align_up(config.effective_segment_bytes() + (1 << 20)).max(align_up(size)));
         // On a full disk the log still opens: what it holds stays readable, and appends
         // preallocate before writing (`ensure_preallocated`), so they fail with ENOSPC, and
         // succeed again once space is freed, without a reopen.
@@ -795,12 +795,7 @@ impl Inner {
     /// Rolls to a new segment if the batches would overflow the active one: its size, or
     /// the 32-bit offsets relative to its base that the indexes hold.
     async fn maybe_roll(self: &Rc<Self>, incoming_bytes: u64, incoming_offsets: u64) -> Result<()> {
-        // Whatever is configured: a segment's positions must fit its 32-bit index entries.
-        let limit = self
-            .config
-            .borrow()
-            .segment_bytes
-            .min(crate::config::SEGMENT_BYTES_MAX);
+        let limit = self.config.borrow().effective_segment_bytes();
         let active = self.active();
         let (size, next) = {
             let st = active.state.borrow();
@@ -828,7 +823,10 @@ impl Inner {
         // small), up to the segment size.
         let (step, segment_bytes) = {
             let c = self.config.borrow();
-            (c.preallocate_bytes.max(1 << 20), c.segment_bytes)
+            (
+                c.preallocate_bytes.max(1 << 20),
+                c.effective_segment_bytes(),
+            )
         };
         let cap = align_up(segment_bytes + (1 << 20));
         let target = align_up(need.max((need + step).max(have * 2).min(cap)));
@@ -987,7 +985,7 @@ impl Inner {
                 .preallocate_bytes
                 .max(config.write_chunk_bytes as u64),
         )
-        .min(align_up(config.segment_bytes + (1 << 20)));
+        .min(align_up(config.effective_segment_bytes() + (1 << 20)));
         file.pre_allocate(prealloc).await?;
         self.vfs.sync_dir(&self.dir).await?;
         let seg = Rc::new(Segment::new(
@@ -1171,6 +1169,11 @@ async fn load_indexes(
         return Ok(None);
     };
     if s1 != s2 || s1.base_offset != base || s1.segment_bytes != file_size {
+        return Ok(None);
+    }
+    if s1.segment_bytes > MAX_SEGMENT_BYTES {
+        // Positions past this do not fit the index: rescan, and recovery cuts it there.
+        tracing::warn!(path = %log_path.display(), bytes = s1.segment_bytes, "segment larger than an index can address; rescanning it");
         return Ok(None);
     }
     Ok(Some((s1, oi, ti)))

@@ -150,6 +150,8 @@ impl Segment {
         );
         let rel = (base_offset - segment_base) as u32;
         if st.offset_index.is_empty() || st.bytes_since_index >= interval {
+            // The roll rule and recovery keep every segment within MAX_SEGMENT_BYTES.
+            debug_assert!(position <= crate::config::MAX_SEGMENT_BYTES);
             st.offset_index.push(rel, position as u32);
             st.bytes_since_index = 0;
         }
