@@ -207,12 +207,16 @@ impl Log {
         let mut segments: BTreeMap<u64, Rc<Segment>> = BTreeMap::new();
         let mut expected_base: Option<u64> = None;
         let mut cut = false;
+        // Set when recovery deletes segment files: the directory is fsync'ed once at the end,
+        // so a power loss cannot bring a removed segment back behind a cut.
+        let mut removed_any = false;
         for (i, &base) in bases.iter().enumerate() {
             let path = segment_path(dir, base);
             if cut {
                 tracing::warn!(path = %path.display(), "removing segment after a corrupt one");
                 let seg = Segment::new(base, vfs.open(&path, false).await?, path, interval);
                 seg.remove_files(&vfs).await?;
+                removed_any = true;
                 continue;
             }
             if let Some(exp) = expected_base {
@@ -221,6 +225,7 @@ impl Log {
                     cut = true;
                     let seg = Segment::new(base, vfs.open(&path, false).await?, path, interval);
                     seg.remove_files(&vfs).await?;
+                    removed_any = true;
                     continue;
                 }
             }
@@ -247,6 +252,8 @@ impl Log {
                     }
                     if valid < file_size {
                         seg.file.truncate(valid).await?;
+                        // The cut must hold: stale batches past it may not come back.
+                        seg.file.fdatasync().await?;
                     }
                     if !is_last && valid < file_size {
                         cut = true;
@@ -257,6 +264,10 @@ impl Log {
             };
             expected_base = Some(seg.state.borrow().next_offset);
             segments.insert(base, Rc::new(seg));
+        }
+
+        if removed_any {
+            vfs.sync_dir(dir).await?;
         }
 
         let persisted_start = vfs
@@ -980,6 +991,14 @@ impl Inner {
         let path = segment_path(&self.dir, base);
         let config = self.config.borrow().clone();
         let file = self.vfs.open(&path, true).await?;
+        if file.file_size().await? > 0 {
+            // A file from a crashed earlier incarnation of this segment: its bytes must not
+            // be appended into (recovery would take stale batches that happen to continue
+            // the offsets as data). Empty it durably before the new segment is used.
+            tracing::warn!(path = %path.display(), "a stale segment file exists at the roll offset; emptying it");
+            file.truncate(0).await?;
+            file.fdatasync().await?;
+        }
         let prealloc = align_up(
             config
                 .preallocate_bytes
