@@ -124,6 +124,8 @@ struct Inner {
     cache: Rc<LogCache>,
     reader: ReadCache,
     closed: Cell<bool>,
+    /// The log end offset at the previous retention check: unchanged means idle since then.
+    idle_mark: Cell<u64>,
 }
 
 /// One partition's log. Lives on one glommio executor (it is `!Send`).
@@ -365,8 +367,16 @@ impl Log {
             cache: cache.register(),
             reader,
             closed: Cell::new(false),
+            idle_mark: Cell::new(next_offset),
         });
         Ok(Log { inner })
+    }
+
+    /// Bytes of write buffer (the appender's chunk) this log holds now: one chunk
+    /// (`write_chunk_bytes`) while it is being appended to, none once it has been idle for
+    /// a retention check (see [`Log::enforce_retention`]).
+    pub fn write_buffer_bytes(&self) -> usize {
+        self.inner.appender.borrow().buffer_bytes()
     }
 
     /// The directory this log lives in.
@@ -608,6 +618,7 @@ impl Log {
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize> {
         let inner = &self.inner;
         inner.check_usable()?;
+        inner.release_if_idle();
         let config = inner.config.borrow().clone();
         if let Some(age) = config.segment_age_limit() {
             let first = inner.active().state.borrow().first_append_ms;
@@ -801,6 +812,17 @@ impl Inner {
         self.flushed.fail();
         self.writes_completed.fail();
         self.syncs_completed.fail();
+    }
+
+    /// Releases the appender's chunk if nothing was appended since the previous call and no
+    /// write is in flight: an idle partition holds no write buffer (bounded memory with many
+    /// partitions). The next append allocates a new chunk.
+    fn release_if_idle(&self) {
+        let end = self.log_end.get();
+        if self.idle_mark.replace(end) != end || !self.writes.borrow().is_empty() {
+            return;
+        }
+        self.appender.borrow_mut().release_buffer();
     }
 
     /// Rolls to a new segment if the batches would overflow the active one: its size, or
