@@ -38,7 +38,9 @@ pub struct LogConfig {
     pub write_chunk_bytes: usize,
     /// How many direct writes one log keeps in flight before `append` waits.
     pub writes_in_flight: usize,
-    /// Preallocate segment files this far ahead of the write position (fallocate).
+    /// Smallest step by which a segment file's preallocated (fallocated) room grows ahead of
+    /// the write position; steps double with the reservation, up to the segment size. A new
+    /// or reopened segment reserves only one write chunk, so idle partitions reserve little.
     pub preallocate_bytes: u64,
     /// Size of one direct read of old data.
     pub read_chunk_bytes: usize,
@@ -57,7 +59,7 @@ impl Default for LogConfig {
             max_batch_bytes: 8 << 20,
             write_chunk_bytes: 1 << 20,
             writes_in_flight: 8,
-            preallocate_bytes: 64 << 20,
+            preallocate_bytes: 8 << 20,
             read_chunk_bytes: 1 << 20,
             read_ahead_bytes: 16 << 20,
         }

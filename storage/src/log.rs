@@ -311,12 +311,10 @@ impl Log {
         }
         // Capped like `ensure_preallocated`: a log with small segments (or many partitions on a
         // small disk) must not reserve more than a segment's worth on open.
-        let prealloc = align_up(
-            size + config
-                .preallocate_bytes
-                .max(config.write_chunk_bytes as u64),
-        )
-        .min(align_up(config.effective_segment_bytes() + (1 << 20)).max(align_up(size)));
+        // Only the next chunk's room: an idle log (of thousands) reserves little; appends grow
+        // the reservation in steps (`ensure_preallocated`).
+        let prealloc = align_up(size + config.write_chunk_bytes as u64)
+            .min(align_up(config.effective_segment_bytes() + (1 << 20)).max(align_up(size)));
         // On a full disk the log still opens: what it holds stays readable, and appends
         // preallocate before writing (`ensure_preallocated`), so they fail with ENOSPC, and
         // succeed again once space is freed, without a reopen.
@@ -852,8 +850,8 @@ impl Inner {
             return Ok(());
         }
         // ext4's fallocate waits for every direct write in flight on the file, so each call
-        // drains the write queue: grow geometrically (hot logs extend rarely, cold ones stay
-        // small), up to the segment size.
+        // drains the write queue: grow by at least `preallocate_bytes` (8 MiB), doubling
+        // (hot logs extend rarely, cold ones stay small), up to the segment size.
         let (step, segment_bytes) = {
             let c = self.config.borrow();
             (
@@ -1021,12 +1019,9 @@ impl Inner {
             file.truncate(0).await?;
             file.fdatasync().await?;
         }
-        let prealloc = align_up(
-            config
-                .preallocate_bytes
-                .max(config.write_chunk_bytes as u64),
-        )
-        .min(align_up(config.effective_segment_bytes() + (1 << 20)));
+        // The first chunk's room only; appends grow it in steps (`ensure_preallocated`).
+        let prealloc = align_up(config.write_chunk_bytes as u64)
+            .min(align_up(config.effective_segment_bytes() + (1 << 20)));
         file.pre_allocate(prealloc).await?;
         self.vfs.sync_dir(&self.dir).await?;
         let seg = Rc::new(Segment::new(
