@@ -48,7 +48,7 @@ async fn values(log: &Log) -> Vec<u8> {
     let mut offset = log.watermarks().log_start_offset;
     while offset < log.watermarks().high_watermark {
         let r = log.read(offset, 1 << 20).await.expect("read");
-        assert!(r.len() > 0, "no batch at {offset}");
+        assert!(!r.is_empty(), "no batch at {offset}");
         for (h, b) in r.batches() {
             for rec in weir_storage::batch::decode_records(b).expect("decode") {
                 out.push(rec.value.as_ref().expect("value")[0]);
