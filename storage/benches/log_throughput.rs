@@ -66,7 +66,7 @@ usage: cargo bench -p weir-storage --bench log_throughput -- [options]
   --json PATH           where the JSON goes (default <target>/bench-storage.json)
   --writes-in-flight N  weir's LogConfig::writes_in_flight and the raw write queue depth
                         (default: LogConfig's, 8)
-  --preallocate-mib N   weir's LogConfig::preallocate_bytes (default: LogConfig's, 64)
+  --preallocate-mib N   weir's LogConfig::preallocate_bytes (default: LogConfig's, 8)
   --raw-write-qd N      experiment: raw write queue depth other than --writes-in-flight
   --raw-prealloc-step-mib N
                         experiment: fallocate the raw file N MiB ahead as it is written

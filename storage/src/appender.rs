@@ -8,6 +8,9 @@
 //! Under load, appends queue up behind the writes in flight and go out together in the next
 //! one: a write-combining "group append".
 //!
+//! The chunk is allocated by the first append, and an idle log releases it
+//! ([`Appender::release_buffer`], keeping only the partial last block's bytes).
+//!
 //! Two writes that touch the same block are never in flight together (the device may
 //! reorder them): a partial write is only issued when nothing is in flight, and a full chunk
 //! waits for partial writes of its range to finish. [`crate::log`] enforces both.
@@ -32,6 +35,9 @@ pub(crate) struct Appender {
     pub segment_base: u64,
     chunk_bytes: usize,
     chunk: Option<IoBuf>,
+    /// While `chunk` is `None` (not allocated yet, or released by an idle log): the bytes of
+    /// the chunk's first `chunk_len` bytes, i.e. the partial last block (less than a block).
+    saved_tail: Vec<u8>,
     /// File position of `chunk[0]` (block-aligned).
     chunk_pos: u64,
     /// Valid bytes in the chunk.
@@ -65,23 +71,46 @@ impl Appender {
             size - chunk_pos,
             "tail must be the partial last block"
         );
-        let mut a = Appender {
+        // The chunk itself is allocated by the first append: a log that is only opened (or
+        // stays idle) holds no write buffer.
+        Appender {
             file,
             segment_base,
             chunk_bytes: align_up(chunk_bytes as u64) as usize,
             chunk: None,
+            saved_tail: tail.to_vec(),
             chunk_pos,
-            chunk_len: 0,
+            chunk_len: tail.len(),
             submitted_to: size,
             marks: VecDeque::new(),
             covered_offset: next_offset,
             covered_pos: size,
             preallocated_to,
-        };
-        if !tail.is_empty() {
-            a.copy(tail);
         }
-        a
+    }
+
+    /// Bytes of write buffer this appender holds now.
+    pub(crate) fn buffer_bytes(&self) -> usize {
+        self.chunk.as_ref().map_or(0, |_| self.chunk_bytes) + self.saved_tail.capacity()
+    }
+
+    /// Drops the chunk when everything in it has been handed to a write (the caller makes
+    /// sure no write is in flight), keeping only the partial last block's bytes; the next
+    /// append allocates a new chunk. Returns whether a chunk was released.
+    pub(crate) fn release_buffer(&mut self) -> bool {
+        if self.has_unsubmitted() {
+            return false;
+        }
+        let Some(chunk) = self.chunk.take() else {
+            return false;
+        };
+        let end = self.end_pos();
+        let tail_pos = align_down(end);
+        let from = (tail_pos - self.chunk_pos) as usize;
+        self.saved_tail = chunk.as_ref()[from..self.chunk_len].to_vec();
+        self.chunk_pos = tail_pos;
+        self.chunk_len = self.saved_tail.len();
+        true
     }
 
     /// File position after the last appended byte.
@@ -114,7 +143,12 @@ impl Appender {
             return 0;
         }
         let cap = self.chunk_bytes;
-        let chunk = self.chunk.get_or_insert_with(|| self.file.alloc(cap));
+        let chunk = self.chunk.get_or_insert_with(|| {
+            let mut c = self.file.alloc(cap);
+            let tail = std::mem::take(&mut self.saved_tail);
+            c.as_mut()[..tail.len()].copy_from_slice(&tail);
+            c
+        });
         chunk.as_mut()[self.chunk_len..self.chunk_len + n].copy_from_slice(&data[..n]);
         self.chunk_len += n;
         n

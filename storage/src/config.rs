@@ -15,10 +15,14 @@ pub const SEGMENT_POSITION_MAX: u64 = u32::MAX as u64;
 const _: () =
     assert!(SEGMENT_BYTES_MAX + crate::batch::MAX_BATCH_BYTES as u64 <= SEGMENT_POSITION_MAX);
 
+/// [`SEGMENT_BYTES_MAX`] under the name the engine's roll rule and recovery use.
+pub const MAX_SEGMENT_BYTES: u64 = SEGMENT_BYTES_MAX;
+
 /// How a [`crate::Log`] lays out and retains its data.
 #[derive(Debug, Clone)]
 pub struct LogConfig {
-    /// `segment.bytes`: roll to a new segment when the active one would pass this size.
+    /// `segment.bytes`: roll to a new segment when the active one would pass this size
+    /// (clamped to [`MAX_SEGMENT_BYTES`]).
     pub segment_bytes: u64,
     /// `segment.ms`: roll when the active segment's first batch is older than this.
     pub segment_ms: Option<u64>,
@@ -34,7 +38,9 @@ pub struct LogConfig {
     pub write_chunk_bytes: usize,
     /// How many direct writes one log keeps in flight before `append` waits.
     pub writes_in_flight: usize,
-    /// Preallocate segment files this far ahead of the write position (fallocate).
+    /// Smallest step by which a segment file's preallocated (fallocated) room grows ahead of
+    /// the write position; steps double with the reservation, up to the segment size. A new
+    /// or reopened segment reserves only one write chunk, so idle partitions reserve little.
     pub preallocate_bytes: u64,
     /// Size of one direct read of old data.
     pub read_chunk_bytes: usize,
@@ -53,7 +59,7 @@ impl Default for LogConfig {
             max_batch_bytes: 8 << 20,
             write_chunk_bytes: 1 << 20,
             writes_in_flight: 8,
-            preallocate_bytes: 64 << 20,
+            preallocate_bytes: 8 << 20,
             read_chunk_bytes: 1 << 20,
             read_ahead_bytes: 16 << 20,
         }
@@ -61,6 +67,12 @@ impl Default for LogConfig {
 }
 
 impl LogConfig {
+    /// `segment.bytes` as the engine applies it: at least one byte, at most
+    /// [`MAX_SEGMENT_BYTES`].
+    pub fn effective_segment_bytes(&self) -> u64 {
+        self.segment_bytes.clamp(1, MAX_SEGMENT_BYTES)
+    }
+
     pub(crate) fn segment_age_limit(&self) -> Option<Duration> {
         self.segment_ms.map(Duration::from_millis)
     }

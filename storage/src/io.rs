@@ -216,7 +216,10 @@ impl Vfs {
                 let _ = d.close().await;
                 Ok(())
             }
-            Vfs::Sim(_) => Ok(()),
+            Vfs::Sim(disk) => {
+                disk.dir_syncs.set(disk.dir_syncs.get() + 1);
+                Ok(())
+            }
         }
     }
 
@@ -470,6 +473,7 @@ pub struct SimDisk {
     files: RefCell<BTreeMap<PathBuf, Rc<SimFile>>>,
     faults: RefCell<Vec<SimFault>>,
     syncs: Cell<u64>,
+    dir_syncs: Cell<u64>,
 }
 
 /// One simulated file.
@@ -559,6 +563,11 @@ impl SimDisk {
 
     pub fn clear_faults(&self) {
         self.faults.borrow_mut().clear();
+    }
+
+    /// How many directory fsyncs have been issued.
+    pub fn dir_sync_count(&self) -> u64 {
+        self.dir_syncs.get()
     }
 
     /// How many fdatasyncs have been issued.

@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 use crate::appender::{Appender, WriteOp};
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
 use crate::cache::{BatchCache, LogCache};
-use crate::config::LogConfig;
+use crate::config::{LogConfig, MAX_SEGMENT_BYTES};
 use crate::error::{Error, Result};
 use crate::io::{align_down, align_up, Vfs};
 use crate::offset_index::{OffsetIndex, TimeIndex};
@@ -124,6 +124,8 @@ struct Inner {
     cache: Rc<LogCache>,
     reader: ReadCache,
     closed: Cell<bool>,
+    /// The log end offset at the previous retention check: unchanged means idle since then.
+    idle_mark: Cell<u64>,
 }
 
 /// One partition's log. Lives on one glommio executor (it is `!Send`).
@@ -207,12 +209,16 @@ impl Log {
         let mut segments: BTreeMap<u64, Rc<Segment>> = BTreeMap::new();
         let mut expected_base: Option<u64> = None;
         let mut cut = false;
+        // Set when recovery deletes segment files: the directory is fsync'ed once at the end,
+        // so a power loss cannot bring a removed segment back behind a cut.
+        let mut removed_any = false;
         for (i, &base) in bases.iter().enumerate() {
             let path = segment_path(dir, base);
             if cut {
                 tracing::warn!(path = %path.display(), "removing segment after a corrupt one");
                 let seg = Segment::new(base, vfs.open(&path, false).await?, path, interval);
                 seg.remove_files(&vfs).await?;
+                removed_any = true;
                 continue;
             }
             if let Some(exp) = expected_base {
@@ -221,6 +227,7 @@ impl Log {
                     cut = true;
                     let seg = Segment::new(base, vfs.open(&path, false).await?, path, interval);
                     seg.remove_files(&vfs).await?;
+                    removed_any = true;
                     continue;
                 }
             }
@@ -247,6 +254,8 @@ impl Log {
                     }
                     if valid < file_size {
                         seg.file.truncate(valid).await?;
+                        // The cut must hold: stale batches past it may not come back.
+                        seg.file.fdatasync().await?;
                     }
                     if !is_last && valid < file_size {
                         cut = true;
@@ -257,6 +266,10 @@ impl Log {
             };
             expected_base = Some(seg.state.borrow().next_offset);
             segments.insert(base, Rc::new(seg));
+        }
+
+        if removed_any {
+            vfs.sync_dir(dir).await?;
         }
 
         let persisted_start = vfs
@@ -298,12 +311,10 @@ impl Log {
         }
         // Capped like `ensure_preallocated`: a log with small segments (or many partitions on a
         // small disk) must not reserve more than a segment's worth on open.
-        let prealloc = align_up(
-            size + config
-                .preallocate_bytes
-                .max(config.write_chunk_bytes as u64),
-        )
-        .min(align_up(config.segment_bytes + (1 << 20)).max(align_up(size)));
+        // Only the next chunk's room: an idle log (of thousands) reserves little; appends grow
+        // the reservation in steps (`ensure_preallocated`).
+        let prealloc = align_up(size + config.write_chunk_bytes as u64)
+            .min(align_up(config.effective_segment_bytes() + (1 << 20)).max(align_up(size)));
         // On a full disk the log still opens: what it holds stays readable, and appends
         // preallocate before writing (`ensure_preallocated`), so they fail with ENOSPC, and
         // succeed again once space is freed, without a reopen.
@@ -354,8 +365,16 @@ impl Log {
             cache: cache.register(),
             reader,
             closed: Cell::new(false),
+            idle_mark: Cell::new(next_offset),
         });
         Ok(Log { inner })
+    }
+
+    /// Bytes of write buffer (the appender's chunk) this log holds now: one chunk
+    /// (`write_chunk_bytes`) while it is being appended to, none once it has been idle for
+    /// a retention check (see [`Log::enforce_retention`]).
+    pub fn write_buffer_bytes(&self) -> usize {
+        self.inner.appender.borrow().buffer_bytes()
     }
 
     /// The directory this log lives in.
@@ -597,6 +616,7 @@ impl Log {
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize> {
         let inner = &self.inner;
         inner.check_usable()?;
+        inner.release_if_idle();
         let config = inner.config.borrow().clone();
         if let Some(age) = config.segment_age_limit() {
             let first = inner.active().state.borrow().first_append_ms;
@@ -792,15 +812,21 @@ impl Inner {
         self.syncs_completed.fail();
     }
 
+    /// Releases the appender's chunk if nothing was appended since the previous call and no
+    /// write is in flight: an idle partition holds no write buffer (bounded memory with many
+    /// partitions). The next append allocates a new chunk.
+    fn release_if_idle(&self) {
+        let end = self.log_end.get();
+        if self.idle_mark.replace(end) != end || !self.writes.borrow().is_empty() {
+            return;
+        }
+        self.appender.borrow_mut().release_buffer();
+    }
+
     /// Rolls to a new segment if the batches would overflow the active one: its size, or
     /// the 32-bit offsets relative to its base that the indexes hold.
     async fn maybe_roll(self: &Rc<Self>, incoming_bytes: u64, incoming_offsets: u64) -> Result<()> {
-        // Whatever is configured: a segment's positions must fit its 32-bit index entries.
-        let limit = self
-            .config
-            .borrow()
-            .segment_bytes
-            .min(crate::config::SEGMENT_BYTES_MAX);
+        let limit = self.config.borrow().effective_segment_bytes();
         let active = self.active();
         let (size, next) = {
             let st = active.state.borrow();
@@ -824,11 +850,14 @@ impl Inner {
             return Ok(());
         }
         // ext4's fallocate waits for every direct write in flight on the file, so each call
-        // drains the write queue: grow geometrically (hot logs extend rarely, cold ones stay
-        // small), up to the segment size.
+        // drains the write queue: grow by at least `preallocate_bytes` (8 MiB), doubling
+        // (hot logs extend rarely, cold ones stay small), up to the segment size.
         let (step, segment_bytes) = {
             let c = self.config.borrow();
-            (c.preallocate_bytes.max(1 << 20), c.segment_bytes)
+            (
+                c.preallocate_bytes.max(1 << 20),
+                c.effective_segment_bytes(),
+            )
         };
         let cap = align_up(segment_bytes + (1 << 20));
         let target = align_up(need.max((need + step).max(have * 2).min(cap)));
@@ -982,12 +1011,17 @@ impl Inner {
         let path = segment_path(&self.dir, base);
         let config = self.config.borrow().clone();
         let file = self.vfs.open(&path, true).await?;
-        let prealloc = align_up(
-            config
-                .preallocate_bytes
-                .max(config.write_chunk_bytes as u64),
-        )
-        .min(align_up(config.segment_bytes + (1 << 20)));
+        if file.file_size().await? > 0 {
+            // A file from a crashed earlier incarnation of this segment: its bytes must not
+            // be appended into (recovery would take stale batches that happen to continue
+            // the offsets as data). Empty it durably before the new segment is used.
+            tracing::warn!(path = %path.display(), "a stale segment file exists at the roll offset; emptying it");
+            file.truncate(0).await?;
+            file.fdatasync().await?;
+        }
+        // The first chunk's room only; appends grow it in steps (`ensure_preallocated`).
+        let prealloc = align_up(config.write_chunk_bytes as u64)
+            .min(align_up(config.effective_segment_bytes() + (1 << 20)));
         file.pre_allocate(prealloc).await?;
         self.vfs.sync_dir(&self.dir).await?;
         let seg = Rc::new(Segment::new(
@@ -1171,6 +1205,11 @@ async fn load_indexes(
         return Ok(None);
     };
     if s1 != s2 || s1.base_offset != base || s1.segment_bytes != file_size {
+        return Ok(None);
+    }
+    if s1.segment_bytes > MAX_SEGMENT_BYTES {
+        // Positions past this do not fit the index: rescan, and recovery cuts it there.
+        tracing::warn!(path = %log_path.display(), bytes = s1.segment_bytes, "segment larger than an index can address; rescanning it");
         return Ok(None);
     }
     Ok(Some((s1, oi, ti)))

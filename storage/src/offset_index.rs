@@ -23,6 +23,7 @@
 //!
 //! Time index entry (12 bytes): `timestamp i64`, `relative_offset u32`: the batch at that
 //! offset is the first whose max timestamp reached `timestamp`. Timestamps strictly increase.
+//! At most one entry per offset-index entry (per `index.interval.bytes` of log).
 //!
 //! An index is trusted only if its CRC matches and `segment_bytes` equals the .log file's
 //! size; otherwise it is rebuilt by scanning the segment.

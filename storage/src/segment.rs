@@ -33,6 +33,8 @@ pub(crate) struct SegmentState {
     pub offset_index: OffsetIndex,
     pub time_index: TimeIndex,
     bytes_since_index: u64,
+    /// The newest max timestamp (and the batch that raised it) not yet in the time index.
+    pending_time: Option<(i64, u32)>,
     /// Wall-clock time of the first append into this segment since it was opened.
     pub first_append_ms: Option<i64>,
 }
@@ -55,6 +57,7 @@ impl SegmentState {
             offset_index: OffsetIndex::default(),
             time_index: TimeIndex::default(),
             bytes_since_index: 0,
+            pending_time: None,
             first_append_ms: None,
         }
     }
@@ -149,14 +152,26 @@ impl Segment {
             "offsets are assigned contiguously"
         );
         let rel = (base_offset - segment_base) as u32;
-        if st.offset_index.is_empty() || st.bytes_since_index >= interval {
+        let index_here = st.offset_index.is_empty() || st.bytes_since_index >= interval;
+        if index_here {
+            // The roll rule and recovery keep every segment within MAX_SEGMENT_BYTES.
+            debug_assert!(position <= crate::config::MAX_SEGMENT_BYTES);
             st.offset_index.push(rel, position as u32);
             st.bytes_since_index = 0;
         }
         st.bytes_since_index += total_bytes;
         if max_ts > st.max_timestamp {
-            st.time_index.push(max_ts, rel);
+            st.pending_time = Some((max_ts, rel));
             st.max_timestamp = max_ts;
+        }
+        // At most one time-index entry per offset-index entry (per `index.interval.bytes`,
+        // Kafka's rule), not one per batch: the newest (max timestamp, batch that raised it)
+        // since the last entry. Every entry stays true, so a lookup that scans forward from
+        // the last entry below its target still finds the first batch reaching it.
+        if index_here {
+            if let Some((ts, r)) = st.pending_time.take() {
+                st.time_index.push(ts, r);
+            }
         }
         st.size = position + total_bytes;
         st.next_offset = last_offset + 1;
