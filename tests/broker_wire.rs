@@ -309,7 +309,23 @@ fn produce_then_fetch_on_both_cores_and_long_poll() {
         .find(|t| t.name.as_ref().unwrap().as_str() == "wire")
         .unwrap();
     assert_eq!(t.partitions.len(), 2);
-    assert_eq!(md.brokers[0].port, i32::from(b.port));
+    // listeners.per.core (the default): one broker per core, each on its own port, each
+    // answering, and every partition led by one of them.
+    assert_eq!(md.brokers.len(), 2, "one broker per core");
+    let ports: Vec<i32> = md.brokers.iter().map(|b| b.port).collect();
+    assert_ne!(ports[0], ports[1]);
+    for broker in &md.brokers {
+        assert_eq!(broker.host.as_str(), "127.0.0.1");
+        let port = u16::try_from(broker.port).expect("port");
+        TcpStream::connect(("127.0.0.1", port)).expect("a core's advertised listener");
+    }
+    for part in &t.partitions {
+        assert!(
+            md.brokers.iter().any(|b| b.node_id == part.leader_id),
+            "leader {:?} is not a listed broker",
+            part.leader_id
+        );
+    }
 
     for p in 0..2 {
         let r: ProduceResponse = call(
