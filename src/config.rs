@@ -96,6 +96,8 @@ pub const SETTINGS: &[Setting] = &[
         "Longest a fetch is parked, whatever the client asks (below clients' request timeouts)."),
     setting("cache.bytes.per.core", "268435456", "bytes", None,
         "Recently appended batches kept in memory per core, so tailing consumers read no disk."),
+    setting("read.cache.bytes.per.core", "134217728", "bytes", None,
+        "Chunks read from disk (read-ahead included) kept in memory per core, shared by all its partitions; oldest evicted first."),
     setting("cross.core.queue.depth", "1024", "calls", None,
         "Cross-core calls in flight from one core to another; past it a call waits (back-pressure, logged once)."),
     setting("metrics.listen", "127.0.0.1:9644", "host:port", None,
@@ -146,6 +148,8 @@ pub struct BrokerConfig {
     pub mesh_queue_depth: usize,
     /// Bytes of recently appended batches kept in memory per core.
     pub cache_bytes_per_core: usize,
+    /// Bytes of chunks read from disk kept per core, shared by all its logs.
+    pub read_cache_bytes_per_core: usize,
     /// `metrics.listen`: address of the Prometheus endpoint; `None` ("off"): no endpoint.
     pub metrics_listen: Option<String>,
     /// Everything as given, for DescribeConfigs on the broker.
@@ -176,6 +180,7 @@ impl Default for BrokerConfig {
             max_inflight_per_connection: 64,
             mesh_queue_depth: 1024,
             cache_bytes_per_core: 256 << 20,
+            read_cache_bytes_per_core: weir_storage::DEFAULT_READ_CACHE_BYTES,
             metrics_listen: Some("127.0.0.1:9644".into()),
             raw: BTreeMap::new(),
         }
@@ -301,6 +306,7 @@ impl BrokerConfig {
             "listeners" => self.listen = strip_scheme(value),
             "advertised.listeners" => self.advertised_listener = Some(strip_scheme(value)),
             "cache.bytes.per.core" => self.cache_bytes_per_core = parse_num(key, value)?,
+            "read.cache.bytes.per.core" => self.read_cache_bytes_per_core = parse_num(key, value)?,
             "metrics.listen" => self.metrics_listen = address_or_off(value),
             "cross.core.queue.depth" => {
                 self.mesh_queue_depth = parse_num(key, value)?;
@@ -379,6 +385,7 @@ impl BrokerConfig {
             "fetch.max.parked" => self.max_parked_fetches.to_string(),
             "fetch.max.wait.ms" => self.fetch_max_wait_ms.to_string(),
             "cache.bytes.per.core" => self.cache_bytes_per_core.to_string(),
+            "read.cache.bytes.per.core" => self.read_cache_bytes_per_core.to_string(),
             "cross.core.queue.depth" => self.mesh_queue_depth.to_string(),
             "metrics.listen" => self
                 .metrics_listen
@@ -578,6 +585,10 @@ mod tests {
         assert_eq!(
             d.cache_bytes_per_core.to_string(),
             default_of("cache.bytes.per.core")
+        );
+        assert_eq!(
+            d.read_cache_bytes_per_core.to_string(),
+            default_of("read.cache.bytes.per.core")
         );
         assert_eq!(
             d.max_parked_fetches.to_string(),

@@ -103,6 +103,7 @@ pub struct CoreSnapshot {
     pub cache_hits: u64,
     pub cache_misses: u64,
     pub cache_used_bytes: usize,
+    pub read_cache_used_bytes: usize,
     pub partitions: Vec<PartitionSnapshot>,
 }
 
@@ -372,6 +373,18 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             "weir_cache_bytes",
             &format!("core=\"{}\"", c.core),
             c.cache_used_bytes,
+        );
+    }
+    o.head(
+        "weir_read_cache_bytes",
+        "gauge",
+        "Bytes of chunks read from disk held by the core (bounded by read.cache.bytes.per.core).",
+    );
+    for c in cores {
+        o.line(
+            "weir_read_cache_bytes",
+            &format!("core=\"{}\"", c.core),
+            c.read_cache_used_bytes,
         );
     }
     o.head(

@@ -342,7 +342,10 @@ impl Shard {
         Rc::new(Shard {
             id,
             cores,
-            cache: BatchCache::new(config.cache_bytes_per_core),
+            cache: BatchCache::with_read_budget(
+                config.cache_bytes_per_core,
+                config.read_cache_bytes_per_core,
+            ),
             advertised: RefCell::new((String::new(), 0)),
             core_endpoints: RefCell::new(Vec::new()),
             config,
@@ -814,6 +817,7 @@ impl Shard {
         snap.cache_hits = cache.hits;
         snap.cache_misses = cache.misses;
         snap.cache_used_bytes = cache.used_bytes;
+        snap.read_cache_used_bytes = cache.read_used_bytes;
         let mut parts: Vec<_> = self
             .partitions
             .borrow()
@@ -918,6 +922,13 @@ impl Shard {
             let r = match p.timestamp {
                 -1 => Ok((wm.high_watermark as i64, -1)),
                 -2 => Ok((wm.log_start_offset as i64, -1)),
+                // MAX_TIMESTAMP (ListOffsets v7, KIP-734): the record with the largest
+                // timestamp; -1/-1 when the log holds none.
+                -3 => match part.log.max_timestamp_offset().await {
+                    Ok(Some((off, t))) => Ok((off as i64, t)),
+                    Ok(None) => Ok((-1, -1)),
+                    Err(e) => Err(e),
+                },
                 ts if ts < 0 => Ok((wm.high_watermark as i64, -1)),
                 ts => match part.log.offset_for_timestamp(ts).await {
                     Ok(Some((off, t))) => Ok((off as i64, t)),

@@ -267,6 +267,38 @@ mod tests {
         }
     }
 
+    /// docs/protocol.md's table is the advertised one: same APIs, keys and version ranges.
+    #[test]
+    fn protocol_doc_matches_the_table() {
+        let doc = include_str!("../docs/protocol.md");
+        let rows: Vec<(String, i16, i16, i16)> = doc
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let key: i16 = cells.get(2)?.parse().ok()?;
+                let (lo, hi) = cells.get(3)?.split_once('–')?;
+                Some((
+                    cells[1].to_string(),
+                    key,
+                    lo.parse().ok()?,
+                    hi.parse().ok()?,
+                ))
+            })
+            .collect();
+        assert_eq!(
+            rows.len(),
+            SUPPORTED.len(),
+            "docs/protocol.md rows: {rows:?}"
+        );
+        for &(key, lo, hi) in SUPPORTED {
+            let want = (format!("{key:?}"), key as i16, lo, hi);
+            assert!(
+                rows.contains(&want),
+                "docs/protocol.md has no row {want:?} (rows: {rows:?})"
+            );
+        }
+    }
+
     /// ApiVersions must not promise what the decoder refuses: a client that picks an
     /// advertised version got its connection closed (CreateTopics v0-1, DeleteTopics v0,
     /// DescribeConfigs v0, OffsetCommit v0-1 and OffsetFetch v0 were advertised although the

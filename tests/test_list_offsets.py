@@ -89,3 +89,31 @@ def test_latest_moves_with_appends(broker, topic_name):
     finally:
         c.close()
         k.close()
+
+
+def test_max_timestamp_is_the_record_with_the_largest_timestamp(broker, topic_name):
+    """ListOffsets v7 MAX_TIMESTAMP (KIP-734), as confluent-kafka's AdminClient asks it: the
+    offset and timestamp of the record with the largest timestamp — here one in the middle of
+    the log and in the middle of a batch — not the high watermark."""
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    rd_create_topic(broker.bootstrap, topic_name, 2)
+    one_by_one = rd_producer(broker.bootstrap, acks="all")
+    stamps = [T0 + 5000, T0 + 1000, T0 + 9000, T0 + 2000, T0 + 9000, T0 + 3000]
+    for i, ts in enumerate(stamps):
+        rd_produce(one_by_one, topic_name, [Msg(None, f"v{i}".encode(), (), ts, 0)])
+    rd_produce(rd_producer(broker.bootstrap, acks="all", **{"linger.ms": 200}), topic_name,
+               [Msg(None, f"v{i}".encode(), (), ts, 1) for i, ts in enumerate(stamps)])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    empty_topic = topic_name + "-empty"
+    rd_create_topic(broker.bootstrap, empty_topic, 1)
+    asks = {TopicPartition(topic_name, 0): OffsetSpec.max_timestamp(),
+            TopicPartition(topic_name, 1): OffsetSpec.max_timestamp(),
+            TopicPartition(empty_topic, 0): OffsetSpec.max_timestamp()}
+    got = {tp: f.result(timeout=10) for tp, f in admin.list_offsets(asks).items()}
+    for p in (0, 1):
+        r = got[TopicPartition(topic_name, p)]
+        # The earliest of the two records stamped T0 + 9 s.
+        assert (r.offset, r.timestamp) == (2, T0 + 9000), f"partition {p}: {r.offset}, {r.timestamp}"
+    r = got[TopicPartition(empty_topic, 0)]
+    assert r.offset == -1, f"an empty partition has no record with a max timestamp: {r.offset}"

@@ -4,12 +4,21 @@
 //! own queue of cached batches (slices of the produce request's bytes: no copy); the shared
 //! part is the byte budget and a FIFO of insertions across logs, so the oldest data is
 //! evicted first, whatever log it belongs to.
+//!
+//! The same object carries the core's budget for chunks read from disk
+//! ([`ReadBudget`](crate::reader::ReadBudget)), so that everything a core holds for readers
+//! is bounded by two numbers, however many logs it has.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 
 use bytes::Bytes;
+
+use crate::reader::ReadBudget;
+
+/// The default budget for chunks read from disk, per core.
+pub const DEFAULT_READ_CACHE_BYTES: usize = 128 << 20;
 
 /// A bounded FIFO of recently appended batches, shared by the logs of one core.
 pub struct BatchCache {
@@ -20,6 +29,7 @@ pub struct BatchCache {
     next_id: Cell<u64>,
     hits: Cell<u64>,
     misses: Cell<u64>,
+    pub(crate) reads: ReadBudget,
 }
 
 /// Cache statistics of one core.
@@ -29,10 +39,20 @@ pub struct CacheStats {
     pub used_bytes: usize,
     pub hits: u64,
     pub misses: u64,
+    /// The budget for chunks read from disk, and what it holds now.
+    pub read_capacity_bytes: usize,
+    pub read_used_bytes: usize,
 }
 
 impl BatchCache {
+    /// A cache of `capacity_bytes` for appended batches, with the default read budget.
     pub fn new(capacity_bytes: usize) -> Rc<BatchCache> {
+        Self::with_read_budget(capacity_bytes, DEFAULT_READ_CACHE_BYTES)
+    }
+
+    /// A cache of `capacity_bytes` for appended batches and `read_bytes` for chunks read
+    /// from disk (read-ahead included), both shared by every log opened with it.
+    pub fn with_read_budget(capacity_bytes: usize, read_bytes: usize) -> Rc<BatchCache> {
         Rc::new(BatchCache {
             capacity_bytes,
             used_bytes: Cell::new(0),
@@ -41,6 +61,7 @@ impl BatchCache {
             next_id: Cell::new(0),
             hits: Cell::new(0),
             misses: Cell::new(0),
+            reads: ReadBudget::new(read_bytes),
         })
     }
 
@@ -54,6 +75,8 @@ impl BatchCache {
             used_bytes: self.used_bytes.get(),
             hits: self.hits.get(),
             misses: self.misses.get(),
+            read_capacity_bytes: self.reads.capacity_bytes(),
+            read_used_bytes: self.reads.used_bytes(),
         }
     }
 

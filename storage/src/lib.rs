@@ -40,7 +40,7 @@ mod reader;
 mod recovery;
 mod segment;
 
-pub use crate::cache::BatchCache;
+pub use crate::cache::{BatchCache, CacheStats, DEFAULT_READ_CACHE_BYTES};
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, Result};
 pub use crate::log::{AppendInfo, FlushStats, Log, ReadOutcome, FLUSH_BUCKETS};

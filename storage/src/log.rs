@@ -339,7 +339,11 @@ impl Log {
         );
         let first_base = segments.keys().next().copied().unwrap_or(0);
         let log_start = persisted_start.map_or(first_base, |p| p.clamp(first_base, next_offset));
-        let reader = ReadCache::new(config.read_chunk_bytes, config.read_ahead_bytes);
+        let reader = ReadCache::new(
+            config.read_chunk_bytes,
+            config.read_ahead_bytes,
+            cache.clone(),
+        );
         tracing::debug!(dir = %dir.display(), clean, segments = segments.len(), log_start, next_offset, "log opened");
         let inner = Rc::new(Inner {
             dir: dir.to_owned(),
@@ -610,6 +614,99 @@ impl Log {
         Ok(None)
     }
 
+    /// The record with the largest timestamp among the readable records (Kafka's
+    /// ListOffsets MAX_TIMESTAMP, KIP-734): its offset and timestamp; the earliest such record
+    /// if several share it. `None` for an empty log. Segments are visited from the largest
+    /// `max_timestamp` down, and a visit stops as soon as no remaining segment can beat the
+    /// best found, so usually one segment is scanned. For a compressed batch the batch's base
+    /// offset stands for its records (they are not decompressed).
+    pub async fn max_timestamp_offset(&self) -> Result<Option<(u64, i64)>> {
+        let inner = &self.inner;
+        let hw = inner.hw.get();
+        let start = inner.log_start.get();
+        let mut segs: Vec<(i64, Rc<Segment>)> = inner
+            .segments
+            .borrow()
+            .values()
+            .map(|s| (s.state.borrow().max_timestamp, s.clone()))
+            .collect();
+        // Largest max timestamp first; among equals the older segment (earlier offsets).
+        segs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.base_offset.cmp(&b.1.base_offset)));
+        let mut best: Option<(u64, i64)> = None;
+        for (seg_max, seg) in segs {
+            // Visited in order: a segment whose max does not beat the best (ties lose to the
+            // earlier segment) cannot hold a better record, nor can any after it.
+            if best.is_some_and(|(_, ts)| seg_max <= ts) {
+                break;
+            }
+            // Every batch before the time index's last entry below `seg_max` is older than
+            // `seg_max`: when the whole segment is readable, the scan starts there.
+            let (limit, mut pos) = {
+                let st = seg.state.borrow();
+                let from = if seg.base_offset >= start {
+                    u64::from(st.offset_index.lookup(st.time_index.lookup_before(seg_max)))
+                } else {
+                    0
+                };
+                (st.visible_size, from)
+            };
+            while pos + HEADER_BYTES as u64 <= limit {
+                let header_bytes = concat(
+                    inner
+                        .reader
+                        .bytes(&seg, pos, pos + HEADER_BYTES as u64, limit)
+                        .await?,
+                );
+                let header = *BatchHeader::parse(&header_bytes).ok_or(Error::CorruptBatch {
+                    position: pos,
+                    reason: crate::error::BatchError::Truncated {
+                        have: header_bytes.len(),
+                        need: HEADER_BYTES,
+                    },
+                })?;
+                let total = header.total_bytes() as u64;
+                let base = header.base_offset.get() as u64;
+                if base >= hw || pos + total > limit {
+                    break;
+                }
+                let last = base + header.last_offset_delta.get().max(0) as u64;
+                let batch_max = header.max_timestamp.get();
+                let beats = match best {
+                    None => true,
+                    Some((off, ts)) => batch_max > ts || (batch_max == ts && base < off),
+                };
+                if last >= start && beats {
+                    let whole = concat(inner.reader.bytes(&seg, pos, pos + total, limit).await?);
+                    let found = batch::decode_records(&whole).and_then(|records| {
+                        records
+                            .iter()
+                            .filter(|r| r.offset as u64 >= start && (r.offset as u64) < hw)
+                            .fold(None, |acc: Option<(u64, i64)>, r| match acc {
+                                Some((_, ts)) if r.timestamp <= ts => acc,
+                                _ => Some((r.offset as u64, r.timestamp)),
+                            })
+                    });
+                    let candidate = found.unwrap_or((base.max(start), batch_max));
+                    let better = match best {
+                        None => true,
+                        Some((off, ts)) => {
+                            candidate.1 > ts || (candidate.1 == ts && candidate.0 < off)
+                        }
+                    };
+                    if better {
+                        best = Some(candidate);
+                    }
+                    if candidate.1 >= seg_max {
+                        break; // later batches of this segment can only tie, later
+                    }
+                }
+                pos += total;
+                glommio::yield_if_needed().await;
+            }
+        }
+        Ok(best)
+    }
+
     /// Applies `retention.ms` / `retention.bytes` and `segment.ms`: rolls an aged active
     /// segment and deletes whole old segments (moving the log start offset). Returns the
     /// number of segments deleted.
@@ -816,6 +913,7 @@ impl Inner {
     /// write is in flight: an idle partition holds no write buffer (bounded memory with many
     /// partitions). The next append allocates a new chunk.
     fn release_if_idle(&self) {
+        self.reader.expire_idle();
         let end = self.log_end.get();
         if self.idle_mark.replace(end) != end || !self.writes.borrow().is_empty() {
             return;

@@ -1,18 +1,26 @@
 //! Reads of data no longer in the cache: direct reads of `read_chunk_bytes`-sized, aligned
-//! pieces of segment files, kept in a small per-log chunk cache, with sequential read-ahead
-//! (`read_ahead_bytes` in flight) so that a catch-up reader keeps the device busy.
+//! pieces of segment files, with sequential read-ahead (`read_ahead_bytes` in flight) so that
+//! a catch-up reader keeps the device busy.
+//!
+//! The chunks of all the logs of a core share one byte budget ([`ReadBudget`], owned by the
+//! core's [`BatchCache`](crate::BatchCache)): the budget holds the chunks, oldest first, and
+//! evicts the oldest whatever log it belongs to; a log only keeps weak references to find
+//! them again. So memory for read data is bounded per core however many partitions are read,
+//! and chunks nobody asked for in a while are released by the retention tick.
 //!
 //! A chunk read from the active segment only holds what was written when it was read: each
 //! chunk remembers how far its data is valid, and is read again if a reader needs more.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::future::poll_fn;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::cache::BatchCache;
 use crate::error::{Error, Result};
 use crate::segment::Segment;
 
@@ -26,40 +34,110 @@ struct Slot {
     valid_to: u64,
 }
 
-pub(crate) struct ReadCache {
-    chunk_bytes: u64,
-    ahead_chunks: u64,
-    max_slots: usize,
-    slots: RefCell<HashMap<Key, Rc<Slot>>>,
-    order: RefCell<VecDeque<Key>>,
+/// Chunks unused for this long are released by [`ReadBudget::expire`].
+const IDLE_CHUNK: Duration = Duration::from_secs(30);
+
+/// The read chunks of every log of a core, under one byte budget: a FIFO of strong
+/// references, oldest evicted first.
+pub(crate) struct ReadBudget {
+    capacity_bytes: usize,
+    used_bytes: Cell<usize>,
+    chunks: RefCell<VecDeque<(Rc<Slot>, usize, Instant)>>,
 }
 
-impl ReadCache {
-    pub(crate) fn new(chunk_bytes: usize, read_ahead_bytes: usize) -> ReadCache {
-        let chunk_bytes = crate::io::align_up(chunk_bytes.max(4096) as u64);
-        let ahead_chunks = (read_ahead_bytes as u64 / chunk_bytes).max(1);
-        ReadCache {
-            chunk_bytes,
-            ahead_chunks,
-            max_slots: (2 * ahead_chunks + 2) as usize,
-            slots: RefCell::new(HashMap::new()),
-            order: RefCell::new(VecDeque::new()),
+impl ReadBudget {
+    pub(crate) fn new(capacity_bytes: usize) -> ReadBudget {
+        ReadBudget {
+            capacity_bytes,
+            used_bytes: Cell::new(0),
+            chunks: RefCell::new(VecDeque::new()),
         }
     }
 
-    /// Forgets the chunks of a deleted segment.
+    pub(crate) fn capacity_bytes(&self) -> usize {
+        self.capacity_bytes
+    }
+
+    pub(crate) fn used_bytes(&self) -> usize {
+        self.used_bytes.get()
+    }
+
+    fn admit(&self, slot: Rc<Slot>, len: usize) {
+        let mut chunks = self.chunks.borrow_mut();
+        chunks.push_back((slot, len, Instant::now()));
+        self.used_bytes.set(self.used_bytes.get() + len);
+        while self.used_bytes.get() > self.capacity_bytes {
+            let Some((_, old_len, _)) = chunks.pop_front() else {
+                break;
+            };
+            self.used_bytes.set(self.used_bytes.get() - old_len);
+        }
+    }
+
+    /// Releases the chunks read more than [`IDLE_CHUNK`] ago (readers still holding slices
+    /// of them keep those alive until they are sent).
+    pub(crate) fn expire(&self, now: Instant) {
+        let mut chunks = self.chunks.borrow_mut();
+        while let Some((_, len, at)) = chunks.front() {
+            if now.saturating_duration_since(*at) < IDLE_CHUNK {
+                break;
+            }
+            self.used_bytes.set(self.used_bytes.get() - len);
+            chunks.pop_front();
+        }
+    }
+}
+
+/// One log's chunks: weak references into the core's [`ReadBudget`].
+pub(crate) struct ReadCache {
+    chunk_bytes: u64,
+    ahead_chunks: u64,
+    cache: Rc<BatchCache>,
+    slots: RefCell<HashMap<Key, Weak<Slot>>>,
+}
+
+impl ReadCache {
+    pub(crate) fn new(
+        chunk_bytes: usize,
+        read_ahead_bytes: usize,
+        cache: Rc<BatchCache>,
+    ) -> ReadCache {
+        let chunk_bytes = crate::io::align_up(chunk_bytes.max(4096) as u64);
+        // Read-ahead never takes more than a quarter of the core's budget, so that one
+        // reader's chunks are not evicted before it gets to them.
+        let budget_chunks = cache.reads.capacity_bytes() as u64 / chunk_bytes / 4;
+        let ahead_chunks = (read_ahead_bytes as u64 / chunk_bytes)
+            .min(budget_chunks)
+            .max(1);
+        ReadCache {
+            chunk_bytes,
+            ahead_chunks,
+            cache,
+            slots: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Forgets the chunks of a deleted segment (the budget releases them as they age out).
     pub(crate) fn forget_segment(&self, base_offset: u64) {
         self.slots.borrow_mut().retain(|k, _| k.0 != base_offset);
-        self.order.borrow_mut().retain(|k| k.0 != base_offset);
+    }
+
+    /// Lets the core's budget release chunks nobody read for a while.
+    pub(crate) fn expire_idle(&self) {
+        self.cache.reads.expire(Instant::now());
+    }
+
+    fn live(&self, key: Key) -> Option<Rc<Slot>> {
+        self.slots.borrow().get(&key).and_then(Weak::upgrade)
     }
 
     /// The chunk `idx` of `segment`, valid at least up to `need_to` (the caller guarantees
     /// `need_to <= limit`, the segment's visible size).
     fn slot(&self, segment: &Segment, idx: u64, need_to: u64, limit: u64) -> Rc<Slot> {
         let key = (segment.base_offset, idx);
-        if let Some(s) = self.slots.borrow().get(&key) {
+        if let Some(s) = self.live(key) {
             if s.valid_to >= need_to {
-                return s.clone();
+                return s;
             }
         }
         let start = idx * self.chunk_bytes;
@@ -83,18 +161,12 @@ impl ReadCache {
             waiters.into_iter().for_each(Waker::wake);
         })
         .detach();
+        self.cache.reads.admit(slot.clone(), len);
         let mut slots = self.slots.borrow_mut();
-        let mut order = self.order.borrow_mut();
-        if slots.insert(key, slot.clone()).is_none() {
-            order.push_back(key);
-        }
-        while slots.len() > self.max_slots {
-            match order.pop_front() {
-                Some(old) => {
-                    slots.remove(&old);
-                }
-                None => break,
-            }
+        slots.insert(key, Rc::downgrade(&slot));
+        // Evicted chunks leave dead weak references behind: sweep them now and then.
+        if slots.len() > 4 * (self.ahead_chunks as usize + 2) {
+            slots.retain(|_, w| w.strong_count() > 0);
         }
         slot
     }
@@ -108,9 +180,7 @@ impl ReadCache {
             }
             let need = ((next + 1) * self.chunk_bytes).min(limit);
             let present = self
-                .slots
-                .borrow()
-                .get(&(segment.base_offset, next))
+                .live((segment.base_offset, next))
                 .is_some_and(|s| s.valid_to >= need);
             if !present {
                 self.slot(segment, next, need, limit);
@@ -120,12 +190,11 @@ impl ReadCache {
 
     /// Are the file bytes `[from, to)` of `segment` in memory already (read, or read ahead)?
     pub(crate) fn ready(&self, segment: &Segment, from: u64, to: u64) -> bool {
-        let slots = self.slots.borrow();
         let mut idx = from / self.chunk_bytes;
         while idx * self.chunk_bytes < to {
             let need_to = to.min((idx + 1) * self.chunk_bytes);
-            let ok = slots
-                .get(&(segment.base_offset, idx))
+            let ok = self
+                .live((segment.base_offset, idx))
                 .is_some_and(|s| s.valid_to >= need_to && s.data.borrow().is_some());
             if !ok {
                 return false;
