@@ -20,6 +20,111 @@ pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("cleanup.policy", "log.cleanup.policy"),
 ];
 
+/// How the value of a Kafka topic config weir stores but does not act on is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// A 64-bit integer at least this.
+    Long(i64),
+    Bool,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// A number in `0.0..=1.0`.
+    Ratio,
+    /// A message format / metadata version: `0.10.0`, `2.8-IV1`.
+    Version,
+    /// Throttled replicas: empty, `*`, or `partition:broker` pairs separated by commas.
+    Replicas,
+}
+
+/// Kafka's other topic configs (Kafka 3.x/4.0 `TopicConfig`): accepted with a valid value,
+/// stored and reported by DescribeConfigs, but weir does not act on them (docs/configuration.md
+/// lists them and why). A name in neither this table nor `TOPIC_CONFIGS` is refused.
+pub const IGNORED_TOPIC_CONFIGS: &[(&str, Kind)] = &[
+    (
+        "compression.type",
+        Kind::OneOf(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
+    ),
+    ("delete.retention.ms", Kind::Long(0)),
+    ("file.delete.delay.ms", Kind::Long(0)),
+    ("flush.messages", Kind::Long(1)),
+    ("flush.ms", Kind::Long(0)),
+    ("follower.replication.throttled.replicas", Kind::Replicas),
+    ("index.interval.bytes", Kind::Long(0)),
+    ("leader.replication.throttled.replicas", Kind::Replicas),
+    ("local.retention.bytes", Kind::Long(-2)),
+    ("local.retention.ms", Kind::Long(-2)),
+    ("max.compaction.lag.ms", Kind::Long(1)),
+    ("message.downconversion.enable", Kind::Bool),
+    ("message.format.version", Kind::Version),
+    ("message.timestamp.after.max.ms", Kind::Long(0)),
+    ("message.timestamp.before.max.ms", Kind::Long(0)),
+    ("message.timestamp.difference.max.ms", Kind::Long(0)),
+    ("message.timestamp.type", Kind::OneOf(&["CreateTime"])),
+    ("min.cleanable.dirty.ratio", Kind::Ratio),
+    ("min.compaction.lag.ms", Kind::Long(0)),
+    ("min.insync.replicas", Kind::Long(1)),
+    ("preallocate", Kind::Bool),
+    ("remote.log.copy.disable", Kind::Bool),
+    ("remote.log.delete.on.disable", Kind::Bool),
+    ("remote.storage.enable", Kind::OneOf(&["false"])),
+    ("segment.index.bytes", Kind::Long(4)),
+    ("segment.jitter.ms", Kind::Long(0)),
+    ("unclean.leader.election.enable", Kind::Bool),
+];
+
+/// Checks a value of a config in `IGNORED_TOPIC_CONFIGS`.
+fn check_kind(key: &str, kind: Kind, value: &str) -> Result<(), String> {
+    let v = value.trim();
+    let ok = match kind {
+        Kind::Long(min) => match v.parse::<i64>() {
+            Ok(n) if n >= min => true,
+            Ok(_) => return Err(format!("{key}: '{v}' is below the minimum {min}")),
+            Err(_) => false,
+        },
+        Kind::Bool => v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false"),
+        Kind::OneOf(words) => {
+            if words.iter().any(|w| w.eq_ignore_ascii_case(v)) {
+                true
+            } else {
+                return Err(match key {
+                    "message.timestamp.type" if v.eq_ignore_ascii_case("LogAppendTime") => {
+                        "message.timestamp.type=LogAppendTime is not supported yet: weir keeps the producer's timestamps (CreateTime)".into()
+                    }
+                    "remote.storage.enable" if v.eq_ignore_ascii_case("true") => {
+                        "remote.storage.enable=true: weir has no tiered storage".into()
+                    }
+                    _ => format!("{key}: '{v}' is not one of {}", words.join(", ")),
+                });
+            }
+        }
+        Kind::Ratio => v.parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)),
+        Kind::Version => {
+            let (nums, iv) = v.split_once("-IV").unwrap_or((v, "0"));
+            let parts: Vec<&str> = nums.split('.').collect();
+            (2..=4).contains(&parts.len())
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                && !iv.is_empty()
+                && iv.bytes().all(|b| b.is_ascii_digit())
+        }
+        Kind::Replicas => {
+            v.is_empty()
+                || v == "*"
+                || v.split(',').all(|pair| {
+                    pair.trim().split_once(':').is_some_and(|(p, b)| {
+                        p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+                    })
+                })
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{key}: '{v}' is not a valid value ({kind:?})"))
+    }
+}
+
 /// One broker setting, as documented in docs/configuration.md.
 pub struct Setting {
     /// The Kafka-style name (`--set NAME=VALUE`, config file `NAME=VALUE`).
@@ -451,11 +556,23 @@ pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(
         "retention.bytes" => c.retention_bytes = parse_limit(key, value)?,
         "max.message.bytes" => c.max_batch_bytes = parse_message_bytes(key, value)?,
         "cleanup.policy" => {
-            if value.trim() != "delete" {
-                return Err("only cleanup.policy=delete is supported".into());
+            let v = value.trim();
+            let policies: Vec<&str> = v.split(',').map(str::trim).collect();
+            if !policies.iter().all(|p| *p == "delete" || *p == "compact") {
+                return Err(format!(
+                    "cleanup.policy: '{v}' is not a list of 'delete' and 'compact'"
+                ));
+            }
+            if policies.contains(&"compact") {
+                return Err(format!(
+                    "cleanup.policy={v}: compaction is not supported yet; only 'delete' is"
+                ));
             }
         }
-        _ => return Err(format!("unsupported topic config '{key}'")),
+        _ => match IGNORED_TOPIC_CONFIGS.iter().find(|(k, _)| *k == key) {
+            Some(&(_, kind)) => check_kind(key, kind, value)?,
+            None => return Err(format!("unknown topic config '{key}'")),
+        },
     }
     Ok(())
 }
@@ -486,6 +603,65 @@ mod tests {
     /// that fit the engine: segment.bytes past 2^31-1 let a segment outgrow its 32-bit index
     /// positions (an assertion panic on append), and retention values past i64::MAX wrapped
     /// the retention arithmetic.
+    /// Kafka's topic configs weir does not act on are accepted with a valid value (tools and
+    /// librdkafka's tests set them), refused with a bad one; unknown names are refused.
+    #[test]
+    fn kafka_topic_configs_are_accepted_checked_or_refused() {
+        let mut c = LogConfig::default();
+        for (k, v) in [
+            ("message.format.version", "0.10.0.0"),
+            ("message.format.version", "3.0-IV1"),
+            ("delete.retention.ms", "86400000"),
+            ("compression.type", "lz4"),
+            ("min.insync.replicas", "2"),
+            ("min.cleanable.dirty.ratio", "0.5"),
+            ("preallocate", "true"),
+            ("leader.replication.throttled.replicas", "0:1,1:1"),
+            ("follower.replication.throttled.replicas", "*"),
+            ("message.timestamp.type", "CreateTime"),
+            ("local.retention.ms", "-2"),
+            ("cleanup.policy", "delete"),
+        ] {
+            apply_topic_config(&mut c, k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+        }
+        for (k, v, why) in [
+            ("message.format.version", "ten", "not a valid value"),
+            ("delete.retention.ms", "-5", "below the minimum"),
+            ("compression.type", "brotli", "not one of"),
+            ("min.cleanable.dirty.ratio", "1.5", "not a valid value"),
+            ("preallocate", "yes", "not a valid value"),
+            (
+                "leader.replication.throttled.replicas",
+                "a:b",
+                "not a valid value",
+            ),
+            (
+                "message.timestamp.type",
+                "LogAppendTime",
+                "not supported yet",
+            ),
+            ("remote.storage.enable", "true", "no tiered storage"),
+            ("cleanup.policy", "compact", "compaction is not supported"),
+            (
+                "cleanup.policy",
+                "compact,delete",
+                "compaction is not supported",
+            ),
+            ("cleanup.policy", "sometimes", "not a list"),
+            ("no.such.config", "1", "unknown topic config"),
+        ] {
+            let err = apply_topic_config(&mut c, k, v).expect_err(&format!("{k}={v} accepted"));
+            assert!(err.contains(why), "{k}={v}: {err}");
+        }
+        // Names are Kafka's own and not repeated.
+        for (k, _) in IGNORED_TOPIC_CONFIGS {
+            assert!(
+                !TOPIC_CONFIGS.iter().any(|(t, _)| t == k),
+                "{k} is in both tables"
+            );
+        }
+    }
+
     #[test]
     fn topic_settings_are_bounded() {
         let mut c = LogConfig::default();

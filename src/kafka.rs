@@ -793,6 +793,13 @@ fn describe_configs(shard: &Rc<Shard>, d: &DescribeConfigsRequest) -> DescribeCo
                         };
                         out.configs.push(entry(key, value, source));
                     }
+                    // Kafka configs weir stores but does not act on: reported as set.
+                    for (key, value) in &t.configs {
+                        let acted_on = crate::config::TOPIC_CONFIGS.iter().any(|(k, _)| k == key);
+                        if !acted_on && wanted(key) {
+                            out.configs.push(entry(key, value.clone(), SOURCE_TOPIC));
+                        }
+                    }
                 }
             },
             RESOURCE_BROKER => {

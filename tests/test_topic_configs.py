@@ -202,3 +202,42 @@ def test_out_of_range_values_are_refused(broker, topic_name, key, value):
     p = rd_producer(b)
     p.produce(topic_name, b"still serving")
     assert p.flush(10) == 0
+
+
+def test_kafka_topic_configs_weir_ignores_are_accepted_stored_and_described(broker_factory, topic_name):
+    """Kafka topic configs weir does not act on (message.format.version, delete.retention.ms,
+    compression.type, min.insync.replicas, ...) are accepted with valid values at creation and
+    by both alter APIs, reported by DescribeConfigs, kept across a restart; bad values of them
+    and unknown names are refused with INVALID_CONFIG. Before, every one of them was refused,
+    which broke tools and librdkafka's own tests (0092 sets message.format.version)."""
+    b = broker_factory()
+    rd_create_topic(b.bootstrap, topic_name, 1,
+                    config={"message.format.version": "0.10.0.0", "delete.retention.ms": "86400000",
+                            "retention.ms": "3600000"})
+    alter(b.bootstrap, topic_name, {"message.format.version": "0.10.0.0", "delete.retention.ms": "86400000",
+                                    "retention.ms": "3600000", "compression.type": "lz4"})
+    incremental(b.bootstrap, topic_name, [("min.insync.replicas", "1", AlterConfigOpType.SET),
+                                          ("preallocate", "true", AlterConfigOpType.SET)])
+    want = {"message.format.version": "0.10.0.0", "delete.retention.ms": "86400000",
+            "compression.type": "lz4", "min.insync.replicas": "1", "preallocate": "true",
+            "retention.ms": "3600000"}
+    for phase in ("live", "after restart"):
+        d = describe(b.bootstrap, topic_name)
+        for k, v in want.items():
+            assert d.get(k) == (v, ConfigSource.DYNAMIC_TOPIC_CONFIG), f"{phase}: {k} -> {d.get(k)}"
+        if phase == "live":
+            b.restart()
+    # Bad values of accepted names, unknown names, and values weir cannot honour.
+    for k, v in [("message.format.version", "ten"), ("delete.retention.ms", "-5"),
+                 ("compression.type", "brotli"), ("no.such.config", "1"),
+                 ("cleanup.policy", "compact"), ("message.timestamp.type", "LogAppendTime")]:
+        assert error_of(lambda: incremental(b.bootstrap, topic_name, [(k, v, AlterConfigOpType.SET)])) \
+            == "INVALID_CONFIG", f"{k}={v}"
+    # kafka-python sees the same.
+    kp = kafka.KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        desc = kp.describe_configs([KpConfigResource(ConfigResourceType.TOPIC, topic_name)])
+        entry = desc["topic"][topic_name]["message.format.version"]
+        assert (entry["value"], entry["config_source"]) == ("0.10.0.0", "DYNAMIC_TOPIC_CONFIG"), entry
+    finally:
+        kp.close()
