@@ -11,6 +11,7 @@ use std::rc::Rc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_configs_response::{
@@ -138,6 +139,10 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
         }
         Body::DeleteTopics(d) => {
             let resp = delete_topics(&shard, req.version, d).await;
+            one(&req, &resp)
+        }
+        Body::CreatePartitions(c) => {
+            let resp = create_partitions(&shard, c).await;
             one(&req, &resp)
         }
         Body::DescribeConfigs(d) => {
@@ -694,6 +699,48 @@ async fn create_topics(
 
 /// Results for topics whose admin call core 0 could not answer (shutting down): each topic
 /// gets a retriable error, none is silently left out of the response.
+async fn create_partitions(
+    shard: &Rc<Shard>,
+    c: &CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let topics: Vec<crate::shard::NewPartitions> = c
+        .topics
+        .iter()
+        .map(|t| crate::shard::NewPartitions {
+            name: t.name.to_string(),
+            count: t.count,
+            assignments: t.assignments.as_ref().map(|a| {
+                a.iter()
+                    .map(|p| p.broker_ids.iter().map(|b| b.0).collect())
+                    .collect()
+            }),
+        })
+        .collect();
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
+    let results = match shard
+        .call(
+            0,
+            Req::CreatePartitions {
+                topics,
+                validate_only: c.validate_only,
+            },
+        )
+        .await
+    {
+        Resp::Topics(r) if r.len() == names.len() => r,
+        _ => unanswered(names),
+    };
+    let mut resp = CreatePartitionsResponse::default();
+    for r in results {
+        let mut tr = CreatePartitionsTopicResult::default();
+        tr.name = TopicName(s(&r.name));
+        tr.error_code = r.error;
+        tr.error_message = r.message.as_deref().map(s);
+        resp.results.push(tr);
+    }
+    resp
+}
+
 fn unanswered(names: Vec<String>) -> Vec<crate::shard::TopicResult> {
     names
         .into_iter()

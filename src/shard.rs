@@ -122,6 +122,15 @@ pub struct NewTopic {
     pub configs: Vec<(String, Option<String>)>,
 }
 
+/// CreatePartitions for one topic: the new total count, and optionally the broker (node id)
+/// of each new partition.
+#[derive(Debug, Clone)]
+pub struct NewPartitions {
+    pub name: String,
+    pub count: i32,
+    pub assignments: Option<Vec<Vec<i32>>>,
+}
+
 /// A change to one topic's config overrides (AlterConfigs / IncrementalAlterConfigs).
 #[derive(Debug, Clone)]
 pub struct ConfigChange {
@@ -172,6 +181,11 @@ pub enum Req {
     },
     /// → core 0.
     DeleteTopics(Vec<String>),
+    /// → core 0.
+    CreatePartitions {
+        topics: Vec<NewPartitions>,
+        validate_only: bool,
+    },
     /// → core 0: per-topic config overrides.
     AlterConfigs {
         changes: Vec<ConfigChange>,
@@ -546,6 +560,10 @@ impl Shard {
                 Resp::Topics(self.admin_create(topics, validate_only).await)
             }
             Req::DeleteTopics(names) => Resp::Topics(self.admin_delete(names).await),
+            Req::CreatePartitions {
+                topics,
+                validate_only,
+            } => Resp::Topics(self.admin_create_partitions(topics, validate_only).await),
             Req::AlterConfigs {
                 changes,
                 validate_only,
@@ -1066,6 +1084,172 @@ impl Shard {
                 warn!(error = %e, "removing a topic whose creation failed");
             }
         }
+    }
+
+    /// CreatePartitions: grows topics to `count` partitions. The new partitions are placed on
+    /// the least loaded cores (or, with `listeners.per.core`, on the node an assignment names),
+    /// saved in the metadata, and opened by their owners before the answer. Kafka's errors:
+    /// an unknown topic, a count that does not grow, a bad assignment.
+    async fn admin_create_partitions(
+        self: &Rc<Self>,
+        topics: Vec<NewPartitions>,
+        validate_only: bool,
+    ) -> Vec<TopicResult> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let per_core = !self.core_endpoints.borrow().is_empty();
+        let mut results = Vec::new();
+        let mut grown: Vec<(String, usize, usize)> = Vec::new(); // (topic, old, new)
+        for (i, t) in topics.iter().enumerate() {
+            let mut r = TopicResult {
+                name: t.name.clone(),
+                error: errors::NONE,
+                message: None,
+                partitions: t.count,
+            };
+            let current = meta.topics.get(&t.name).map(|m| m.owners.len());
+            let fail = |r: &mut TopicResult, code: i16, msg: String| {
+                r.error = code;
+                r.message = Some(msg);
+            };
+            if topics[..i].iter().any(|o| o.name == t.name) {
+                fail(
+                    &mut r,
+                    errors::INVALID_REQUEST,
+                    format!("topic '{}' is named twice", t.name),
+                );
+            } else if let Some(current) = current {
+                let new = t.count.max(0) as usize;
+                if t.count <= 0 || new <= current {
+                    fail(
+                        &mut r,
+                        errors::INVALID_PARTITIONS,
+                        format!(
+                            "topic '{}' has {current} partitions; the new count {} must be higher",
+                            t.name, t.count
+                        ),
+                    );
+                } else if new > 100_000 {
+                    fail(
+                        &mut r,
+                        errors::INVALID_PARTITIONS,
+                        format!("invalid partition count {new}"),
+                    );
+                } else {
+                    let mut owners = meta.place_new(new - current);
+                    if let Some(a) = &t.assignments {
+                        if a.len() != new - current {
+                            fail(
+                                &mut r,
+                                errors::INVALID_REPLICA_ASSIGNMENT,
+                                format!(
+                                    "{} assignments for {} new partitions",
+                                    a.len(),
+                                    new - current
+                                ),
+                            );
+                        }
+                        for (j, brokers) in a.iter().enumerate().take(owners.len()) {
+                            let node = match brokers.as_slice() {
+                                [n] => *n,
+                                _ => {
+                                    fail(
+                                        &mut r,
+                                        errors::INVALID_REPLICA_ASSIGNMENT,
+                                        format!(
+                                            "partition {}: {} replicas; a single broker has 1",
+                                            current + j,
+                                            brokers.len()
+                                        ),
+                                    );
+                                    break;
+                                }
+                            };
+                            let nodes = if per_core { self.cores } else { 1 };
+                            if node < 0 || node as usize >= nodes {
+                                fail(
+                                    &mut r,
+                                    errors::INVALID_REPLICA_ASSIGNMENT,
+                                    format!("partition {}: unknown broker {node}", current + j),
+                                );
+                                break;
+                            }
+                            if per_core {
+                                owners[j] = node as usize;
+                            }
+                        }
+                    }
+                    if r.error == errors::NONE && !validate_only {
+                        if let Some(m) = meta.topics.get_mut(&t.name) {
+                            m.owners.extend(owners);
+                        }
+                        grown.push((t.name.clone(), current, new));
+                        info!(topic = %t.name, from = current, to = new, "partitions added");
+                    }
+                }
+            } else {
+                fail(
+                    &mut r,
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("unknown topic '{}'", t.name),
+                );
+            }
+            results.push(r);
+        }
+        if grown.is_empty() {
+            return results;
+        }
+        // A directory left at a new partition's name (a crash in an earlier life of the
+        // topic) must not become the new partition's data.
+        let (dir, stale) = (
+            self.config.data_dir.clone(),
+            grown
+                .iter()
+                .flat_map(|(t, old, new)| (*old..*new).map(move |p| format!("{t}-{p}")))
+                .collect::<Vec<_>>(),
+        );
+        weir_storage::io::off_reactor(move || {
+            for name in stale {
+                let path = dir.join(name);
+                if path.is_dir() {
+                    warn!(dir = %path.display(), "removing a stale log in the way of a new partition");
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+            }
+        })
+        .await;
+        match self.commit_metadata_reporting(meta).await {
+            Err(e) => fail_unsaved(&mut results, &e),
+            Ok(failures) if !failures.is_empty() => {
+                // Not half-grown: the topic goes back to its old partitions.
+                let mut meta = (*self.metadata()).clone();
+                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+                    let Some(f) = failures.iter().find(|f| f.topic == r.name) else {
+                        continue;
+                    };
+                    warn!(topic = %r.name, partition = f.partition, error = %f.error,
+                        "adding partitions failed: a log cannot be opened; undoing");
+                    r.error = errors::KAFKA_STORAGE_ERROR;
+                    r.message = Some(format!(
+                        "cannot create the log of partition {}: {}",
+                        f.partition, f.error
+                    ));
+                    if let (Some(m), Some((_, old, _))) = (
+                        meta.topics.get_mut(&r.name),
+                        grown.iter().find(|g| g.0 == r.name),
+                    ) {
+                        m.owners.truncate(*old);
+                    }
+                }
+                if let Err(e) = self.commit_metadata(meta).await {
+                    warn!(error = %e, "undoing partitions whose creation failed");
+                }
+            }
+            Ok(_) => {}
+        }
+        results
     }
 
     async fn admin_delete(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicResult> {

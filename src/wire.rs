@@ -20,6 +20,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 5),
     (ApiKey::DeleteTopics, 1, 5),
+    (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::FindCoordinator, 0, 4),
@@ -74,6 +75,7 @@ pub enum Body {
     ApiVersionsUnsupported,
     CreateTopics(CreateTopicsRequest),
     DeleteTopics(DeleteTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
     DescribeConfigs(DescribeConfigsRequest),
     InitProducerId(InitProducerIdRequest),
     FindCoordinator(FindCoordinatorRequest),
@@ -190,6 +192,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::ApiVersions => Body::ApiVersions(decode(&mut frame, version)?),
         ApiKey::CreateTopics => Body::CreateTopics(decode(&mut frame, version)?),
         ApiKey::DeleteTopics => Body::DeleteTopics(decode(&mut frame, version)?),
+        ApiKey::CreatePartitions => Body::CreatePartitions(decode(&mut frame, version)?),
         ApiKey::DescribeConfigs => Body::DescribeConfigs(decode(&mut frame, version)?),
         ApiKey::InitProducerId => Body::InitProducerId(decode(&mut frame, version)?),
         ApiKey::FindCoordinator => Body::FindCoordinator(decode(&mut frame, version)?),
@@ -256,6 +259,7 @@ mod tests {
             ApiKey::DescribeGroups => r!(DescribeGroupsRequest, DescribeGroupsResponse),
             ApiKey::ListGroups => r!(ListGroupsRequest, ListGroupsResponse),
             ApiKey::DeleteGroups => r!(DeleteGroupsRequest, DeleteGroupsResponse),
+            ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
             ApiKey::AlterConfigs => r!(AlterConfigsRequest, AlterConfigsResponse),
             ApiKey::IncrementalAlterConfigs => {
                 r!(

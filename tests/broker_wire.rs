@@ -631,6 +631,16 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
         ApiKey::DeleteTopics => {
             go::<_, DeleteTopicsResponse>(s, key, version, DeleteTopicsRequest::default())
         }
+        ApiKey::CreatePartitions => go::<_, CreatePartitionsResponse>(s, key, version, {
+            // A topic that does not exist: an error answer, nothing changes.
+            let mut t = create_partitions_request::CreatePartitionsTopic::default();
+            t.name = TopicName(StrBytes::from_static_str("no-such-topic"));
+            t.count = 2;
+            let mut r = CreatePartitionsRequest::default();
+            r.topics = vec![t];
+            r.timeout_ms = 1000;
+            r
+        }),
         ApiKey::DescribeConfigs => {
             go::<_, DescribeConfigsResponse>(s, key, version, DescribeConfigsRequest::default())
         }
