@@ -15,6 +15,8 @@
 #   WEIR_TEST_SKIP_FUZZ=1 skip the fuzz smoke run (CI never sets it); WEIR_FUZZ_SECONDS=15
 #   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the release build still runs); for
 #                         iterating on tests/ only — CI never sets it.
+#   WEIR_LIBRDKAFKA_FULL=1 also run the whole of librdkafka's 0113 (about 14 minutes);
+#                         WEIR_CRASH_CYCLES=300 the crash loop's long mode (both: never in CI)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
