@@ -26,12 +26,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "librdkafka-suite.sh"
 
 
-@pytest.mark.timeout(1800)  # the first run builds librdkafka
 SPECS = ["0030", "0092", "0102", "0113:commit_during", "0113:add_partition"]
 if os.environ.get("WEIR_LIBRDKAFKA_FULL") == "1":
     SPECS.append("0113")
 
 
+@pytest.mark.timeout(1800)  # the first run builds librdkafka
 @pytest.mark.parametrize("spec", SPECS)
 def test_librdkafka_integration_test_passes(spec):
     env = dict(os.environ)
