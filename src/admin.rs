@@ -66,6 +66,16 @@ pub enum TopicCommand {
     Describe { name: String },
     /// Delete a topic.
     Delete { name: String },
+    /// Grow a topic to COUNT partitions (CreatePartitions).
+    AddPartitions { name: String, count: i32 },
+    /// Delete the records of one partition below OFFSET (DeleteRecords; -1: all of them).
+    DeleteRecords {
+        name: String,
+        #[arg(long, default_value_t = 0)]
+        partition: i32,
+        #[arg(long, allow_hyphen_values = true)]
+        before: i64,
+    },
     /// Change a topic's configs (IncrementalAlterConfigs): --set k=v, --delete k.
     AlterConfig {
         name: String,
@@ -369,6 +379,55 @@ async fn topic_async(bootstrap: String, cmd: TopicCommand) -> Res<Value> {
             )?;
             Ok(json!({ "deleted": name }))
         }
+        TopicCommand::AddPartitions { name, count } => {
+            let req = CreatePartitionsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![
+                    kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic::default()
+                        .with_name(TopicName(sb(&name)))
+                        .with_count(count)
+                        .with_assignments(None),
+                ]);
+            let resp = send(&conn, &req, 3).await?;
+            let r = resp
+                .results
+                .first()
+                .ok_or("empty CreatePartitions response")?;
+            check(
+                r.error_code,
+                r.error_message.as_ref(),
+                &format!("adding partitions to {name}"),
+            )?;
+            Ok(json!({ "topic": name, "partitions": count }))
+        }
+        TopicCommand::DeleteRecords {
+            name,
+            partition,
+            before,
+        } => {
+            use kafka_protocol::messages::delete_records_request::{
+                DeleteRecordsPartition, DeleteRecordsTopic,
+            };
+            let req = DeleteRecordsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![DeleteRecordsTopic::default()
+                    .with_name(TopicName(sb(&name)))
+                    .with_partitions(vec![DeleteRecordsPartition::default()
+                        .with_partition_index(partition)
+                        .with_offset(before)])]);
+            let resp = send(&conn, &req, 2).await?;
+            let p = resp
+                .topics
+                .first()
+                .and_then(|t| t.partitions.first())
+                .ok_or("empty DeleteRecords response")?;
+            check(
+                p.error_code,
+                None,
+                &format!("deleting records of {name}-{partition}"),
+            )?;
+            Ok(json!({ "topic": name, "partition": partition, "low_watermark": p.low_watermark }))
+        }
         TopicCommand::AlterConfig { name, set, delete } => {
             if set.is_empty() && delete.is_empty() {
                 return Err("nothing to change: give --set KEY=VALUE or --delete KEY".into());
@@ -622,6 +681,17 @@ fn render_topic(cmd: &TopicCommand, v: &Value) -> String {
         ),
         TopicCommand::Delete { .. } => format!("deleted topic {}", s(&v["deleted"])),
         TopicCommand::AlterConfig { .. } => format!("altered the configs of {}", s(&v["altered"])),
+        TopicCommand::AddPartitions { .. } => format!(
+            "topic {} now has {} partitions",
+            s(&v["topic"]),
+            s(&v["partitions"])
+        ),
+        TopicCommand::DeleteRecords { .. } => format!(
+            "{}-{}: records below {} deleted",
+            s(&v["topic"]),
+            s(&v["partition"]),
+            s(&v["low_watermark"])
+        ),
         TopicCommand::List => {
             let rows: Vec<Vec<String>> = v["topics"]
                 .as_array()

@@ -141,6 +141,14 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
             let resp = delete_topics(&shard, req.version, d).await;
             one(&req, &resp)
         }
+        Body::DeleteRecords(d) => {
+            let resp = delete_records(&shard, d).await;
+            one(&req, &resp)
+        }
+        Body::DescribeCluster(_) => {
+            let resp = describe_cluster(&shard);
+            one(&req, &resp)
+        }
         Body::CreatePartitions(c) => {
             let resp = create_partitions(&shard, c).await;
             one(&req, &resp)
@@ -632,6 +640,84 @@ async fn list_offsets(
         }
     }
     resp
+}
+
+// ---- DeleteRecords, DescribeCluster ----
+
+async fn delete_records(shard: &Rc<Shard>, d: &DeleteRecordsRequest) -> DeleteRecordsResponse {
+    use kafka_protocol::messages::delete_records_response::{
+        DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+    };
+    let meta = shard.metadata();
+    let mut resp = DeleteRecordsResponse::default();
+    let mut groups: Groups<crate::shard::DeletePart> = BTreeMap::new();
+    for (ti, t) in d.topics.iter().enumerate() {
+        let name = t.name.to_string();
+        let mut tr = DeleteRecordsTopicResult::default();
+        tr.name = t.name.clone();
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let mut pr = DeleteRecordsPartitionResult::default();
+            pr.partition_index = p.partition_index;
+            pr.low_watermark = -1;
+            match meta.owner(&name, p.partition_index) {
+                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(owner) => {
+                    let g = groups.entry(owner).or_default();
+                    g.0.push(crate::shard::DeletePart {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        offset: p.offset,
+                    });
+                    g.1.push((ti, pi));
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    for (owner, (parts, slots)) in groups {
+        match shard.call(owner, Req::DeleteRecords(parts)).await {
+            Resp::LowWatermarks(rs) if rs.len() == slots.len() => {
+                for ((error, low), (ti, pi)) in rs.into_iter().zip(slots) {
+                    let pr = &mut resp.topics[ti].partitions[pi];
+                    pr.error_code = error;
+                    pr.low_watermark = low;
+                }
+            }
+            _ => {
+                for (ti, pi) in slots {
+                    resp.topics[ti].partitions[pi].error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                }
+            }
+        }
+    }
+    resp
+}
+
+/// DescribeCluster: the same brokers as Metadata (one per core with `listeners.per.core`).
+fn describe_cluster(shard: &Rc<Shard>) -> DescribeClusterResponse {
+    use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+    let mut endpoints = shard.core_endpoints.borrow().clone();
+    if endpoints.is_empty() {
+        endpoints.push(shard.advertised.borrow().clone());
+    }
+    let mut r = DescribeClusterResponse::default();
+    r.endpoint_type = 1;
+    r.cluster_id = s("weir");
+    r.controller_id = BrokerId(0);
+    r.cluster_authorized_operations = i32::MIN;
+    r.brokers = endpoints
+        .iter()
+        .enumerate()
+        .map(|(id, (host, port))| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = BrokerId(id as i32);
+            b.host = s(host);
+            b.port = *port;
+            b
+        })
+        .collect();
+    r
 }
 
 // ---- Admin ----

@@ -107,6 +107,15 @@ pub struct ListPart {
     pub timestamp: i64,
 }
 
+/// DeleteRecords for one partition: delete everything below `offset` (-1: the high
+/// watermark).
+#[derive(Debug, Clone)]
+pub struct DeletePart {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct ListResult {
     pub error: i16,
@@ -172,6 +181,8 @@ pub enum Req {
     /// The requesting core has enough data from other cores: answer the parked fetch now.
     FetchWake(FetchKey),
     ListOffsets(Vec<ListPart>),
+    /// → the owner: DeleteRecords; answered with (error, new low watermark) per partition.
+    DeleteRecords(Vec<DeletePart>),
     /// Core 0 → others: a new metadata snapshot; reply once local logs match it.
     Apply(Arc<Metadata>),
     /// → core 0.
@@ -202,6 +213,8 @@ pub enum Resp {
     Produce(Vec<ProduceResult>),
     Fetch(Vec<FetchResult>),
     ListOffsets(Vec<ListResult>),
+    /// (error, low watermark) per partition of a `Req::DeleteRecords`.
+    LowWatermarks(Vec<(i16, i64)>),
     Topics(Vec<TopicResult>),
     Group(GroupResp),
     /// Reply to `Req::Apply`: the partitions this core could not open.
@@ -546,6 +559,9 @@ impl Shard {
                 Resp::Done
             }
             Req::ListOffsets(parts) => Resp::ListOffsets(self.list_offsets_local(parts).await),
+            Req::DeleteRecords(parts) => {
+                Resp::LowWatermarks(self.delete_records_local(parts).await)
+            }
             Req::Metrics => Resp::Metrics(Box::new(self.metrics_snapshot())),
             Req::Apply(meta) => Resp::Applied(self.apply_metadata(meta).await),
             Req::CreateTopics {
@@ -924,6 +940,39 @@ impl Shard {
     }
 
     // ---- ListOffsets ----
+
+    /// DeleteRecords on this core's partitions: moves each log start (durably) and deletes
+    /// the segments wholly below it. Kafka's errors: an unknown partition, an offset past the
+    /// high watermark (OFFSET_OUT_OF_RANGE).
+    async fn delete_records_local(&self, parts: Vec<DeletePart>) -> Vec<(i16, i64)> {
+        let mut out = Vec::with_capacity(parts.len());
+        for p in parts {
+            let Some(part) = self.partition(&p.topic, p.partition) else {
+                out.push((errors::UNKNOWN_TOPIC_OR_PARTITION, -1));
+                continue;
+            };
+            let wm = part.log.watermarks();
+            let target = match p.offset {
+                -1 => wm.high_watermark,
+                o if o < 0 => {
+                    out.push((errors::OFFSET_OUT_OF_RANGE, wm.log_start_offset as i64));
+                    continue;
+                }
+                o => o as u64,
+            };
+            out.push(match part.log.set_log_start_offset(target).await {
+                Ok(()) => {
+                    info!(topic = %p.topic, partition = p.partition, offset = target, "records deleted");
+                    (
+                        errors::NONE,
+                        part.log.watermarks().log_start_offset as i64,
+                    )
+                }
+                Err(e) => (storage_error_code(&e), wm.log_start_offset as i64),
+            });
+        }
+        out
+    }
 
     async fn list_offsets_local(&self, parts: Vec<ListPart>) -> Vec<ListResult> {
         let mut out = Vec::with_capacity(parts.len());

@@ -641,6 +641,20 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
             r.timeout_ms = 1000;
             r
         }),
+        ApiKey::DeleteRecords => go::<_, DeleteRecordsResponse>(s, key, version, {
+            let mut p = delete_records_request::DeleteRecordsPartition::default();
+            p.offset = -1;
+            let mut t = delete_records_request::DeleteRecordsTopic::default();
+            t.name = TopicName(StrBytes::from_static_str("no-such-topic"));
+            t.partitions = vec![p];
+            let mut r = DeleteRecordsRequest::default();
+            r.topics = vec![t];
+            r.timeout_ms = 1000;
+            r
+        }),
+        ApiKey::DescribeCluster => {
+            go::<_, DescribeClusterResponse>(s, key, version, DescribeClusterRequest::default())
+        }
         ApiKey::DescribeConfigs => {
             go::<_, DescribeConfigsResponse>(s, key, version, DescribeConfigsRequest::default())
         }

@@ -128,3 +128,28 @@ def test_reset_refused_while_the_group_is_active(broker, topic_name):
         assert p.returncode == 1 and "active members" in p.stderr, p.stderr
     finally:
         c.close()
+
+
+def test_add_partitions_and_delete_records(broker, topic_name):
+    """`weir topic add-partitions` (CreatePartitions) and `weir topic delete-records`
+    (DeleteRecords), checked with confluent-kafka."""
+    weir(broker, "topic", "create", topic_name, "--partitions", "1")
+    out = weir(broker, "topic", "add-partitions", topic_name, "3")
+    assert f"topic {topic_name} now has 3 partitions" in out.stdout
+    md = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x"})
+    try:
+        assert len(md.list_topics(topic_name, timeout=10).topics[topic_name].partitions) == 3
+    finally:
+        md.close()
+    rd_produce(rd_producer(broker.bootstrap), topic_name, [m for m in sample_messages(30, 3) if m.partition == 2])
+    r = weir_json(broker, "topic", "delete-records", topic_name, "--partition", "2", "--before", "4")
+    assert r == {"topic": topic_name, "partition": 2, "low_watermark": 4}, r
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x"})
+    try:
+        assert c.get_watermark_offsets(TopicPartition(topic_name, 2), timeout=10, cached=False) == (4, 10)
+    finally:
+        c.close()
+    bad = weir(broker, "topic", "add-partitions", topic_name, "2", ok=False)
+    assert bad.returncode == 1 and "InvalidPartitions" in bad.stderr, bad.stderr
+    bad = weir(broker, "topic", "delete-records", topic_name, "--partition", "2", "--before", "99", ok=False)
+    assert bad.returncode == 1 and "OffsetOutOfRange" in bad.stderr, bad.stderr
