@@ -19,6 +19,8 @@ pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 pub const INVALID_CONFIG: i16 = 40;
 pub const NOT_CONTROLLER: i16 = 41;
 pub const INVALID_REQUEST: i16 = 42;
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 
 /// Maps a storage error to the Kafka error code a client should see for that partition.
@@ -30,6 +32,8 @@ pub fn storage_error_code(e: &Error) -> i16 {
         Error::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
         Error::InvalidBatch(_) => CORRUPT_MESSAGE,
         Error::BatchTooLarge { .. } => MESSAGE_TOO_LARGE,
+        Error::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
+        Error::InvalidProducerEpoch { .. } => INVALID_PRODUCER_EPOCH,
         // The log was closed under us (shutdown, topic deleted): the client should refresh
         // its metadata and retry.
         Error::Closed => NOT_LEADER_OR_FOLLOWER,

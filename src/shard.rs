@@ -636,9 +636,14 @@ impl Shard {
         let bytes = p.records.len() as u64;
         match part.log.append(p.records).await {
             Ok(info) => {
-                part.bytes_in.set(part.bytes_in.get() + bytes);
-                part.records_in
-                    .set(part.records_in.get() + info.last_offset - info.base_offset + 1);
+                if info.duplicate {
+                    // An idempotent producer's retry: answered with the original offsets.
+                    debug!(topic = %p.topic, partition = p.partition, base_offset = info.base_offset, "duplicate batch not written again");
+                } else {
+                    part.bytes_in.set(part.bytes_in.get() + bytes);
+                    part.records_in
+                        .set(part.records_in.get() + info.last_offset - info.base_offset + 1);
+                }
                 if acks == -1 {
                     if let Err(e) = part.log.flush().await {
                         part.log_io_error(&p.topic, p.partition, "flush", &e);

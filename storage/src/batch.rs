@@ -381,6 +381,15 @@ impl RecordBatchBuilder {
         }
     }
 
+    /// Stamps the batch as an idempotent producer's: its id, epoch and the sequence number
+    /// of its first record.
+    pub fn producer(mut self, producer_id: i64, epoch: i16, base_sequence: i32) -> Self {
+        self.producer_id = producer_id;
+        self.producer_epoch = epoch;
+        self.base_sequence = base_sequence;
+        self
+    }
+
     /// Marks the batch as compressed with `codec` (1 gzip, 2 snappy, 3 lz4, 4 zstd) without
     /// compressing anything: the engine stores compressed batches as they come, so tests
     /// only need the flag.

@@ -29,6 +29,19 @@ pub enum Error {
         log_start_offset: u64,
         log_end_offset: u64,
     },
+    /// An idempotent producer's batch does not follow its previous one (Kafka's
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER).
+    OutOfOrderSequence {
+        producer_id: i64,
+        expected: i32,
+        got: i32,
+    },
+    /// A batch from an older epoch of its producer id (Kafka's INVALID_PRODUCER_EPOCH).
+    InvalidProducerEpoch {
+        producer_id: i64,
+        epoch: i16,
+        current: i16,
+    },
     /// An earlier write failed; the log refuses further appends until it is reopened.
     LogFailed(String),
     /// The log was closed.
@@ -110,6 +123,22 @@ impl std::fmt::Display for Error {
             Error::BatchTooLarge { size, max } => {
                 write!(f, "record batch of {size} bytes exceeds the limit of {max}")
             }
+            Error::OutOfOrderSequence {
+                producer_id,
+                expected,
+                got,
+            } => write!(
+                f,
+                "producer {producer_id}: sequence {got} out of order (expected {expected})"
+            ),
+            Error::InvalidProducerEpoch {
+                producer_id,
+                epoch,
+                current,
+            } => write!(
+                f,
+                "producer {producer_id}: epoch {epoch} is older than its current epoch {current}"
+            ),
             Error::OffsetOutOfRange {
                 offset,
                 log_start_offset,

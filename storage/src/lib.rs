@@ -36,6 +36,7 @@ pub mod time_index;
 pub mod watermark;
 
 mod appender;
+mod producer_state;
 mod reader;
 mod recovery;
 mod segment;

@@ -21,6 +21,7 @@ use crate::config::{LogConfig, MAX_SEGMENT_BYTES};
 use crate::error::{Error, Result};
 use crate::io::{align_down, align_up, Vfs};
 use crate::offset_index::{OffsetIndex, TimeIndex};
+use crate::producer_state::{Check, ProducerBatch, ProducerState, SNAPSHOT_FILE};
 use crate::reader::ReadCache;
 use crate::segment::{parse_log_name, segment_path, Segment};
 use crate::watermark::{FifoLock, Watch, Watermarks};
@@ -41,6 +42,9 @@ pub struct AppendInfo {
     pub last_offset: u64,
     /// Log start offset at the time of the append (Kafka returns it in produce responses).
     pub log_start_offset: u64,
+    /// The batch was a retry of an idempotent producer's batch already in the log: nothing
+    /// was written, the offsets are the original ones.
+    pub duplicate: bool,
 }
 
 /// Whole batches returned by [`Log::read`], as one or more zero-copy chunks.
@@ -126,6 +130,8 @@ struct Inner {
     closed: Cell<bool>,
     /// The log end offset at the previous retention check: unchanged means idle since then.
     idle_mark: Cell<u64>,
+    /// Idempotent producers' last batches (`producer_state.rs`).
+    producers: RefCell<ProducerState>,
 }
 
 /// One partition's log. Lives on one glommio executor (it is `!Send`).
@@ -212,6 +218,8 @@ impl Log {
         // Set when recovery deletes segment files: the directory is fsync'ed once at the end,
         // so a power loss cannot bring a removed segment back behind a cut.
         let mut removed_any = false;
+        // Idempotent producers' batches in the segments recovery scans, in offset order.
+        let mut scanned: Vec<(ProducerBatch, u64, u64)> = Vec::new();
         for (i, &base) in bases.iter().enumerate() {
             let path = segment_path(dir, base);
             if cut {
@@ -240,8 +248,12 @@ impl Log {
                 }
                 _ => {
                     let seg = Segment::new(base, file, path, interval);
-                    let stop =
-                        crate::recovery::scan_segment(&seg, u64::from(interval.max(1))).await?;
+                    let stop = crate::recovery::scan_segment(
+                        &seg,
+                        u64::from(interval.max(1)),
+                        &mut scanned,
+                    )
+                    .await?;
                     let valid = seg.state.borrow().size;
                     if stop.reason.is_some() && !is_zeros_or_end(&seg, valid, file_size).await {
                         tracing::warn!(
@@ -294,6 +306,43 @@ impl Log {
             let st = active.state.borrow();
             (st.size, st.next_offset)
         };
+        // Producer state: the snapshot is complete up to the offset it records (`covers`,
+        // the log end when it was written: at a roll or a clean close). It is used when that
+        // offset is the log end, or — after a crash — lies in the active segment, which
+        // recovery scanned: the scan's batches from there on are replayed over it. Anything
+        // else (recovery cut the log below it; a crash during a roll) is stale: then only the
+        // scanned batches are known, and other producers start over unknown (accepted at any
+        // sequence, as Kafka does). A snapshot that is not exactly the log end is rewritten
+        // now, so it never describes batches a later recovery could replace.
+        let snapshot_path = dir.join(SNAPSHOT_FILE);
+        let snapshot = vfs
+            .read_small(&snapshot_path)
+            .await?
+            .and_then(|b| ProducerState::decode(&b));
+        let mut producers = ProducerState::default();
+        let mut replay_from = 0;
+        let mut rewrite = vfs.exists(&snapshot_path);
+        match snapshot {
+            Some((state, covers)) if covers == next_offset => {
+                producers = state;
+                replay_from = covers;
+                rewrite = false;
+            }
+            Some((state, covers))
+                if !clean && active.base_offset <= covers && covers < next_offset =>
+            {
+                producers = state;
+                replay_from = covers;
+            }
+            _ => {}
+        }
+        for (b, base, last) in scanned.iter().filter(|s| s.1 >= replay_from) {
+            producers.update(b, *base, *last);
+        }
+        if rewrite {
+            vfs.write_small(&snapshot_path, &producers.encode(next_offset))
+                .await?;
+        }
         let tail_pos = align_down(size);
         let tail = if size > tail_pos {
             active
@@ -369,6 +418,7 @@ impl Log {
             cache: cache.register(),
             reader,
             closed: Cell::new(false),
+            producers: RefCell::new(producers),
             idle_mark: Cell::new(next_offset),
         });
         Ok(Log { inner })
@@ -406,6 +456,30 @@ impl Log {
         };
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         inner.check_usable()?;
+        // Idempotent producers: sequence checks and retries, under the append lock.
+        let mut from_producers: Vec<(usize, ProducerBatch)> = Vec::new();
+        {
+            let mut pos = 0usize;
+            for (i, info) in infos.iter().enumerate() {
+                if let Some(b) = BatchHeader::parse(&records[pos..]).and_then(ProducerBatch::of) {
+                    from_producers.push((i, b));
+                }
+                pos += info.total_bytes;
+            }
+        }
+        if let Some((base_offset, last_offset)) = inner.check_producers(&infos, &from_producers)? {
+            drop(permit);
+            // The original may still be on its way to the disk.
+            if !inner.hw.wait_for(last_offset + 1).await {
+                return Err(inner.failure());
+            }
+            return Ok(AppendInfo {
+                base_offset,
+                last_offset,
+                log_start_offset: inner.log_start.get(),
+                duplicate: true,
+            });
+        }
         let offsets: u64 = infos.iter().map(|i| i.last_offset_delta as u64 + 1).sum();
         inner.maybe_roll(records.len() as u64, offsets).await?;
         inner.ensure_preallocated(records.len() as u64).await?;
@@ -416,9 +490,13 @@ impl Log {
         let mut offset = base_offset;
         let mut pos = 0usize;
         let start_file_pos = segment.state.borrow().size;
-        for info in &infos {
+        let mut producer_batches = from_producers.iter().peekable();
+        for (i, info) in infos.iter().enumerate() {
             batch::assign_offset(&mut records[pos..], offset as i64, 0);
             let last = offset + info.last_offset_delta as u64;
+            if let Some((_, b)) = producer_batches.next_if(|(j, _)| *j == i) {
+                inner.producers.borrow_mut().update(b, offset, last);
+            }
             segment.record_batch(
                 start_file_pos + pos as u64,
                 info.total_bytes as u64,
@@ -459,6 +537,7 @@ impl Log {
             base_offset,
             last_offset: end_offset - 1,
             log_start_offset: inner.log_start.get(),
+            duplicate: false,
         })
     }
 
@@ -829,6 +908,7 @@ impl Log {
         inner.drain_writes().await?;
         inner.flush_to(inner.hw.get()).await?;
         inner.active().seal(&inner.vfs).await?;
+        inner.save_producer_state().await?;
         let marker = encode_marker(inner.log_end.get());
         inner
             .vfs
@@ -1131,8 +1211,65 @@ impl Inner {
         self.segments.borrow_mut().insert(base, seg);
         *self.appender.borrow_mut() =
             Appender::new(file, base, config.write_chunk_bytes, 0, &[], base, prealloc);
+        // Recovery after a crash scans only the active segment: the producers' state up to
+        // its base comes from this snapshot.
+        self.save_producer_state().await?;
         tracing::debug!(dir = %self.dir.display(), base, "rolled to a new segment");
         Ok(())
+    }
+
+    /// Checks the idempotent producers' batches of a record set (`batches`: index into
+    /// `infos` and the batch's producer fields) against the state. `Some(offsets)`: the set
+    /// is a retry of a batch already in the log at those offsets.
+    fn check_producers(
+        &self,
+        infos: &[batch::BatchInfo],
+        batches: &[(usize, ProducerBatch)],
+    ) -> Result<Option<(u64, u64)>> {
+        if batches.is_empty() {
+            return Ok(None);
+        }
+        let state = self.producers.borrow();
+        // The offsets each batch would get.
+        let mut starts = Vec::with_capacity(infos.len());
+        let mut next = self.log_end.get();
+        for info in infos {
+            starts.push(next);
+            next += info.last_offset_delta as u64 + 1;
+        }
+        // A record set with several batches of one producer: each is checked against the
+        // state as the earlier ones would leave it.
+        let mut scratch = (batches.len() > 1).then(|| state.clone());
+        for (i, b) in batches {
+            let check = scratch.as_ref().unwrap_or(&state).check(b)?;
+            if let Check::Duplicate {
+                base_offset,
+                last_offset,
+            } = check
+            {
+                return Ok(Some((base_offset, last_offset)));
+            }
+            if let Some(sc) = scratch.as_mut() {
+                sc.update(
+                    b,
+                    starts[*i],
+                    starts[*i] + infos[*i].last_offset_delta as u64,
+                );
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes the producer-state snapshot covering everything up to the log end (called
+    /// under the append lock, at a roll and at close). Nothing to write when no idempotent
+    /// producer ever wrote here and no snapshot exists.
+    async fn save_producer_state(&self) -> Result<()> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        if self.producers.borrow().len() == 0 && !self.vfs.exists(&path) {
+            return Ok(());
+        }
+        let bytes = self.producers.borrow().encode(self.log_end.get());
+        self.vfs.write_small(&path, &bytes).await
     }
 
     async fn flush_to(&self, target: u64) -> Result<u64> {

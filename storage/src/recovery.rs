@@ -8,6 +8,7 @@ use bytes::Bytes;
 use crate::batch::{self, HEADER_BYTES};
 use crate::error::BatchError;
 use crate::io::{align_down, IoFile};
+use crate::producer_state::ProducerBatch;
 use crate::segment::{Segment, SegmentState};
 use crate::Result;
 
@@ -22,7 +23,14 @@ pub(crate) struct ScanStop {
 
 /// Scans `segment`'s file from the start, refilling its state with every valid batch.
 /// Returns where the valid data ends and why.
-pub(crate) async fn scan_segment(segment: &Segment, interval: u64) -> Result<ScanStop> {
+///
+/// The batches of idempotent producers are reported to `producers` (in offset order), so that
+/// the log can rebuild their state.
+pub(crate) async fn scan_segment(
+    segment: &Segment,
+    interval: u64,
+    producers: &mut Vec<(ProducerBatch, u64, u64)>,
+) -> Result<ScanStop> {
     let file_size = segment.file.file_size().await?;
     let mut window = Vec::<u8>::new();
     let mut window_pos = 0u64; // file position of window[0]
@@ -108,6 +116,7 @@ pub(crate) async fn scan_segment(segment: &Segment, interval: u64) -> Result<Sca
         }
         let base = info.base_offset as u64;
         let last = base + info.last_offset_delta as u64;
+        let producer = batch::BatchHeader::parse(&window[at..]).and_then(ProducerBatch::of);
         if last - segment.base_offset > u64::from(u32::MAX) {
             // A segment never spans more offsets than its 32-bit relative offsets hold.
             break ScanStop {
@@ -128,6 +137,9 @@ pub(crate) async fn scan_segment(segment: &Segment, interval: u64) -> Result<Sca
             last,
             info.max_timestamp,
         );
+        if let Some(b) = producer {
+            producers.push((b, base, last));
+        }
         pos += total;
         glommio::yield_if_needed().await;
     };
