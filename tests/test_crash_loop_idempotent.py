@@ -8,7 +8,7 @@ At the end every record must have been delivered, and each partition must hold i
 exactly once, in order: no duplicate, no gap, no reorder.
 
 Before weir checked producer sequences, each resent batch was appended again (duplicates).
-CI runs WEIR_IDEMPOTENT_CYCLES (default 12) kills; long mode e.g. WEIR_IDEMPOTENT_CYCLES=200.
+CI runs WEIR_IDEMPOTENT_CYCLES (default 30) kills; long mode e.g. WEIR_IDEMPOTENT_CYCLES=200.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from confluent_kafka import TopicPartition
 from clients import rd_consumer, rd_create_topic, rd_producer
 
 PARTITIONS = 4
-CYCLES = int(os.environ.get("WEIR_IDEMPOTENT_CYCLES", "12"))
+CYCLES = int(os.environ.get("WEIR_IDEMPOTENT_CYCLES", "30"))
 
 
 def test_idempotent_producer_is_exactly_once_across_kills(broker_factory, topic_name):
