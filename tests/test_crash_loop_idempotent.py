@@ -18,6 +18,7 @@ import random
 import threading
 import time
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from clients import rd_consumer, rd_create_topic, rd_producer
@@ -26,6 +27,7 @@ PARTITIONS = 4
 CYCLES = int(os.environ.get("WEIR_IDEMPOTENT_CYCLES", "30"))
 
 
+@pytest.mark.timeout(120 + CYCLES * 6)
 def test_idempotent_producer_is_exactly_once_across_kills(broker_factory, topic_name):
     seed = int(os.environ.get("WEIR_CRASH_SEED", random.randrange(1 << 32)))
     rng = random.Random(seed)
