@@ -206,6 +206,8 @@ pub enum Req {
     Group(GroupReq),
     /// This core's figures for the metrics endpoint.
     Metrics,
+    /// This core's partitions and their sizes (DescribeLogDirs).
+    PartitionSizes,
 }
 
 #[derive(Debug)]
@@ -220,6 +222,7 @@ pub enum Resp {
     /// Reply to `Req::Apply`: the partitions this core could not open.
     Applied(Vec<OpenFailure>),
     Metrics(Box<crate::metrics::CoreSnapshot>),
+    PartitionSizes(Vec<(String, i32, u64)>),
     Done,
 }
 
@@ -563,6 +566,7 @@ impl Shard {
                 Resp::LowWatermarks(self.delete_records_local(parts).await)
             }
             Req::Metrics => Resp::Metrics(Box::new(self.metrics_snapshot())),
+            Req::PartitionSizes => Resp::PartitionSizes(self.partition_sizes()),
             Req::Apply(meta) => Resp::Applied(self.apply_metadata(meta).await),
             Req::CreateTopics {
                 topics,
@@ -835,6 +839,15 @@ impl Shard {
     }
 
     /// This core's figures (`Req::Metrics`).
+    /// (topic, partition, bytes on disk) of this core's partitions (DescribeLogDirs).
+    pub fn partition_sizes(&self) -> Vec<(String, i32, u64)> {
+        self.partitions
+            .borrow()
+            .iter()
+            .map(|((t, p), part)| (t.clone(), *p, part.log.size().1))
+            .collect()
+    }
+
     fn metrics_snapshot(&self) -> crate::metrics::CoreSnapshot {
         let mut snap = crate::metrics::CoreSnapshot {
             core: self.id,

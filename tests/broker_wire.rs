@@ -652,6 +652,18 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
             r.timeout_ms = 1000;
             r
         }),
+        ApiKey::DescribeLogDirs => {
+            go::<_, DescribeLogDirsResponse>(s, key, version, DescribeLogDirsRequest::default())
+        }
+        ApiKey::ElectLeaders => go::<_, ElectLeadersResponse>(s, key, version, {
+            let mut t = elect_leaders_request::TopicPartitions::default();
+            t.topic = TopicName(StrBytes::from_static_str("no-such-topic"));
+            t.partitions = vec![0];
+            let mut r = ElectLeadersRequest::default();
+            r.topic_partitions = Some(vec![t]);
+            r.timeout_ms = 1000;
+            r
+        }),
         ApiKey::DescribeCluster => {
             go::<_, DescribeClusterResponse>(s, key, version, DescribeClusterRequest::default())
         }

@@ -1,4 +1,4 @@
-"""DeleteRecords and DescribeCluster through Kafka's admin clients (confluent-kafka and
+"""DeleteRecords, DescribeCluster, DescribeLogDirs and ElectLeaders through Kafka's admin clients (confluent-kafka and
 kafka-python): records below the new low watermark are gone for every consumer, the move is
 durable (it survives a kill -9), -1 means the high watermark, and an offset past it gets
 OFFSET_OUT_OF_RANGE. Before, weir did not offer either API ("not supported by broker")."""
@@ -77,3 +77,42 @@ def test_confluent_describe_cluster_lists_the_metadata_brokers(broker):
     assert d.cluster_id == "weir"
     assert {n.id for n in d.nodes} == set(md.brokers)
     assert {(n.host, n.port) for n in d.nodes} == {(m.host, m.port) for m in md.brokers.values()}
+
+
+def test_describe_log_dirs_reports_each_partition_once_with_its_size(broker, topic_name):
+    """kafka-python asks every broker of the Metadata (one per core): each partition is
+    reported by exactly one of them, with the bytes it holds."""
+    b = broker.bootstrap
+    rd_create_topic(b, topic_name, 4)
+    rd_produce(rd_producer(b, acks="all"), topic_name,
+               [Msg(None, b"x" * 1000, partition=p) for p in range(4) for _ in range(p + 1)])
+    admin = kafka.KafkaAdminClient(bootstrap_servers=b, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        dirs = admin.describe_log_dirs(topic_partitions=[topic_name])
+    finally:
+        admin.close()
+    sizes: dict[int, int] = {}
+    brokers = set()
+    for broker_result in dirs:
+        brokers.add(broker_result["broker"])
+        for log_dir in broker_result["log_dirs"]:
+            assert log_dir["error_code"] == 0, broker_result
+            for t in log_dir["topics"]:
+                assert t["name"] == topic_name, t
+                for p in t["partitions"]:
+                    assert p["partition_index"] not in sizes, f"partition {p['partition_index']} reported twice"
+                    sizes[p["partition_index"]] = p["partition_size"]
+    assert brokers == set(rd_admin(b).list_topics(timeout=5).brokers), brokers
+    assert sorted(sizes) == [0, 1, 2, 3], (sizes, dirs)
+    assert sizes[3] > sizes[0] > 0, sizes
+
+
+def test_elect_leaders_is_not_needed_on_a_single_node(broker, topic_name):
+    from confluent_kafka import ElectionType
+    b = broker.bootstrap
+    rd_create_topic(b, topic_name, 2)
+    admin = rd_admin(b)
+    f = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)])
+    result = f.result(CLIENT_TIMEOUT_S)
+    for tp, err in result.items():
+        assert err is not None and err.name() == "ELECTION_NOT_NEEDED", (tp, err)
