@@ -112,14 +112,20 @@ def low_watermark(bootstrap, topic, partition=0):
         c.close()
 
 
-def wait_for_low_watermark_above(bootstrap, topic, minimum, timeout=30.0):
+def wait_for_low_watermark_above(bootstrap, topic, minimum, timeout=30.0, settle=1.0):
+    """Waits until retention moved the log start past `minimum` and then stopped moving it
+    for `settle` seconds (several retention passes: one pass may run while the last
+    records are still arriving, and the next one deletes more)."""
     deadline = time.monotonic() + timeout
+    last, since = None, time.monotonic()
     while True:
         low, high = low_watermark(bootstrap, topic)
-        if low > minimum:
+        if (low, high) != last:
+            last, since = (low, high), time.monotonic()
+        elif low > minimum and time.monotonic() - since >= settle:
             return low, high
-        assert time.monotonic() < deadline, f"log start offset still {low} after {timeout}s (log end {high})"
-        time.sleep(0.25)
+        assert time.monotonic() < deadline, f"log start offset {low} not settled above {minimum} after {timeout}s (log end {high})"
+        time.sleep(0.1)
 
 
 def fill(bootstrap, topic, n, ts=None):
