@@ -9,6 +9,11 @@
 mod broker;
 mod idle;
 mod raw;
+#[cfg(feature = "rdkafka")]
+mod rdclient;
+/// Built without the `rdkafka` feature: `--client rdkafka` says so.
+#[cfg(not(feature = "rdkafka"))]
+#[path = "rdclient_off.rs"]
 mod rdclient;
 mod report;
 mod workload;
