@@ -1,10 +1,10 @@
-//! weir as a library: the native Kafka-protocol client, the `weir bench` harness, and the
-//! broker's pure decoders (requests, the metadata file), which the fuzz targets drive.
+//! weir as a library: the native Kafka-protocol client (`client`), the command-line tools
+//! that use it (`cli`: `weir topic`, `weir group`, `weir bench`), the wire formats
+//! (`protocol`), and the broker's settings and metadata file (`config`, `metadata`), which
+//! the fuzz targets drive. The broker itself (`weir serve`) is the binary's `broker` module.
 
-pub mod admin;
-pub mod bench;
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod metadata;
-pub mod stream_fetch;
-pub mod wire;
+pub mod protocol;

@@ -18,7 +18,7 @@ use weir::client::{
     Cluster, ClusterConfig, Connection, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord, TopicPartition,
 };
-use weir::stream_fetch::{EndReason, StreamMsg, StreamOp, StreamPartition, API_KEY};
+use weir::protocol::stream_fetch::{EndReason, StreamMsg, StreamOp, StreamPartition, API_KEY};
 use weir_storage::batch::Batches;
 
 async fn produce(cluster: &std::rc::Rc<Cluster>, topic: &str, partition: i32, n: i64, size: usize) {

@@ -1,5 +1,5 @@
 //! Whole request frames, as the broker's connection loop hands them to the decoder
-//! (`weir::wire::decode_request`, the frame without its 4-byte size prefix): arbitrary bytes
+//! (`weir::protocol::wire::decode_request`, the frame without its 4-byte size prefix): arbitrary bytes
 //! must come back as a request or a `ProtocolError` — never a panic, an abort on a huge
 //! allocation, or a hang — for every API key and version the broker accepts.
 //!
@@ -13,7 +13,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let frame = Bytes::copy_from_slice(data);
-    match weir::wire::decode_request(frame) {
+    match weir::protocol::wire::decode_request(frame) {
         Ok(req) => {
             // What was accepted is what the header said, within the versions we speak
             // (except an unsupported ApiVersions, which is answered, KIP-511).
@@ -23,14 +23,14 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(req.raw_key(), key);
             assert_eq!(req.version, version);
             assert_eq!(req.correlation_id, correlation);
-            if let weir::wire::Body::StreamFetch(op) = &req.body {
+            if let weir::protocol::wire::Body::StreamFetch(op) = &req.body {
                 // The extension re-encodes to what was read.
-                assert_eq!(version, weir::stream_fetch::VERSION);
+                assert_eq!(version, weir::protocol::stream_fetch::VERSION);
                 let mut b = bytes::BytesMut::new();
                 op.encode(&mut b);
-                assert_eq!(weir::stream_fetch::StreamOp::decode(b.freeze()).as_ref(), Ok(op));
-            } else if !matches!(req.body, weir::wire::Body::ApiVersionsUnsupported) {
-                let (lo, hi) = weir::wire::supported(req.key).expect("a supported api");
+                assert_eq!(weir::protocol::stream_fetch::StreamOp::decode(b.freeze()).as_ref(), Ok(op));
+            } else if !matches!(req.body, weir::protocol::wire::Body::ApiVersionsUnsupported) {
+                let (lo, hi) = weir::protocol::wire::supported(req.key).expect("a supported api");
                 assert!(lo <= version && version <= hi);
             }
         }

@@ -218,7 +218,7 @@ impl Connection {
     async fn negotiate_versions(&self) -> Result<()> {
         let req = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str(
-                crate::stream_fetch::CLIENT_SOFTWARE_NAME,
+                crate::protocol::stream_fetch::CLIENT_SOFTWARE_NAME,
             ))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
         let mut resp: ApiVersionsResponse = self.send(&req, 3).await?.await?;
@@ -239,9 +239,10 @@ impl Connection {
         self.inner
             .versions
             .borrow()
-            .get(&crate::stream_fetch::API_KEY)
+            .get(&crate::protocol::stream_fetch::API_KEY)
             .is_some_and(|&(lo, hi)| {
-                lo <= crate::stream_fetch::VERSION && crate::stream_fetch::VERSION <= hi
+                lo <= crate::protocol::stream_fetch::VERSION
+                    && crate::protocol::stream_fetch::VERSION <= hi
             })
     }
 
@@ -249,7 +250,7 @@ impl Connection {
     /// arrive on the returned receiver, as raw frame bodies (`StreamMsg::decode`).
     pub async fn open_stream(
         &self,
-        op: &crate::stream_fetch::StreamOp,
+        op: &crate::protocol::stream_fetch::StreamOp,
     ) -> Result<glommio::channels::local_channel::LocalReceiver<Bytes>> {
         let (tx, rx) = glommio::channels::local_channel::new_unbounded();
         self.write_stream_op(op, Some(tx)).await?;
@@ -257,13 +258,13 @@ impl Connection {
     }
 
     /// Sends a Credit or Cancel for a stream (no response: the pushes tell).
-    pub async fn stream_op(&self, op: &crate::stream_fetch::StreamOp) -> Result<()> {
+    pub async fn stream_op(&self, op: &crate::protocol::stream_fetch::StreamOp) -> Result<()> {
         self.write_stream_op(op, None).await
     }
 
     async fn write_stream_op(
         &self,
-        op: &crate::stream_fetch::StreamOp,
+        op: &crate::protocol::stream_fetch::StreamOp,
         route: Option<glommio::channels::local_channel::LocalSender<Bytes>>,
     ) -> Result<()> {
         let inner = &self.inner;
@@ -448,7 +449,7 @@ impl SocketReader {
 /// Hands a streaming-fetch frame to its stream; false if `id` is not a stream's. The route
 /// goes when the stream ends (an End, or an Ack refusing it).
 fn route_stream(shared: &Shared, id: i32, body: &Bytes) -> bool {
-    use crate::stream_fetch::{MSG_ACK, MSG_END};
+    use crate::protocol::stream_fetch::{MSG_ACK, MSG_END};
     let mut streams = shared.streams.borrow_mut();
     let Some(tx) = streams.get(&id) else {
         return false;

@@ -297,7 +297,7 @@ impl Consumer {
     /// Streaming fetch: `None` when it cannot be used (then `config.streaming` is turned off
     /// if the broker does not offer it, and the caller falls back to long polls).
     async fn poll_stream(&mut self) -> Option<Result<Vec<FetchedBatch>>> {
-        use crate::stream_fetch::{EndReason, StreamMsg, StreamOp, StreamPartition};
+        use crate::protocol::stream_fetch::{EndReason, StreamMsg, StreamOp, StreamPartition};
         if self.positions.is_empty() {
             return Some(Err(Error::Invalid("no partitions assigned".to_string())));
         }
@@ -507,7 +507,7 @@ impl Consumer {
         let add = st.drained.min(i64::from(i32::MAX)) as i32;
         st.drained -= i64::from(add);
         self.fetches_sent += 1;
-        let op = crate::stream_fetch::StreamOp::Credit {
+        let op = crate::protocol::stream_fetch::StreamOp::Credit {
             stream_id: st.stream_id,
             add,
         };

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 
-use crate::fetch_response::FetchReply;
+use crate::broker::kafka::fetch_response::FetchReply;
 
 /// Bytes before the batch length field ends: base offset (8) + batch length (4).
 const LOG_OVERHEAD: usize = 12;
@@ -103,7 +103,7 @@ fn truncate(chunks: &mut Vec<Bytes>, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::FetchResult;
+    use crate::broker::shard::FetchResult;
     use weir_storage::batch::RecordBatchBuilder;
 
     fn batch(bytes: usize) -> Bytes {

@@ -17,7 +17,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::shard::FetchResult;
+use crate::broker::shard::FetchResult;
 
 /// One topic of a fetch response, partitions in request order.
 pub struct FetchReply {

@@ -15,8 +15,8 @@ use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::kafka::{self, ProtocolError, Response};
-use crate::shard::Shard;
+use crate::broker::kafka::{self, ProtocolError, Response};
+use crate::broker::shard::Shard;
 
 /// Accepts connections until shutdown.
 pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
@@ -32,7 +32,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
             None => break,
             Some(Ok(stream)) => {
                 if shard.connections.get() >= per_core_limit {
-                    crate::metrics::CoreMetrics::bump(&shard.metrics.connections_refused);
+                    crate::broker::metrics::CoreMetrics::bump(&shard.metrics.connections_refused);
                     refused += 1;
                     if refused.is_power_of_two() {
                         warn!(
@@ -45,7 +45,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
                     drop(stream);
                     continue;
                 }
-                crate::metrics::CoreMetrics::bump(&shard.metrics.connections_accepted);
+                crate::broker::metrics::CoreMetrics::bump(&shard.metrics.connections_accepted);
                 let sh = shard.clone();
                 glommio::spawn_local(async move { serve_connection(sh, stream).await }).detach();
             }
@@ -191,8 +191,8 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     let writer_activity = activity.clone();
     // Streaming fetch pushes reach the writer on a side channel, so that a stream never
     // holds up the ordered responses (and is bounded: a full channel stalls the stream).
-    let (push_tx, push_rx) = local_channel::new_bounded::<crate::streaming::Push>(16);
-    let streams = crate::streaming::ConnStreams::new(push_tx);
+    let (push_tx, push_rx) = local_channel::new_bounded::<crate::broker::streaming::Push>(16);
+    let streams = crate::broker::streaming::ConnStreams::new(push_tx);
     let writer = glommio::spawn_local(async move {
         let mut staged = BytesMut::new();
         let mut current: Option<JoinHandle<Result<Response, ProtocolError>>> = None;
@@ -202,7 +202,7 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
             enum Ev {
                 Task(Option<JoinHandle<Result<Response, ProtocolError>>>),
                 Done(Option<Result<Response, ProtocolError>>),
-                Push(Option<crate::streaming::Push>),
+                Push(Option<crate::broker::streaming::Push>),
             }
             let push_next = async {
                 if pushes_open {
@@ -292,7 +292,9 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
             Some(Ok(Frame::Request(f))) => f,
             Some(Ok(Frame::Eof)) => break,
             Some(Ok(Frame::Bad(e))) => {
-                crate::metrics::CoreMetrics::bump(&shard.metrics.connections_closed_bad_input);
+                crate::broker::metrics::CoreMetrics::bump(
+                    &shard.metrics.connections_closed_bad_input,
+                );
                 warn!(core = shard.id, %peer, error = %e, "bad input; closing connection");
                 break;
             }
@@ -304,7 +306,9 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         let req = match kafka::decode_request(frame) {
             Ok(r) => r,
             Err(e) => {
-                crate::metrics::CoreMetrics::bump(&shard.metrics.connections_closed_bad_input);
+                crate::broker::metrics::CoreMetrics::bump(
+                    &shard.metrics.connections_closed_bad_input,
+                );
                 warn!(core = shard.id, %peer, error = %e, "bad request; closing connection");
                 break;
             }

@@ -1,6 +1,7 @@
-//! The group APIs on the wire: decoded Kafka requests become [`GroupReq`]s, which travel to
+//! The group APIs on the wire: decoded Kafka requests become `GroupReq`s, which travel to
 //! the group's core (the core owning its offsets bucket) and are served there by its
-//! [`Coordinator`]; the [`GroupResp`] comes back and is encoded for the client's version.
+//! `Coordinator` (`group::service`); the `GroupResp` comes back and is encoded here for the
+//! client's version.
 //!
 //! FindCoordinator always names this broker: which core holds a group is internal.
 
@@ -22,97 +23,13 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::coordinator::{
+use crate::broker::group::coordinator::{
     codes, CommitPart, Coordinator, GroupDescription, JoinRequest, JoinResponse, SyncRequest,
     SyncResponse,
 };
-use super::offsets::Committed;
-use crate::shard::{Req, Resp, Shard};
-
-/// A group operation, sent to the group's core.
-#[derive(Debug)]
-pub enum GroupReq {
-    Join(JoinRequest),
-    Sync(SyncRequest),
-    Heartbeat {
-        group: String,
-        member: String,
-        instance: Option<String>,
-        generation: i32,
-    },
-    Leave {
-        group: String,
-        /// (member id, group instance id).
-        members: Vec<(String, Option<String>)>,
-    },
-    Commit {
-        group: String,
-        generation: i32,
-        member: String,
-        instance: Option<String>,
-        parts: Vec<CommitPart>,
-    },
-    Fetch {
-        group: String,
-        topics: Option<Vec<(String, Vec<i32>)>>,
-    },
-    Describe(String),
-    List,
-    Delete(String),
-    /// A topic was deleted: forget its committed offsets (sent to every core).
-    TopicDeleted(String),
-}
-
-/// The answer to a [`GroupReq`].
-#[derive(Debug)]
-pub enum GroupResp {
-    Join(JoinResponse),
-    Sync(SyncResponse),
-    Code(i16),
-    Leave(i16, Vec<i16>),
-    Commit(Vec<i16>),
-    Fetch(Result<Vec<(String, i32, Committed)>, i16>),
-    Describe(GroupDescription),
-    List(Vec<(String, String, String)>),
-    Done,
-}
-
-/// Serves a group operation on the core that owns the group.
-pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
-    match req {
-        GroupReq::Join(j) => GroupResp::Join(coord.join(j).await),
-        GroupReq::Sync(s) => GroupResp::Sync(coord.sync(s).await),
-        GroupReq::Heartbeat {
-            group,
-            member,
-            instance,
-            generation,
-        } => GroupResp::Code(coord.heartbeat(&group, &member, instance.as_deref(), generation)),
-        GroupReq::Leave { group, members } => {
-            let (top, each) = coord.leave(&group, &members);
-            GroupResp::Leave(top, each)
-        }
-        GroupReq::Commit {
-            group,
-            generation,
-            member,
-            instance,
-            parts,
-        } => GroupResp::Commit(
-            coord
-                .commit_offsets(&group, generation, &member, instance.as_deref(), parts)
-                .await,
-        ),
-        GroupReq::Fetch { group, topics } => GroupResp::Fetch(coord.fetch_offsets(&group, topics)),
-        GroupReq::Describe(g) => GroupResp::Describe(coord.describe(&g)),
-        GroupReq::List => GroupResp::List(coord.list()),
-        GroupReq::Delete(g) => GroupResp::Code(coord.delete_group(&g).await),
-        GroupReq::TopicDeleted(t) => {
-            coord.topic_deleted(&t).await;
-            GroupResp::Done
-        }
-    }
-}
+use crate::broker::group::offsets::Committed;
+use crate::broker::group::service::{GroupReq, GroupResp};
+use crate::broker::shard::{Req, Resp, Shard};
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -156,7 +73,7 @@ pub fn find_coordinator(
         // Not COORDINATOR_NOT_AVAILABLE: clients retry that until their timeout and then
         // report only the timeout. UNSUPPORTED_VERSION is fatal for them at once.
         (
-            crate::errors::UNSUPPORTED_VERSION,
+            crate::broker::errors::UNSUPPORTED_VERSION,
             Some(s("weir does not support transactions yet")),
         )
     };
@@ -388,7 +305,7 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
         .zip(&known)
         .map(|(p, &k)| {
             if !k {
-                Some(crate::errors::UNKNOWN_TOPIC_OR_PARTITION)
+                Some(crate::broker::errors::UNKNOWN_TOPIC_OR_PARTITION)
             } else if p
                 .committed_metadata
                 .as_ref()

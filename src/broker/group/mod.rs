@@ -5,8 +5,13 @@
 //! buckets (Kafka's `__consumer_offsets` partitions); a bucket's groups and its offsets log
 //! live on the core that owns the bucket.
 
+mod commits;
 pub mod coordinator;
 pub mod offsets;
-pub mod wire;
+mod routing;
+pub mod service;
+mod state;
+#[cfg(test)]
+mod tests;
 
 pub use coordinator::{Coordinator, GroupConfig};

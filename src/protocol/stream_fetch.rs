@@ -5,7 +5,7 @@
 //! credit as it drains its buffer.
 //!
 //! This module is the wire format, shared by the broker and the native client (and fed to
-//! the `request_frames` fuzz target through `weir::wire`). All integers big-endian.
+//! the `request_frames` fuzz target through `weir::protocol::wire`). All integers big-endian.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 

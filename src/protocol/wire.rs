@@ -97,7 +97,7 @@ pub enum Body {
     ListGroups(ListGroupsRequest),
     DeleteGroups(DeleteGroupsRequest),
     /// weir's streaming fetch extension (API key `stream_fetch::API_KEY`).
-    StreamFetch(crate::stream_fetch::StreamOp),
+    StreamFetch(crate::protocol::stream_fetch::StreamOp),
     AlterConfigs(AlterConfigsRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
 }
@@ -107,7 +107,7 @@ impl Request {
     /// streaming fetch extension (whose `key` is `ApiKey::Fetch`, the API it extends).
     pub fn raw_key(&self) -> i16 {
         match self.body {
-            Body::StreamFetch(_) => crate::stream_fetch::API_KEY,
+            Body::StreamFetch(_) => crate::protocol::stream_fetch::API_KEY,
             _ => self.key as i16,
         }
     }
@@ -125,7 +125,7 @@ fn decode_stream_fetch(
     correlation_id: i32,
 ) -> Result<Request, ProtocolError> {
     use bytes::Buf;
-    if version != crate::stream_fetch::VERSION {
+    if version != crate::protocol::stream_fetch::VERSION {
         return Err(perr(format!(
             "unsupported version {version} of StreamFetch (weir speaks 0)"
         )));
@@ -143,7 +143,8 @@ fn decode_stream_fetch(
         }
         String::from_utf8_lossy(&frame.split_to(n as usize)).into_owned()
     };
-    let op = crate::stream_fetch::StreamOp::decode(frame).map_err(|e| perr(e.to_string()))?;
+    let op =
+        crate::protocol::stream_fetch::StreamOp::decode(frame).map_err(|e| perr(e.to_string()))?;
     Ok(Request {
         key: ApiKey::Fetch,
         version,
@@ -165,7 +166,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
     let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-    if raw_key == crate::stream_fetch::API_KEY {
+    if raw_key == crate::protocol::stream_fetch::API_KEY {
         return decode_stream_fetch(frame, version, correlation_id);
     }
     let key = ApiKey::try_from(raw_key).map_err(|_| perr(format!("unknown api key {raw_key}")))?;
@@ -290,7 +291,7 @@ mod tests {
     /// docs/protocol.md's table is the advertised one: same APIs, keys and version ranges.
     #[test]
     fn protocol_doc_matches_the_table() {
-        let doc = include_str!("../docs/protocol.md");
+        let doc = include_str!("../../docs/protocol.md");
         let rows: Vec<(String, i16, i16, i16)> = doc
             .lines()
             .filter_map(|l| {

@@ -6,7 +6,7 @@
 //! a slab, so insert, remove and expire are O(1) per entry; advancing the wheel costs one
 //! bucket per elapsed tick, whatever the number of parked entries.
 //!
-//! The wheel itself is plain data (no timers, no wakers): `crate::shard` drives it with one
+//! The wheel itself is plain data (no timers, no wakers): `crate::broker::shard` drives it with one
 //! glommio timer per core and fires the parked fetches it returns.
 
 use std::time::{Duration, Instant};

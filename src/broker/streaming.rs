@@ -1,4 +1,4 @@
-//! The broker side of streaming fetch (`weir::stream_fetch`, docs/streaming-fetch.md).
+//! The broker side of streaming fetch (`weir::protocol::stream_fetch`, docs/streaming-fetch.md).
 //!
 //! A connection's read loop hands StreamFetch requests to its `ConnStreams` instead of
 //! `kafka::process`. Open starts a task on the connection's core that, while the stream
@@ -20,11 +20,13 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tracing::debug;
-use weir::stream_fetch::{EndReason, PushPartition, StreamMsg, StreamOp, StreamPartition};
+use weir::protocol::stream_fetch::{
+    EndReason, PushPartition, StreamMsg, StreamOp, StreamPartition,
+};
 
-use crate::errors;
-use crate::kafka::gather_fetch;
-use crate::shard::Shard;
+use crate::broker::errors;
+use crate::broker::kafka::gather_fetch;
+use crate::broker::shard::Shard;
 
 /// Longest one park of a stream: how soon a cancel or a deadline is noticed while no data
 /// arrives.
@@ -39,7 +41,7 @@ struct Stream {
     credit: Cell<i64>,
     cancelled: Cell<bool>,
     /// Credit added or cancelled: wakes a stream waiting for room.
-    changed: crate::sync::Notify,
+    changed: crate::broker::sync::Notify,
 }
 
 /// The streams of one connection.

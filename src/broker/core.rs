@@ -1,0 +1,232 @@
+//! One core's life: its start-up order, its listeners, and its part of the shutdown.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use glommio::channels::channel_mesh::MeshBuilder;
+use tracing::info;
+use weir::config::BrokerConfig;
+use weir::metadata::Metadata;
+
+use super::shard::{Global, ReqMsg, RespMsg, Shard};
+use super::{metrics_endpoint, server};
+
+/// How often an idle core's reactor wakes up anyway (see `core_main`). Each trip costs the
+/// kernel a walk of io_uring's poll-cancel hash (`io_poll_find`), which holds one entry per
+/// socket waiting for data: with 10,000 parked fetches a 20 ms tick cost 3.3-3.7% of a core,
+/// 100 ms costs 0.9-1.1% (`weir bench idle-polls`, docs/bench.md). A lost wake-up is rare
+/// (glommio#261): 100 ms bounds it.
+const REACTOR_KEEPALIVE: Duration = Duration::from_millis(100);
+
+pub(super) async fn core_main(
+    cores: usize,
+    config: Arc<BrokerConfig>,
+    global: Arc<Global>,
+    meta: Arc<Metadata>,
+    (req_mesh, resp_mesh): (
+        MeshBuilder<ReqMsg, glommio::channels::channel_mesh::Full>,
+        MeshBuilder<RespMsg, glommio::channels::channel_mesh::Full>,
+    ),
+    listen: std::net::SocketAddr,
+    watch: std::os::unix::net::UnixStream,
+) -> Result<(), String> {
+    // glommio's shared channels (the meshes, and joining them) wake a sleeping executor
+    // through an eventfd and can lose that wake-up (glommio#261): both cores then sleep in
+    // io_uring_enter with nothing to time them out (seen as a start-up hang in ~1% of
+    // starts). A periodic timer bounds any lost wake-up to one tick: each reactor trip
+    // also polls the shared channels.
+    glommio::spawn_local(async {
+        loop {
+            glommio::timer::sleep(REACTOR_KEEPALIVE).await;
+        }
+    })
+    .detach();
+    // Must precede every other DMA open on this thread (glommio#605).
+    weir_storage::io::prime_dma_probe(&config.data_dir)
+        .await
+        .map_err(|e| format!("priming direct I/O in {}: {e}", config.data_dir.display()))?;
+    let (shard, receivers) = if cores > 1 {
+        let (req_tx, req_rx) = req_mesh
+            .join()
+            .await
+            .map_err(|_| "joining the request mesh")?;
+        let (resp_tx, resp_rx) = resp_mesh
+            .join()
+            .await
+            .map_err(|_| "joining the reply mesh")?;
+        let id = req_tx.peer_id();
+        assert_eq!(
+            id,
+            resp_tx.peer_id(),
+            "both meshes order peers by executor id"
+        );
+        let shard = Shard::new(id, cores, config.clone(), meta, Some(req_tx), Some(resp_tx));
+        (shard, Some((req_rx, resp_rx)))
+    } else {
+        (Shard::new(0, 1, config.clone(), meta, None, None), None)
+    };
+    if let Some((req_rx, resp_rx)) = receivers {
+        shard.start_mesh(req_rx, resp_rx);
+    }
+    let id = shard.id;
+    shard.open_owned().await;
+    shard.open_groups().await?;
+
+    let wheel_queue = glommio::executor().create_task_queue(
+        glommio::Shares::default(),
+        glommio::Latency::Matters(Duration::from_millis(2)),
+        "fetch-wheel",
+    );
+    glommio::spawn_local_into(shard.clone().run_wheel(), wheel_queue)
+        .map_err(|e| e.to_string())?
+        .detach();
+    glommio::spawn_local(shard.clone().run_retention()).detach();
+
+    // Core 0 binds first (port 0 → the kernel picks); the others bind the same port.
+    let listener = if id == 0 {
+        let l = glommio::net::TcpListener::bind(listen)
+            .map_err(|e| format!("binding {listen}: {e}"))?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        global.port.store(port, Ordering::SeqCst);
+        l
+    } else {
+        let started = Instant::now();
+        while global.port.load(Ordering::SeqCst) == 0 {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("core 0 never bound its listener".into());
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        let addr = std::net::SocketAddr::new(listen.ip(), global.port.load(Ordering::SeqCst));
+        glommio::net::TcpListener::bind(addr).map_err(|e| format!("binding {addr}: {e}"))?
+    };
+    // Core 0 serves the metrics endpoint (it asks every core over the mesh).
+    if id == 0 {
+        if let Some(m) = &config.metrics_listen {
+            let addr: std::net::SocketAddr =
+                m.parse().map_err(|e| format!("metrics.listen {m}: {e}"))?;
+            let l = glommio::net::TcpListener::bind(addr)
+                .map_err(|e| format!("binding metrics.listen {addr}: {e}"))?;
+            let bound = l.local_addr().map_err(|e| e.to_string())?;
+            info!(addr = %bound, "metrics endpoint");
+            println!("metrics on http://{bound}/metrics");
+            glommio::spawn_local(metrics_endpoint::serve(shard.clone(), l)).detach();
+        }
+    }
+    // listeners.per.core: this core's own port (listen port + 1 + core, or kernel-picked).
+    let core_listener = if config.listeners_per_core {
+        let port = match listen.port() {
+            0 => 0,
+            p => u16::try_from(usize::from(p) + 1 + id)
+                .map_err(|_| format!("listeners.per.core: port {p} + 1 + {id} is past 65535"))?,
+        };
+        let addr = std::net::SocketAddr::new(listen.ip(), port);
+        let l = glommio::net::TcpListener::bind(addr)
+            .map_err(|e| format!("binding core {id}'s listener {addr}: {e}"))?;
+        let port = l.local_addr().map_err(|e| e.to_string())?.port();
+        global.core_ports[id].store(port, Ordering::SeqCst);
+        Some(l)
+    } else {
+        None
+    };
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    *shard.advertised.borrow_mut() = advertised(&config, &bound);
+    if global.bound.fetch_add(1, Ordering::SeqCst) + 1 == cores {
+        server::log_listening(&bound);
+    }
+    if let Some(l) = core_listener {
+        // Every core's port is known once all have bound: then this core can advertise them.
+        let started = Instant::now();
+        while global.bound.load(Ordering::SeqCst) < cores {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("the other cores never bound their listeners".into());
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        *shard.core_endpoints.borrow_mut() = core_endpoints(&config, &bound, &global, cores);
+        glommio::spawn_local(server::accept_loop(shard.clone(), l)).detach();
+    }
+
+    // Shutdown watcher: woken by the byte the signal thread writes to this core's socket.
+    {
+        let shard = shard.clone();
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        // SAFETY: the fd comes from `into_raw_fd` of a socket we own; glommio takes it over.
+        let mut watch = unsafe { glommio::net::UnixStream::from_raw_fd(watch.into_raw_fd()) };
+        glommio::spawn_local(async move {
+            let mut byte = [0u8; 1];
+            let _ = futures_lite::AsyncReadExt::read(&mut watch, &mut byte).await;
+            shard.shutdown.fire();
+        })
+        .detach();
+    }
+
+    server::accept_loop(shard.clone(), listener).await;
+
+    // Answer in-flight requests (parked fetches were fired by the wheel driver).
+    let started = Instant::now();
+    while shard.connections.get() > 0 && started.elapsed() < Duration::from_secs(10) {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    // Keep serving other cores' requests until every core is done with its connections.
+    global.drained.fetch_add(1, Ordering::SeqCst);
+    while global.drained.load(Ordering::SeqCst) < cores
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    shard.close_all().await;
+    // Stay reachable until every core closed its logs (a late cross-core reply may be
+    // in flight).
+    global.exited.fetch_add(1, Ordering::SeqCst);
+    while global.exited.load(Ordering::SeqCst) < cores
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+/// `listeners.per.core`: the (host, port) advertised for each core. The host is the one
+/// advertised for the broker; the port is the core's own, or, when `advertised.listeners`
+/// names a port P (a proxy or NAT in front), P + 1 + core.
+fn core_endpoints(
+    config: &BrokerConfig,
+    bound: &std::net::SocketAddr,
+    global: &Global,
+    cores: usize,
+) -> Vec<(String, i32)> {
+    let (host, port) = advertised(config, bound);
+    let explicit_port = config.advertised_listener.as_ref().is_some_and(|a| {
+        a.rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<i32>().is_ok())
+    });
+    (0..cores)
+        .map(|c| {
+            let p = if explicit_port {
+                port + 1 + c as i32
+            } else {
+                i32::from(global.core_ports[c].load(Ordering::SeqCst))
+            };
+            (host.clone(), p)
+        })
+        .collect()
+}
+
+fn advertised(config: &BrokerConfig, bound: &std::net::SocketAddr) -> (String, i32) {
+    if let Some(a) = &config.advertised_listener {
+        if let Some((h, p)) = a.rsplit_once(':') {
+            if let Ok(p) = p.parse::<i32>() {
+                return (h.trim_matches(['[', ']']).to_string(), p);
+            }
+        }
+        return (a.clone(), i32::from(bound.port()));
+    }
+    let host = if bound.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        bound.ip().to_string()
+    };
+    (host, i32::from(bound.port()))
+}

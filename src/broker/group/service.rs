@@ -1,0 +1,94 @@
+//! A group operation as it travels between cores: [`GroupReq`] goes to the group's core
+//! (the core owning its offsets bucket, `Coordinator::core_of`), which serves it with its
+//! [`Coordinator`] ([`serve`]); the [`GroupResp`] comes back. The Kafka side (decoding the
+//! group APIs, encoding answers per version) is `kafka::groups`.
+
+use super::coordinator::{
+    CommitPart, Coordinator, GroupDescription, JoinRequest, JoinResponse, SyncRequest, SyncResponse,
+};
+use super::offsets::Committed;
+
+/// A group operation, sent to the group's core.
+#[derive(Debug)]
+pub enum GroupReq {
+    Join(JoinRequest),
+    Sync(SyncRequest),
+    Heartbeat {
+        group: String,
+        member: String,
+        instance: Option<String>,
+        generation: i32,
+    },
+    Leave {
+        group: String,
+        /// (member id, group instance id).
+        members: Vec<(String, Option<String>)>,
+    },
+    Commit {
+        group: String,
+        generation: i32,
+        member: String,
+        instance: Option<String>,
+        parts: Vec<CommitPart>,
+    },
+    Fetch {
+        group: String,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    },
+    Describe(String),
+    List,
+    Delete(String),
+    /// A topic was deleted: forget its committed offsets (sent to every core).
+    TopicDeleted(String),
+}
+
+/// The answer to a [`GroupReq`].
+#[derive(Debug)]
+pub enum GroupResp {
+    Join(JoinResponse),
+    Sync(SyncResponse),
+    Code(i16),
+    Leave(i16, Vec<i16>),
+    Commit(Vec<i16>),
+    Fetch(Result<Vec<(String, i32, Committed)>, i16>),
+    Describe(GroupDescription),
+    List(Vec<(String, String, String)>),
+    Done,
+}
+
+/// Serves a group operation on the core that owns the group.
+pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
+    match req {
+        GroupReq::Join(j) => GroupResp::Join(coord.join(j).await),
+        GroupReq::Sync(s) => GroupResp::Sync(coord.sync(s).await),
+        GroupReq::Heartbeat {
+            group,
+            member,
+            instance,
+            generation,
+        } => GroupResp::Code(coord.heartbeat(&group, &member, instance.as_deref(), generation)),
+        GroupReq::Leave { group, members } => {
+            let (top, each) = coord.leave(&group, &members);
+            GroupResp::Leave(top, each)
+        }
+        GroupReq::Commit {
+            group,
+            generation,
+            member,
+            instance,
+            parts,
+        } => GroupResp::Commit(
+            coord
+                .commit_offsets(&group, generation, &member, instance.as_deref(), parts)
+                .await,
+        ),
+        GroupReq::Fetch { group, topics } => GroupResp::Fetch(coord.fetch_offsets(&group, topics)),
+        GroupReq::Describe(g) => GroupResp::Describe(coord.describe(&g)),
+        GroupReq::List => GroupResp::List(coord.list()),
+        GroupReq::Delete(g) => GroupResp::Code(coord.delete_group(&g).await),
+        GroupReq::TopicDeleted(t) => {
+            coord.topic_deleted(&t).await;
+            GroupResp::Done
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The coordinator with real offset logs on disk.
+
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use weir_storage::BatchCache;
+
+use super::coordinator::*;
+
+fn run<F, Fut>(f: F)
+where
+    F: FnOnce(std::path::PathBuf) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    // Under target/, on the real filesystem (direct I/O does not work on tmpfs).
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tmp");
+    std::fs::create_dir_all(&base).expect("test tmp dir");
+    let dir = tempfile::tempdir_in(base).expect("tempdir");
+    let path = dir.path().to_owned();
+    glommio::LocalExecutorBuilder::default()
+        .io_memory(1 << 20)
+        .spawn(move || async move {
+            weir_storage::io::prime_dma_probe(&path)
+                .await
+                .expect("prime");
+            f(path).await
+        })
+        .expect("spawn")
+        .join()
+        .expect("join");
+    drop(dir);
+}
+
+fn config() -> GroupConfig {
+    GroupConfig {
+        initial_rebalance_delay_ms: 50,
+        min_session_timeout_ms: 10,
+        ..GroupConfig::default()
+    }
+}
+
+fn join_req(member: &str, session_ms: i32) -> JoinRequest {
+    JoinRequest {
+        group_id: "g".into(),
+        member_id: member.into(),
+        group_instance_id: None,
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        session_timeout_ms: session_ms,
+        rebalance_timeout_ms: session_ms,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"md"))],
+    }
+}
+
+/// Opens a coordinator and drives its `tick`, as the broker's core does.
+async fn open(dir: &Path) -> Rc<Coordinator> {
+    let c = Rc::new(
+        Coordinator::open(dir, 0, 1, BatchCache::new(1 << 20), config())
+            .await
+            .expect("open"),
+    );
+    let weak = Rc::downgrade(&c);
+    glommio::spawn_local(async move {
+        while let Some(c) = weak.upgrade() {
+            c.tick();
+            drop(c);
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .detach();
+    c
+}
+
+/// Joins `n` new members concurrently and syncs them (the leader assigns "a-<member>").
+async fn form_group(c: &Rc<Coordinator>, n: usize, session_ms: i32) -> Vec<JoinResponse> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let c = c.clone();
+            glommio::spawn_local(async move { c.join(join_req("", session_ms)).await })
+        })
+        .collect();
+    let mut joins = Vec::new();
+    for t in tasks {
+        joins.push(t.await);
+    }
+    joins
+}
+
+async fn sync_all(c: &Rc<Coordinator>, joins: &[JoinResponse]) -> Vec<SyncResponse> {
+    let tasks: Vec<_> = joins
+        .iter()
+        .map(|j| {
+            let c = c.clone();
+            let j = j.clone();
+            glommio::spawn_local(async move {
+                let assignments = j
+                    .members
+                    .iter()
+                    .map(|(m, _, _)| (m.clone(), Bytes::from(format!("a-{m}"))))
+                    .collect();
+                c.sync(SyncRequest {
+                    group_id: "g".into(),
+                    generation_id: j.generation_id,
+                    member_id: j.member_id.clone(),
+                    group_instance_id: None,
+                    protocol_type: Some("consumer".into()),
+                    protocol_name: j.protocol_name.clone(),
+                    assignments,
+                })
+                .await
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await);
+    }
+    out
+}
+
+#[test]
+fn members_join_sync_and_get_their_assignment() {
+    run(|dir| async move {
+        let c = open(&dir).await;
+        let joins = form_group(&c, 3, 10_000).await;
+        assert!(joins
+            .iter()
+            .all(|j| j.error == codes::NONE && j.generation_id == 1));
+        let leaders: Vec<_> = joins.iter().filter(|j| !j.members.is_empty()).collect();
+        assert_eq!(leaders.len(), 1, "exactly one leader gets the member list");
+        assert_eq!(leaders[0].members.len(), 3);
+        assert!(joins.iter().all(|j| j.leader == leaders[0].member_id));
+        let syncs = sync_all(&c, &joins).await;
+        for (j, s) in joins.iter().zip(&syncs) {
+            assert_eq!(s.error, codes::NONE);
+            assert_eq!(s.assignment, Bytes::from(format!("a-{}", j.member_id)));
+        }
+        assert_eq!(c.describe("g").state, "Stable");
+        assert_eq!(c.heartbeat("g", &joins[0].member_id, None, 1), codes::NONE);
+        assert_eq!(
+            c.heartbeat("g", &joins[0].member_id, None, 0),
+            codes::ILLEGAL_GENERATION
+        );
+        assert_eq!(
+            c.heartbeat("g", "nobody", None, 1),
+            codes::UNKNOWN_MEMBER_ID
+        );
+    });
+}
+
+#[test]
+fn a_new_member_triggers_a_rebalance_and_leaving_another() {
+    run(|dir| async move {
+        let c = open(&dir).await;
+        let joins = form_group(&c, 2, 10_000).await;
+        sync_all(&c, &joins).await;
+        // A third member arrives: the others learn it from their heartbeat and rejoin.
+        let c3 = c.clone();
+        let third = glommio::spawn_local(async move { c3.join(join_req("", 10_000)).await });
+        futures_lite::future::yield_now().await;
+        assert_eq!(
+            c.heartbeat("g", &joins[0].member_id, None, 1),
+            codes::REBALANCE_IN_PROGRESS
+        );
+        let rejoin: Vec<_> = joins
+            .iter()
+            .map(|j| {
+                let c = c.clone();
+                let id = j.member_id.clone();
+                glommio::spawn_local(async move { c.join(join_req(&id, 10_000)).await })
+            })
+            .collect();
+        let mut joins2 = vec![third.await];
+        for t in rejoin {
+            joins2.push(t.await);
+        }
+        assert!(
+            joins2
+                .iter()
+                .all(|j| j.error == codes::NONE && j.generation_id == 2),
+            "{joins2:?}"
+        );
+        sync_all(&c, &joins2).await;
+        // One leaves: the rest rebalance to generation 3.
+        let (err, _) = c.leave("g", &[(joins2[0].member_id.clone(), None)]);
+        assert_eq!(err, codes::NONE);
+        assert_eq!(c.describe("g").state, "PreparingRebalance");
+        let rest: Vec<_> = joins2[1..]
+            .iter()
+            .map(|j| {
+                let c = c.clone();
+                let id = j.member_id.clone();
+                glommio::spawn_local(async move { c.join(join_req(&id, 10_000)).await })
+            })
+            .collect();
+        for t in rest {
+            let j = t.await;
+            assert_eq!((j.error, j.generation_id), (codes::NONE, 3));
+        }
+    });
+}
+
+/// KIP-345 (issue 21): weir only recorded group.instance.id, so a restarted static
+/// member was a new member (rebalance), its old incarnation was not fenced and
+/// LeaveGroup by instance id did not find it.
+#[test]
+fn static_member_restart_fencing_and_leave_by_instance_id() {
+    run(|dir| async move {
+        let c = open(&dir).await;
+        let stat = |member: &str| JoinRequest {
+            group_instance_id: Some("i1".into()),
+            ..join_req(member, 10_000)
+        };
+        let first = c.join(stat("")).await;
+        assert_eq!(first.error, codes::NONE);
+        sync_all(&c, std::slice::from_ref(&first)).await;
+        // The restart: no member id, same instance id, same protocols.
+        let again = c.join(stat("")).await;
+        assert_eq!(again.error, codes::NONE);
+        assert_ne!(again.member_id, first.member_id);
+        assert_eq!(again.generation_id, first.generation_id, "no rebalance");
+        assert_eq!(c.describe("g").state, "Stable");
+        let sync = c
+            .sync(SyncRequest {
+                group_id: "g".into(),
+                generation_id: again.generation_id,
+                member_id: again.member_id.clone(),
+                group_instance_id: Some("i1".into()),
+                protocol_type: None,
+                protocol_name: None,
+                assignments: Vec::new(),
+            })
+            .await;
+        assert_eq!(sync.error, codes::NONE);
+        assert_eq!(sync.assignment, format!("a-{}", first.member_id).as_bytes());
+        let gen = again.generation_id;
+        assert_eq!(
+            c.heartbeat("g", &first.member_id, Some("i1"), gen),
+            codes::FENCED_INSTANCE_ID
+        );
+        assert_eq!(
+            c.heartbeat("g", &again.member_id, Some("i1"), gen),
+            codes::NONE
+        );
+        let part = CommitPart {
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        assert_eq!(
+            c.commit_offsets("g", gen, &first.member_id, Some("i1"), vec![part])
+                .await,
+            vec![codes::FENCED_INSTANCE_ID]
+        );
+        let (_, errs) = c.leave(
+            "g",
+            &[
+                (first.member_id.clone(), Some("i1".into())),
+                (String::new(), Some("nobody".into())),
+            ],
+        );
+        assert_eq!(
+            errs,
+            vec![codes::FENCED_INSTANCE_ID, codes::UNKNOWN_MEMBER_ID]
+        );
+        let (_, errs) = c.leave("g", &[(String::new(), Some("i1".into()))]);
+        assert_eq!(errs, vec![codes::NONE]);
+        assert_eq!(c.describe("g").members.len(), 0);
+    });
+}
+
+#[test]
+fn a_silent_member_is_removed_after_its_session_timeout() {
+    run(|dir| async move {
+        let c = open(&dir).await;
+        let joins = form_group(&c, 2, 200).await;
+        sync_all(&c, &joins).await;
+        let start = Instant::now();
+        // Member 0 keeps heartbeating; member 1 goes silent.
+        loop {
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            let hb = c.heartbeat("g", &joins[0].member_id, None, 1);
+            c.tick();
+            if hb == codes::REBALANCE_IN_PROGRESS {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "silent member never expired"
+            );
+        }
+        assert!(start.elapsed() >= Duration::from_millis(200));
+        let j = c.join(join_req(&joins[0].member_id, 200)).await;
+        assert_eq!(
+            (j.error, j.generation_id, j.members.len()),
+            (codes::NONE, 2, 1)
+        );
+    });
+}
+
+#[test]
+fn offsets_are_durable_checked_and_deleted_with_the_group() {
+    run(|dir| async move {
+        let c = open(&dir).await;
+        let part = |offset| CommitPart {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: Some("m".into()),
+        };
+        // A consumer that uses assign() commits without membership.
+        assert_eq!(
+            c.commit_offsets("g", -1, "", None, vec![part(5)]).await,
+            vec![codes::NONE]
+        );
+        let joins = form_group(&c, 1, 10_000).await;
+        sync_all(&c, &joins).await;
+        assert_eq!(
+            c.commit_offsets("g", 7, &joins[0].member_id, None, vec![part(6)])
+                .await,
+            vec![codes::ILLEGAL_GENERATION]
+        );
+        assert_eq!(
+            c.commit_offsets("g", 1, "stranger", None, vec![part(6)])
+                .await,
+            vec![codes::UNKNOWN_MEMBER_ID]
+        );
+        assert_eq!(
+            c.commit_offsets("g", 1, &joins[0].member_id, None, vec![part(9)])
+                .await,
+            vec![codes::NONE]
+        );
+        assert_eq!(c.delete_group("g").await, codes::NON_EMPTY_GROUP);
+        c.leave("g", &[(joins[0].member_id.clone(), None)]);
+        drop(c);
+        let c = open(&dir).await;
+        let got = c
+            .fetch_offsets("g", Some(vec![("t".into(), vec![0, 1])]))
+            .expect("fetch");
+        assert_eq!(got[0].2.offset, 9, "the last commit survives a restart");
+        assert_eq!(got[0].2.metadata, "m");
+        assert_eq!(got[1].2.offset, -1, "uncommitted partitions answer -1");
+        assert_eq!(c.list().len(), 1);
+        assert_eq!(c.delete_group("g").await, codes::NONE);
+        assert_eq!(c.delete_group("g").await, codes::GROUP_ID_NOT_FOUND);
+        assert!(c.fetch_offsets("g", None).expect("fetch").is_empty());
+    });
+}
+
+#[test]
+fn many_commits_keep_the_offsets_log_small() {
+    run(|dir| async move {
+        let c = open(&dir).await;
+        let md = "x".repeat(2000);
+        for i in 0..3000 {
+            let parts = vec![CommitPart {
+                topic: "t".into(),
+                partition: 0,
+                offset: i,
+                leader_epoch: -1,
+                metadata: Some(md.clone()),
+            }];
+            assert_eq!(
+                c.commit_offsets("g", -1, "", None, parts).await,
+                vec![codes::NONE]
+            );
+        }
+        let store = c.offsets.store("g").expect("store");
+        let (_, bytes) = store.log_size();
+        assert!(
+            bytes < 24 << 20,
+            "offsets log holds {bytes} bytes for one live offset"
+        );
+        drop(store);
+        drop(c);
+        let c = open(&dir).await;
+        assert_eq!(c.fetch_offsets("g", None).expect("fetch")[0].2.offset, 2999);
+    });
+}

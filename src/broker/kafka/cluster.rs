@@ -1,0 +1,119 @@
+//! DescribeLogDirs, ElectLeaders, DescribeCluster: what a single node answers.
+
+use crate::broker::errors;
+use crate::broker::shard::{Req, Resp, Shard};
+use kafka_protocol::messages::*;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use super::*;
+
+/// DescribeLogDirs: one log directory (`log.dirs`) with the size of each partition in it.
+/// A broker answers for its own partitions: with `listeners.per.core` each core is a broker
+/// (the connection's core), otherwise the process is one broker (every core's partitions).
+pub(super) async fn describe_log_dirs(
+    shard: &Rc<Shard>,
+    d: &DescribeLogDirsRequest,
+) -> DescribeLogDirsResponse {
+    use kafka_protocol::messages::describe_log_dirs_response::{
+        DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+    };
+    let mut sizes = Vec::new();
+    if shard.core_endpoints.borrow().is_empty() {
+        for core in 0..shard.cores {
+            if let Resp::PartitionSizes(s) = shard.call(core, Req::PartitionSizes).await {
+                sizes.extend(s);
+            }
+        }
+    } else {
+        sizes = shard.partition_sizes();
+    }
+    let wanted = |t: &str, p: i32| {
+        d.topics.as_ref().is_none_or(|ts| {
+            ts.iter()
+                .any(|w| w.topic.as_str() == t && w.partitions.contains(&p))
+        })
+    };
+    let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+    for (t, p, bytes) in sizes {
+        if wanted(&t, p) {
+            let mut part = DescribeLogDirsPartition::default();
+            part.partition_index = p;
+            part.partition_size = bytes as i64;
+            topics.entry(t).or_default().push(part);
+        }
+    }
+    let mut dir = DescribeLogDirsResult::default();
+    dir.log_dir = s(&shard.config.data_dir.display().to_string());
+    dir.total_bytes = -1;
+    dir.usable_bytes = -1;
+    dir.topics = topics
+        .into_iter()
+        .map(|(name, mut partitions)| {
+            partitions.sort_by_key(|p| p.partition_index);
+            let mut t = DescribeLogDirsTopic::default();
+            t.name = TopicName(s(&name));
+            t.partitions = partitions;
+            t
+        })
+        .collect();
+    let mut r = DescribeLogDirsResponse::default();
+    r.results = vec![dir];
+    r
+}
+
+/// ElectLeaders on a single node: every partition already has its only replica as leader
+/// (ELECTION_NOT_NEEDED); unknown ones are UNKNOWN_TOPIC_OR_PARTITION. "All partitions"
+/// (null) lists none, as Kafka leaves out the partitions that needed no election.
+pub(super) fn elect_leaders(shard: &Rc<Shard>, e: &ElectLeadersRequest) -> ElectLeadersResponse {
+    use kafka_protocol::messages::elect_leaders_response::{
+        PartitionResult, ReplicaElectionResult,
+    };
+    const ELECTION_NOT_NEEDED: i16 = 84;
+    let meta = shard.metadata();
+    let mut r = ElectLeadersResponse::default();
+    for t in e.topic_partitions.iter().flatten() {
+        let mut tr = ReplicaElectionResult::default();
+        tr.topic = t.topic.clone();
+        for &p in &t.partitions {
+            let mut pr = PartitionResult::default();
+            pr.partition_id = p;
+            match meta.owner(t.topic.as_str(), p) {
+                Some(_) => {
+                    pr.error_code = ELECTION_NOT_NEEDED;
+                    pr.error_message = Some(s("the partition's only replica is its leader"));
+                }
+                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+            }
+            tr.partition_result.push(pr);
+        }
+        r.replica_election_results.push(tr);
+    }
+    r
+}
+
+/// DescribeCluster: the same brokers as Metadata (one per core with `listeners.per.core`).
+pub(super) fn describe_cluster(shard: &Rc<Shard>) -> DescribeClusterResponse {
+    use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+    let mut endpoints = shard.core_endpoints.borrow().clone();
+    if endpoints.is_empty() {
+        endpoints.push(shard.advertised.borrow().clone());
+    }
+    let mut r = DescribeClusterResponse::default();
+    r.endpoint_type = 1;
+    r.cluster_id = s("weir");
+    r.controller_id = BrokerId(0);
+    r.cluster_authorized_operations = i32::MIN;
+    r.brokers = endpoints
+        .iter()
+        .enumerate()
+        .map(|(id, (host, port))| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = BrokerId(id as i32);
+            b.host = s(host);
+            b.port = *port;
+            b
+        })
+        .collect();
+    r
+}

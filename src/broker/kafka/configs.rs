@@ -1,0 +1,315 @@
+//! DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics and the broker.
+
+use crate::broker::errors;
+use crate::broker::shard::{ConfigChange, Req, Resp, Shard};
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use std::collections::HashMap;
+use std::rc::Rc;
+use tracing::warn;
+use weir::metadata::valid_topic_name;
+
+use super::*;
+
+pub(super) const RESOURCE_TOPIC: i8 = 2;
+pub(super) const RESOURCE_BROKER: i8 = 4;
+pub(super) const SOURCE_TOPIC: i8 = 1;
+pub(super) const SOURCE_STATIC_BROKER: i8 = 4;
+pub(super) const SOURCE_DEFAULT: i8 = 5;
+
+pub(super) fn describe_configs(
+    shard: &Rc<Shard>,
+    d: &DescribeConfigsRequest,
+) -> DescribeConfigsResponse {
+    let meta = shard.metadata();
+    let mut resp = DescribeConfigsResponse::default();
+    for res in &d.resources {
+        let mut out = DescribeConfigsResult::default();
+        out.resource_type = res.resource_type;
+        out.resource_name = res.resource_name.clone();
+        let wanted = |k: &str| {
+            res.configuration_keys
+                .as_ref()
+                .is_none_or(|ks| ks.iter().any(|w| w.as_str() == k))
+        };
+        let entry = |name: &str, value: String, source: i8| {
+            let mut e = DescribeConfigsResourceResult::default();
+            e.name = s(name);
+            e.value = Some(s(&value));
+            e.read_only = false;
+            e.config_source = source;
+            e.is_sensitive = false;
+            e
+        };
+        match res.resource_type {
+            RESOURCE_TOPIC => match meta.topics.get(res.resource_name.as_str()) {
+                None => {
+                    out.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
+                    out.error_message = Some(s("unknown topic"));
+                }
+                Some(t) => {
+                    for (key, broker_key) in weir::config::TOPIC_CONFIGS {
+                        if !wanted(key) {
+                            continue;
+                        }
+                        // A default the operator set on the broker (file, flag or env) is
+                        // STATIC_BROKER_CONFIG, as Kafka reports it; a built-in one DEFAULT.
+                        let raw = &shard.config.raw;
+                        let set_on_broker = raw.contains_key(*broker_key)
+                            || (*key == "retention.ms" && raw.contains_key("log.retention.hours"));
+                        let (value, source) = match t.configs.get(*key) {
+                            Some(v) => (v.clone(), SOURCE_TOPIC),
+                            None => (
+                                shard.config.topic_default(key).unwrap_or_default(),
+                                if set_on_broker {
+                                    SOURCE_STATIC_BROKER
+                                } else {
+                                    SOURCE_DEFAULT
+                                },
+                            ),
+                        };
+                        out.configs.push(entry(key, value, source));
+                    }
+                    // Kafka configs weir stores but does not act on: reported as set.
+                    for (key, value) in &t.configs {
+                        let acted_on = weir::config::TOPIC_CONFIGS.iter().any(|(k, _)| k == key);
+                        if !acted_on && wanted(key) {
+                            out.configs.push(entry(key, value.clone(), SOURCE_TOPIC));
+                        }
+                    }
+                }
+            },
+            RESOURCE_BROKER => {
+                let c = &shard.config;
+                for setting in weir::config::SETTINGS {
+                    if !wanted(setting.name) {
+                        continue;
+                    }
+                    let source = if c.raw.contains_key(setting.name) {
+                        SOURCE_STATIC_BROKER
+                    } else {
+                        SOURCE_DEFAULT
+                    };
+                    let mut e = entry(
+                        setting.name,
+                        c.value_of(setting.name).unwrap_or_default(),
+                        source,
+                    );
+                    // Static: changed by restarting with a new file, flag or variable.
+                    e.read_only = true;
+                    if d.include_documentation {
+                        let unit = match setting.unit {
+                            "" => String::new(),
+                            u => format!(" (unit: {u})"),
+                        };
+                        e.documentation = Some(s(&format!("{}{unit}", setting.doc)));
+                    }
+                    out.configs.push(e);
+                }
+            }
+            other => {
+                out.error_code = errors::INVALID_REQUEST;
+                out.error_message = Some(s(&format!("resource type {other} is not supported")));
+            }
+        }
+        resp.results.push(out);
+    }
+    if resp.results.iter().any(|r| r.error_code != errors::NONE) {
+        warn!(resources = d.resources.len(), "DescribeConfigs with errors");
+    }
+    resp
+}
+
+/// A config change: (key, `Some(value)` to set, `None` to delete).
+pub(super) type ConfigOp = (String, Option<String>);
+
+/// A resource of an (Incremental)AlterConfigs request: its type, name, and the config
+/// changes it asks for, or why they are refused (error code, message).
+pub(super) type AlterResource = (i8, StrBytes, Result<Vec<ConfigOp>, (i16, String)>);
+
+/// One resource's outcome in an (Incremental)AlterConfigs response.
+pub(super) struct AlterOutcome {
+    resource_type: i8,
+    name: StrBytes,
+    error: i16,
+    message: Option<String>,
+}
+
+/// Refuses resources named twice (as Kafka does) and resources that are not topics, sends
+/// the topic changes to core 0, and merges its answers, in request order, with the refused.
+pub(super) async fn alter_topic_configs(
+    shard: &Rc<Shard>,
+    resources: Vec<AlterResource>,
+    replace_all: bool,
+    validate_only: bool,
+) -> Vec<AlterOutcome> {
+    let mut named: HashMap<(i8, String), usize> = HashMap::new();
+    for (t, name, _) in &resources {
+        *named.entry((*t, name.to_string())).or_insert(0) += 1;
+    }
+    let resources: Vec<_> = resources
+        .into_iter()
+        .map(|(t, name, ops)| {
+            let topic = name.to_string();
+            let change = if named[&(t, topic.clone())] > 1 {
+                Err((
+                    errors::INVALID_REQUEST,
+                    format!("resource '{topic}' named more than once"),
+                ))
+            } else if let Some(e) = not_alterable(t, &topic) {
+                Err(e)
+            } else {
+                ops.map(|ops| ConfigChange {
+                    topic,
+                    replace_all,
+                    ops,
+                })
+            };
+            (t, name, change)
+        })
+        .collect();
+    let changes: Vec<ConfigChange> = resources
+        .iter()
+        .filter_map(|(_, _, c)| c.as_ref().ok().cloned())
+        .collect();
+    let mut results = if changes.is_empty() {
+        Vec::new()
+    } else {
+        match shard
+            .call(
+                0,
+                Req::AlterConfigs {
+                    changes,
+                    validate_only,
+                },
+            )
+            .await
+        {
+            Resp::Topics(r) => r,
+            _ => Vec::new(),
+        }
+    }
+    .into_iter();
+    resources
+        .into_iter()
+        .map(|(resource_type, name, c)| {
+            let (error, message) = match c {
+                Err((code, why)) => (code, Some(why)),
+                Ok(_) => match results.next() {
+                    Some(r) => (r.error, r.message),
+                    None => (errors::UNKNOWN_SERVER_ERROR, Some("no answer".to_string())),
+                },
+            };
+            if error != errors::NONE {
+                warn!(resource = %name, error, message = message.as_deref().unwrap_or(""),
+                    "config change refused");
+            }
+            AlterOutcome {
+                resource_type,
+                name,
+                error,
+                message,
+            }
+        })
+        .collect()
+}
+
+/// Why a resource that is not a topic cannot be altered; `None` for topics.
+pub(super) fn not_alterable(resource_type: i8, name: &str) -> Option<(i16, String)> {
+    match resource_type {
+        RESOURCE_TOPIC if valid_topic_name(name) => None,
+        RESOURCE_TOPIC => Some((
+            errors::INVALID_TOPIC_EXCEPTION,
+            format!("invalid topic name '{name}'"),
+        )),
+        RESOURCE_BROKER => Some((
+            errors::INVALID_REQUEST,
+            "broker settings are static in weir: set them in the config file, a flag or \
+             the environment (docs/configuration.md) and restart"
+                .to_string(),
+        )),
+        other => Some((
+            errors::INVALID_REQUEST,
+            format!("resource type {other} is not supported"),
+        )),
+    }
+}
+
+/// AlterConfigs: each topic's overrides become exactly the configs given (Kafka semantics:
+/// a config not named goes back to the broker default).
+pub(super) async fn alter_configs(
+    shard: &Rc<Shard>,
+    a: &AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    let resources = a
+        .resources
+        .iter()
+        .map(|r| {
+            let ops = r
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect();
+            (r.resource_type, r.resource_name.clone(), Ok(ops))
+        })
+        .collect();
+    let mut resp = AlterConfigsResponse::default();
+    for o in alter_topic_configs(shard, resources, true, a.validate_only).await {
+        let mut r = alter_configs_response::AlterConfigsResourceResponse::default();
+        r.resource_type = o.resource_type;
+        r.resource_name = o.name;
+        r.error_code = o.error;
+        r.error_message = o.message.as_deref().map(s);
+        resp.responses.push(r);
+    }
+    resp
+}
+
+pub(super) const OP_SET: i8 = 0;
+pub(super) const OP_DELETE: i8 = 1;
+
+/// IncrementalAlterConfigs: SET and DELETE change only the configs named. APPEND and
+/// SUBTRACT apply to list-valued configs, which no weir topic config is.
+pub(super) async fn incremental_alter_configs(
+    shard: &Rc<Shard>,
+    a: &IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let resources = a
+        .resources
+        .iter()
+        .map(|r| {
+            let ops = r
+                .configs
+                .iter()
+                .map(|c| match c.config_operation {
+                    OP_SET => Ok((
+                        c.name.to_string(),
+                        Some(c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()),
+                    )),
+                    OP_DELETE => Ok((c.name.to_string(), None)),
+                    op => Err((
+                        errors::INVALID_REQUEST,
+                        format!(
+                            "operation {op} (APPEND=2, SUBTRACT=3) on '{}': not a list config",
+                            c.name.as_str()
+                        ),
+                    )),
+                })
+                .collect();
+            (r.resource_type, r.resource_name.clone(), ops)
+        })
+        .collect();
+    let mut resp = IncrementalAlterConfigsResponse::default();
+    for o in alter_topic_configs(shard, resources, false, a.validate_only).await {
+        let mut r = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+        r.resource_type = o.resource_type;
+        r.resource_name = o.name;
+        r.error_code = o.error;
+        r.error_message = o.message.as_deref().map(s);
+        resp.responses.push(r);
+    }
+    resp
+}

@@ -1,0 +1,173 @@
+//! Fetch: partitions grouped by owning core, one call per owner at once, early answers
+//! when enough has arrived (`FetchWake`), and the response trimmed to `max_bytes`.
+
+use super::fetch_response::FetchReply;
+use crate::broker::errors;
+use crate::broker::shard::{FetchKey, FetchPart, Req, Resp, Shard};
+use kafka_protocol::messages::*;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use super::*;
+
+// ---- Fetch ----
+
+pub(super) async fn fetch(
+    shard: &Rc<Shard>,
+    req: &Request,
+    f: &FetchRequest,
+) -> Result<Response, ProtocolError> {
+    let replies = gather_fetch(shard, f).await;
+    let body = super::fetch_response::encode(req.version, req.correlation_id, &replies);
+    Ok(Some(body))
+}
+
+/// Reads what a fetch asks for from the owning cores, parking (in their wheels) until
+/// `min_bytes` are there or `max_wait_ms` passes: the per-partition results, by topic.
+/// Also the data path of streaming fetch (`streaming.rs`).
+pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest) -> Vec<FetchReply> {
+    let meta = shard.metadata();
+    // (topic index, partition index) of every part, grouped by owner.
+    let mut replies: Vec<FetchReply> = Vec::new();
+    let mut groups: Groups<FetchPart> = BTreeMap::new();
+    for (ti, t) in f.topics.iter().enumerate() {
+        let name = t.topic.to_string();
+        let mut reply = FetchReply {
+            topic: name.clone(),
+            partitions: Vec::with_capacity(t.partitions.len()),
+        };
+        for (pi, fp) in t.partitions.iter().enumerate() {
+            let mut r = crate::broker::shard::FetchResult {
+                error: errors::NONE,
+                high_watermark: -1,
+                log_start_offset: -1,
+                chunks: Vec::new(),
+            };
+            match meta.owner(&name, fp.partition) {
+                None => r.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(owner) => {
+                    let g = groups.entry(owner).or_default();
+                    g.0.push(FetchPart {
+                        topic: name.clone(),
+                        partition: fp.partition,
+                        offset: fp.fetch_offset,
+                        max_bytes: fp.partition_max_bytes,
+                    });
+                    g.1.push((ti, pi));
+                }
+            }
+            reply.partitions.push((fp.partition, r));
+        }
+        replies.push(reply);
+    }
+    // A request for unknown partitions is answered at once.
+    let any_error = replies
+        .iter()
+        .any(|t| t.partitions.iter().any(|(_, r)| r.error != errors::NONE));
+    let max_wait_ms = if any_error { 0 } else { f.max_wait_ms };
+    let id = shard.next_fetch_id();
+    let key = FetchKey { from: shard.id, id };
+    let n_groups = groups.len();
+    if n_groups == 1 {
+        let (owner, (parts, slots)) = groups.into_iter().next().expect("one group");
+        let resp = if owner == shard.id {
+            Resp::Fetch(
+                shard
+                    .fetch_local(None, f.min_bytes, max_wait_ms, f.max_bytes, &parts)
+                    .await,
+            )
+        } else {
+            shard
+                .call(
+                    owner,
+                    Req::Fetch {
+                        key,
+                        min_bytes: f.min_bytes,
+                        max_wait_ms,
+                        max_bytes: f.max_bytes,
+                        parts,
+                    },
+                )
+                .await
+        };
+        place(&mut replies, resp, slots);
+    } else if n_groups > 1 {
+        // Ask every owning core at once; as soon as the replies so far hold min_bytes, tell
+        // the cores still waiting to answer now (no polling).
+        let (tx, rx) = glommio::channels::local_channel::new_bounded(n_groups);
+        let tx = Rc::new(tx);
+        let mut pending: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        for (owner, (parts, slots)) in groups {
+            pending.insert(owner, slots);
+            let sh = shard.clone();
+            let tx = tx.clone();
+            let (min_bytes, max_bytes) = (f.min_bytes, f.max_bytes);
+            glommio::spawn_local(async move {
+                let resp = sh
+                    .call(
+                        owner,
+                        Req::Fetch {
+                            key,
+                            min_bytes,
+                            max_wait_ms,
+                            max_bytes,
+                            parts,
+                        },
+                    )
+                    .await;
+                let _ = tx.send((owner, resp)).await;
+            })
+            .detach();
+        }
+        drop(tx);
+        let mut total = 0usize;
+        let mut woke = false;
+        while !pending.is_empty() {
+            let Some((owner, resp)) = rx.recv().await else {
+                break;
+            };
+            let slots = pending.remove(&owner).unwrap_or_default();
+            let (got, errored) = place(&mut replies, resp, slots);
+            total += got;
+            if !woke && (total as i64 >= i64::from(f.min_bytes) || errored) {
+                woke = true;
+                for &other in pending.keys() {
+                    let sh = shard.clone();
+                    glommio::spawn_local(async move {
+                        sh.call(other, Req::FetchWake(key)).await;
+                    })
+                    .detach();
+                }
+            }
+        }
+    }
+    // max_bytes is for the whole response: each owner core filled up to it on its own.
+    crate::broker::kafka::fetch_budget::enforce(&mut replies, f.max_bytes);
+    replies
+}
+
+/// Puts an owner core's fetch results in their places; returns (bytes, any error). A core
+/// that could not answer (shutting down) gives its partitions NOT_LEADER_OR_FOLLOWER, which
+/// clients retry after a metadata refresh — never NONE with no data and -1 watermarks.
+pub(super) fn place(
+    replies: &mut [FetchReply],
+    resp: Resp,
+    slots: Vec<(usize, usize)>,
+) -> (usize, bool) {
+    match resp {
+        Resp::Fetch(rs) if rs.len() == slots.len() => {
+            let bytes = rs.iter().map(|r| r.bytes()).sum();
+            let errored = rs.iter().any(|r| r.error != errors::NONE);
+            for (r, (ti, pi)) in rs.into_iter().zip(slots) {
+                replies[ti].partitions[pi].1 = r;
+            }
+            (bytes, errored)
+        }
+        _ => {
+            for (ti, pi) in slots {
+                replies[ti].partitions[pi].1.error = errors::NOT_LEADER_OR_FOLLOWER;
+            }
+            (0, true)
+        }
+    }
+}

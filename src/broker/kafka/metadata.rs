@@ -1,0 +1,138 @@
+//! Metadata: topics, partitions and their leaders (one broker per core with
+//! `listeners.per.core`), and topic auto-creation.
+
+use crate::broker::errors;
+use crate::broker::shard::{NewTopic, Req, Resp, Shard};
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::*;
+use std::rc::Rc;
+use tracing::debug;
+use weir::metadata::valid_topic_name;
+
+use super::*;
+
+// ---- Metadata ----
+
+/// Creates missing topics through core 0 (auto.create.topics.enable).
+pub(super) async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
+    if names.is_empty() {
+        return;
+    }
+    let topics = names
+        .into_iter()
+        .map(|name| NewTopic {
+            name,
+            partitions: -1,
+            replication_factor: -1,
+            configs: Vec::new(),
+        })
+        .collect();
+    if let Resp::Topics(results) = shard
+        .call(
+            0,
+            Req::CreateTopics {
+                topics,
+                validate_only: false,
+            },
+        )
+        .await
+    {
+        for r in results {
+            if r.error != errors::NONE && r.error != errors::TOPIC_ALREADY_EXISTS {
+                debug!(topic = %r.name, error = r.error, "auto-create failed");
+            }
+        }
+    }
+}
+
+pub(super) fn topic_uuid(hex: &str) -> uuid::Uuid {
+    uuid::Uuid::try_parse(hex).unwrap_or(uuid::Uuid::nil())
+}
+
+pub(super) async fn metadata(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: &MetadataRequest,
+) -> MetadataResponse {
+    // v0: an empty list means all topics; v1+: null means all, empty means none.
+    let requested: Option<Vec<String>> = match &req.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(
+            t.iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+                .collect(),
+        ),
+    };
+    let allow_auto =
+        shard.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    if let (Some(names), true) = (&requested, allow_auto) {
+        let meta = shard.metadata();
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| !meta.topics.contains_key(*n) && valid_topic_name(n))
+            .cloned()
+            .collect();
+        auto_create(shard, missing).await;
+    }
+    let meta = shard.metadata();
+    let mut endpoints = shard.core_endpoints.borrow().clone();
+    if endpoints.is_empty() {
+        endpoints.push(shard.advertised.borrow().clone());
+    }
+    let mut r = MetadataResponse::default();
+    r.brokers = endpoints
+        .iter()
+        .enumerate()
+        .map(|(id, (host, port))| {
+            let mut broker = MetadataResponseBroker::default();
+            broker.node_id = BrokerId(id as i32);
+            broker.host = s(host);
+            broker.port = *port;
+            broker
+        })
+        .collect();
+    r.cluster_id = Some(s("weir"));
+    r.controller_id = BrokerId(0);
+    r.cluster_authorized_operations = i32::MIN;
+    let names: Vec<String> = match requested {
+        None => meta.topics.keys().cloned().collect(),
+        Some(n) => n,
+    };
+    for name in names {
+        let mut t = MetadataResponseTopic::default();
+        t.name = Some(TopicName(s(&name)));
+        t.topic_authorized_operations = i32::MIN;
+        match meta.topics.get(&name) {
+            None => {
+                t.error_code = if valid_topic_name(&name) {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                } else {
+                    errors::INVALID_TOPIC_EXCEPTION
+                };
+            }
+            Some(tm) => {
+                t.topic_id = topic_uuid(&tm.id);
+                t.partitions = tm
+                    .owners
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &owner)| {
+                        let leader = BrokerId(shard.node_of(owner));
+                        let mut mp = MetadataResponsePartition::default();
+                        mp.partition_index = p as i32;
+                        mp.leader_id = leader;
+                        mp.leader_epoch = 0;
+                        mp.replica_nodes = vec![leader];
+                        mp.isr_nodes = vec![leader];
+                        mp
+                    })
+                    .collect();
+            }
+        }
+        r.topics.push(t);
+    }
+    r
+}

@@ -1,0 +1,222 @@
+//! The Kafka wire protocol: which APIs and versions weir speaks, request decoding, and one
+//! handler per API. Handlers run on the core that owns the connection; partition work is
+//! sent to the owning cores through [`Shard::call`].
+//!
+//! Codec: the `kafka-protocol` crate, decoding from the request's `Bytes` (so produce
+//! records are zero-copy slices of the request). Fetch responses are encoded by
+//! [`crate::broker::kafka::fetch_response`] so that record chunks go to the socket without a copy.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use tracing::debug;
+
+mod cluster;
+mod configs;
+mod fetch;
+mod fetch_budget;
+mod fetch_response;
+mod groups;
+mod metadata;
+mod offsets;
+mod produce;
+mod topics;
+
+use self::cluster::*;
+use self::configs::*;
+use self::fetch::*;
+use self::metadata::*;
+use self::offsets::*;
+use self::produce::*;
+use self::topics::*;
+use crate::broker::errors;
+use crate::broker::shard::Shard;
+use groups as group;
+
+pub use self::fetch::gather_fetch;
+
+pub use weir::protocol::wire::{decode_request, perr, Body, ProtocolError, Request, SUPPORTED};
+
+/// Partition work grouped by owning core: the parts, and where each result goes in the
+/// response (topic index, partition index).
+type Groups<P> = BTreeMap<usize, (Vec<P>, Vec<(usize, usize)>)>;
+
+/// A response ready for the socket: pieces written in order (record chunks are shared
+/// `Bytes`, not copies). `None` for produce with acks=0.
+pub type Response = Option<Vec<Bytes>>;
+
+/// Encodes header + body into one buffer with its size prefix.
+pub fn encode_response<T: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+) -> Result<Bytes, ProtocolError> {
+    let header_version = key.response_header_version(version);
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    let size = header
+        .compute_size(header_version)
+        .and_then(|h| body.compute_size(version).map(|b| h + b))
+        .map_err(|e| perr(format!("encoding {key:?} v{version}: {e}")))?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(size as i32);
+    header
+        .encode(&mut buf, header_version)
+        .and_then(|_| body.encode(&mut buf, version))
+        .map_err(|e| perr(format!("encoding {key:?} v{version}: {e}")))?;
+    Ok(buf.freeze())
+}
+
+fn one<T: Encodable>(req: &Request, body: &T) -> Result<Response, ProtocolError> {
+    Ok(Some(vec![encode_response(
+        req.key,
+        req.version,
+        req.correlation_id,
+        body,
+    )?]))
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// Processes one request on the connection's core.
+/// Processes one request, counting it (and its time) in the core's metrics.
+pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
+    let started = std::time::Instant::now();
+    let key = req.raw_key();
+    let sh = shard.clone();
+    let r = process_request(shard, req).await;
+    sh.metrics.request(key, started.elapsed());
+    r
+}
+
+async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
+    match &req.body {
+        Body::ApiVersions(a) => {
+            debug!(
+                client = %a.client_software_name.as_str(),
+                version = %a.client_software_version.as_str(),
+                "ApiVersions"
+            );
+            // The streaming fetch extension is listed only for clients that ask for it by
+            // name: ordinary Kafka clients see exactly Kafka's APIs.
+            let mut resp = api_versions(errors::NONE);
+            if a.client_software_name.as_str() == weir::protocol::stream_fetch::CLIENT_SOFTWARE_NAME
+            {
+                let mut v = ApiVersion::default();
+                v.api_key = weir::protocol::stream_fetch::API_KEY;
+                v.min_version = weir::protocol::stream_fetch::VERSION;
+                v.max_version = weir::protocol::stream_fetch::VERSION;
+                resp.api_keys.push(v);
+            }
+            one(&req, &resp)
+        }
+        Body::ApiVersionsUnsupported => {
+            // KIP-511: answer in v0 so any client can read the list and retry.
+            let body = api_versions(errors::UNSUPPORTED_VERSION);
+            Ok(Some(vec![encode_response(
+                ApiKey::ApiVersions,
+                0,
+                req.correlation_id,
+                &body,
+            )?]))
+        }
+        Body::Metadata(m) => {
+            let resp = metadata(&shard, req.version, m).await;
+            one(&req, &resp)
+        }
+        Body::Produce(p) => produce(&shard, &req, p).await,
+        Body::Fetch(f) => fetch(&shard, &req, f).await,
+        Body::ListOffsets(l) => {
+            let resp = list_offsets(&shard, req.version, l).await;
+            one(&req, &resp)
+        }
+        Body::CreateTopics(c) => {
+            let resp = create_topics(&shard, req.version, c).await;
+            one(&req, &resp)
+        }
+        Body::DeleteTopics(d) => {
+            let resp = delete_topics(&shard, req.version, d).await;
+            one(&req, &resp)
+        }
+        Body::DeleteRecords(d) => {
+            let resp = delete_records(&shard, d).await;
+            one(&req, &resp)
+        }
+        Body::DescribeLogDirs(d) => {
+            let resp = describe_log_dirs(&shard, d).await;
+            one(&req, &resp)
+        }
+        Body::ElectLeaders(e) => {
+            let resp = elect_leaders(&shard, e);
+            one(&req, &resp)
+        }
+        Body::DescribeCluster(_) => {
+            let resp = describe_cluster(&shard);
+            one(&req, &resp)
+        }
+        Body::CreatePartitions(c) => {
+            let resp = create_partitions(&shard, c).await;
+            one(&req, &resp)
+        }
+        Body::DescribeConfigs(d) => {
+            let resp = describe_configs(&shard, d);
+            one(&req, &resp)
+        }
+        // server.rs hands these to the connection's streams, never here.
+        Body::StreamFetch(_) => Err(perr("StreamFetch outside a connection")),
+        Body::AlterConfigs(a) => {
+            let resp = alter_configs(&shard, a).await;
+            one(&req, &resp)
+        }
+        Body::IncrementalAlterConfigs(a) => {
+            let resp = incremental_alter_configs(&shard, a).await;
+            one(&req, &resp)
+        }
+        Body::InitProducerId(i) => one(&req, &init_producer_id(&shard, i)),
+        Body::FindCoordinator(f) => one(&req, &group::find_coordinator(&shard, req.version, f)),
+        Body::JoinGroup(j) => {
+            let client = group::Client {
+                client_id: &req.client_id,
+                host: "/127.0.0.1",
+            };
+            one(
+                &req,
+                &group::join_group(&shard, req.version, j, client).await,
+            )
+        }
+        Body::SyncGroup(g) => one(&req, &group::sync_group(&shard, g).await),
+        Body::Heartbeat(h) => one(&req, &group::heartbeat(&shard, h).await),
+        Body::LeaveGroup(l) => one(&req, &group::leave_group(&shard, req.version, l).await),
+        Body::OffsetCommit(c) => one(&req, &group::offset_commit(&shard, c).await),
+        Body::OffsetFetch(f) => one(&req, &group::offset_fetch(&shard, req.version, f).await),
+        Body::DescribeGroups(d) => one(&req, &group::describe_groups(&shard, d).await),
+        Body::ListGroups(l) => one(&req, &group::list_groups(&shard, l).await),
+        Body::DeleteGroups(d) => one(&req, &group::delete_groups(&shard, d).await),
+    }
+}
+
+// ---- ApiVersions ----
+
+fn api_versions(error: i16) -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.error_code = error;
+    r.api_keys = SUPPORTED
+        .iter()
+        .map(|(k, lo, hi)| {
+            let mut v = ApiVersion::default();
+            v.api_key = *k as i16;
+            v.min_version = *lo;
+            v.max_version = *hi;
+            v
+        })
+        .collect();
+    r.finalized_features_epoch = -1;
+    r
+}

@@ -1,0 +1,127 @@
+//! ListOffsets and DeleteRecords, answered by the partitions' owner cores.
+
+use crate::broker::errors;
+use crate::broker::shard::{ListPart, Req, Resp, Shard};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::*;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use super::*;
+
+// ---- ListOffsets ----
+
+pub(super) async fn list_offsets(
+    shard: &Rc<Shard>,
+    version: i16,
+    l: &ListOffsetsRequest,
+) -> ListOffsetsResponse {
+    let meta = shard.metadata();
+    let mut resp = ListOffsetsResponse::default();
+    let mut groups: Groups<ListPart> = BTreeMap::new();
+    for (ti, t) in l.topics.iter().enumerate() {
+        let name = t.name.to_string();
+        let mut tr = ListOffsetsTopicResponse::default();
+        tr.name = t.name.clone();
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            pr.offset = -1;
+            pr.timestamp = -1;
+            if version >= 4 {
+                pr.leader_epoch = 0;
+            }
+            match meta.owner(&name, p.partition_index) {
+                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(owner) => {
+                    let g = groups.entry(owner).or_default();
+                    g.0.push(ListPart {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        timestamp: p.timestamp,
+                    });
+                    g.1.push((ti, pi));
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    for (owner, (parts, slots)) in groups {
+        match shard.call(owner, Req::ListOffsets(parts)).await {
+            Resp::ListOffsets(rs) if rs.len() == slots.len() => {
+                for (r, (ti, pi)) in rs.into_iter().zip(slots) {
+                    let pr = &mut resp.topics[ti].partitions[pi];
+                    pr.error_code = r.error;
+                    pr.offset = r.offset;
+                    pr.timestamp = r.timestamp;
+                }
+            }
+            // The owner could not answer (shutting down): a retriable error, not NONE
+            // with -1 offsets.
+            _ => {
+                for (ti, pi) in slots {
+                    resp.topics[ti].partitions[pi].error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                }
+            }
+        }
+    }
+    resp
+}
+
+// ---- DeleteRecords, DescribeCluster ----
+
+pub(super) async fn delete_records(
+    shard: &Rc<Shard>,
+    d: &DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
+    use kafka_protocol::messages::delete_records_response::{
+        DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+    };
+    let meta = shard.metadata();
+    let mut resp = DeleteRecordsResponse::default();
+    let mut groups: Groups<crate::broker::shard::DeletePart> = BTreeMap::new();
+    for (ti, t) in d.topics.iter().enumerate() {
+        let name = t.name.to_string();
+        let mut tr = DeleteRecordsTopicResult::default();
+        tr.name = t.name.clone();
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let mut pr = DeleteRecordsPartitionResult::default();
+            pr.partition_index = p.partition_index;
+            pr.low_watermark = -1;
+            match meta.owner(&name, p.partition_index) {
+                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(owner) => {
+                    let g = groups.entry(owner).or_default();
+                    g.0.push(crate::broker::shard::DeletePart {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        offset: p.offset,
+                    });
+                    g.1.push((ti, pi));
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    for (owner, (parts, slots)) in groups {
+        match shard.call(owner, Req::DeleteRecords(parts)).await {
+            Resp::LowWatermarks(rs) if rs.len() == slots.len() => {
+                for ((error, low), (ti, pi)) in rs.into_iter().zip(slots) {
+                    let pr = &mut resp.topics[ti].partitions[pi];
+                    pr.error_code = error;
+                    pr.low_watermark = low;
+                }
+            }
+            _ => {
+                for (ti, pi) in slots {
+                    resp.topics[ti].partitions[pi].error_code = errors::NOT_LEADER_OR_FOLLOWER;
+                }
+            }
+        }
+    }
+    resp
+}

@@ -1,0 +1,136 @@
+//! Produce and InitProducerId: partitions grouped by owning core, one call per owner.
+
+use crate::broker::errors;
+use crate::broker::shard::{ProducePart, Req, Resp, Shard};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::*;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use weir::metadata::valid_topic_name;
+
+use super::*;
+
+// ---- Produce ----
+
+pub(super) async fn produce(
+    shard: &Rc<Shard>,
+    req: &Request,
+    p: &ProduceRequest,
+) -> Result<Response, ProtocolError> {
+    let acks = p.acks;
+    let valid_acks = matches!(acks, -1..=1);
+    if shard.config.auto_create_topics && valid_acks {
+        let meta = shard.metadata();
+        let missing: Vec<String> = p
+            .topic_data
+            .iter()
+            .map(|t| t.name.to_string())
+            .filter(|n| !meta.topics.contains_key(n) && valid_topic_name(n))
+            .collect();
+        auto_create(shard, missing).await;
+    }
+    let meta = shard.metadata();
+    // Results in request order; partitions grouped by owning core.
+    let mut results: Vec<Vec<(i32, crate::broker::shard::ProduceResult)>> = Vec::new();
+    let mut groups: Groups<ProducePart> = BTreeMap::new();
+    for (ti, t) in p.topic_data.iter().enumerate() {
+        let name = t.name.to_string();
+        let mut row = Vec::with_capacity(t.partition_data.len());
+        for (pi, pd) in t.partition_data.iter().enumerate() {
+            let mut res = crate::broker::shard::ProduceResult {
+                error: errors::NONE,
+                base_offset: -1,
+                log_start_offset: -1,
+            };
+            if !valid_acks {
+                res.error = errors::INVALID_REQUIRED_ACKS;
+            } else {
+                match meta.owner(&name, pd.index) {
+                    None => res.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    Some(owner) => {
+                        let g = groups.entry(owner).or_default();
+                        g.0.push(ProducePart {
+                            topic: name.clone(),
+                            partition: pd.index,
+                            records: pd.records.clone().unwrap_or_default(),
+                        });
+                        g.1.push((ti, pi));
+                    }
+                }
+            }
+            row.push((pd.index, res));
+        }
+        results.push(row);
+    }
+    // Every group starts now (remote ones are sent in order); local work runs in place.
+    let mut tasks = Vec::new();
+    for (owner, (parts, slots)) in groups {
+        let sh = shard.clone();
+        let task =
+            glommio::spawn_local(async move { sh.call(owner, Req::Produce { acks, parts }).await });
+        tasks.push((task, slots));
+    }
+    for (task, slots) in tasks {
+        match task.await {
+            Resp::Produce(rs) => {
+                for (r, (ti, pi)) in rs.into_iter().zip(slots) {
+                    results[ti][pi].1 = r;
+                }
+            }
+            _ => {
+                for (ti, pi) in slots {
+                    results[ti][pi].1.error = errors::NOT_LEADER_OR_FOLLOWER;
+                }
+            }
+        }
+    }
+    if acks == 0 {
+        return Ok(None);
+    }
+    let mut resp = ProduceResponse::default();
+    for (t, row) in p.topic_data.iter().zip(results) {
+        let mut tr = TopicProduceResponse::default();
+        tr.name = t.name.clone();
+        for (index, r) in row {
+            let mut pr = PartitionProduceResponse::default();
+            pr.index = index;
+            pr.error_code = r.error;
+            pr.base_offset = r.base_offset;
+            pr.log_append_time_ms = -1;
+            pr.log_start_offset = r.log_start_offset;
+            tr.partition_responses.push(pr);
+        }
+        resp.responses.push(tr);
+    }
+    one(req, &resp)
+}
+
+// ---- InitProducerId ----
+
+/// Idempotent producers (the default of kafka-python 3 and of Java clients) ask for a
+/// producer id first. weir hands out unique ids and accepts their batches; it does not
+/// deduplicate retried batches by sequence number (yet). Transactions are not supported.
+pub(super) fn init_producer_id(
+    shard: &Rc<Shard>,
+    i: &InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    let mut r = InitProducerIdResponse::default();
+    if i.transactional_id.is_some() {
+        // Transactions do not exist yet: say so (a fatal "unsupported" for every client),
+        // not an authorization failure that sends users looking at ACLs.
+        tracing::info!(client = ?i.transactional_id.as_deref().map(|t| t.as_str()),
+            "transactional InitProducerId refused: weir does not support transactions yet");
+        r.error_code = errors::UNSUPPORTED_VERSION;
+        r.producer_id = ProducerId(-1);
+        r.producer_epoch = -1;
+        return r;
+    }
+    if i.producer_id.0 >= 0 && i.producer_epoch >= 0 {
+        r.producer_id = i.producer_id;
+        r.producer_epoch = i.producer_epoch.wrapping_add(1).max(0);
+    } else {
+        r.producer_id = ProducerId(shard.new_producer_id());
+        r.producer_epoch = 0;
+    }
+    r
+}

@@ -1,0 +1,162 @@
+//! CreateTopics, CreatePartitions, DeleteTopics: decoded here, done on core 0.
+
+use super::groups as group;
+use crate::broker::errors;
+use crate::broker::shard::{NewTopic, Req, Resp, Shard};
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::*;
+use std::rc::Rc;
+
+use super::*;
+
+// ---- Admin ----
+
+pub(super) async fn create_topics(
+    shard: &Rc<Shard>,
+    version: i16,
+    c: &CreateTopicsRequest,
+) -> CreateTopicsResponse {
+    let topics: Vec<NewTopic> = c
+        .topics
+        .iter()
+        .map(|t| NewTopic {
+            name: t.name.to_string(),
+            partitions: if t.assignments.is_empty() {
+                t.num_partitions
+            } else {
+                t.assignments.len() as i32
+            },
+            replication_factor: if t.assignments.is_empty() {
+                t.replication_factor
+            } else {
+                1
+            },
+            configs: t
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect(),
+        })
+        .collect();
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
+    let results = match shard
+        .call(
+            0,
+            Req::CreateTopics {
+                topics,
+                validate_only: c.validate_only,
+            },
+        )
+        .await
+    {
+        Resp::Topics(r) => r,
+        _ => unanswered(names),
+    };
+    let meta = shard.metadata();
+    let mut resp = CreateTopicsResponse::default();
+    for r in results {
+        let mut tr = CreatableTopicResult::default();
+        tr.name = TopicName(s(&r.name));
+        tr.error_code = r.error;
+        tr.error_message = r.message.as_deref().map(s);
+        if version >= 5 {
+            tr.num_partitions = r.partitions;
+            tr.replication_factor = 1;
+            tr.configs = Some(Vec::new());
+        }
+        if let Some(t) = meta.topics.get(&r.name) {
+            tr.topic_id = topic_uuid(&t.id);
+        }
+        resp.topics.push(tr);
+    }
+    resp
+}
+
+/// Results for topics whose admin call core 0 could not answer (shutting down): each topic
+/// gets a retriable error, none is silently left out of the response.
+pub(super) async fn create_partitions(
+    shard: &Rc<Shard>,
+    c: &CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let topics: Vec<crate::broker::shard::NewPartitions> = c
+        .topics
+        .iter()
+        .map(|t| crate::broker::shard::NewPartitions {
+            name: t.name.to_string(),
+            count: t.count,
+            assignments: t.assignments.as_ref().map(|a| {
+                a.iter()
+                    .map(|p| p.broker_ids.iter().map(|b| b.0).collect())
+                    .collect()
+            }),
+        })
+        .collect();
+    let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
+    let results = match shard
+        .call(
+            0,
+            Req::CreatePartitions {
+                topics,
+                validate_only: c.validate_only,
+            },
+        )
+        .await
+    {
+        Resp::Topics(r) if r.len() == names.len() => r,
+        _ => unanswered(names),
+    };
+    let mut resp = CreatePartitionsResponse::default();
+    for r in results {
+        let mut tr = CreatePartitionsTopicResult::default();
+        tr.name = TopicName(s(&r.name));
+        tr.error_code = r.error;
+        tr.error_message = r.message.as_deref().map(s);
+        resp.results.push(tr);
+    }
+    resp
+}
+
+pub(super) fn unanswered(names: Vec<String>) -> Vec<crate::broker::shard::TopicResult> {
+    names
+        .into_iter()
+        .map(|name| crate::broker::shard::TopicResult {
+            name,
+            error: errors::NOT_CONTROLLER,
+            message: Some("the broker is shutting down".to_string()),
+            partitions: -1,
+        })
+        .collect()
+}
+
+pub(super) async fn delete_topics(
+    shard: &Rc<Shard>,
+    version: i16,
+    d: &DeleteTopicsRequest,
+) -> DeleteTopicsResponse {
+    let names: Vec<String> = if version >= 6 {
+        d.topics
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+            .collect()
+    } else {
+        d.topic_names.iter().map(|n| n.to_string()).collect()
+    };
+    let results = match shard.call(0, Req::DeleteTopics(names.clone())).await {
+        Resp::Topics(r) => r,
+        _ => unanswered(names),
+    };
+    let mut resp = DeleteTopicsResponse::default();
+    for r in results {
+        if r.error == errors::NONE {
+            // Committed offsets of a deleted topic go away with it.
+            group::topic_deleted(shard, &r.name).await;
+        }
+        let mut tr = DeletableTopicResult::default();
+        tr.name = Some(TopicName(s(&r.name)));
+        tr.error_code = r.error;
+        resp.responses.push(tr);
+    }
+    resp
+}

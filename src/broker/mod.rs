@@ -1,0 +1,321 @@
+//! The broker (`weir serve`): start-up on the main thread, then one pinned glommio executor
+//! per core (`core::core_main`).
+//!
+//! Layers, lowest first (a module uses only those below it; `scripts/check_layers.py` keeps
+//! the imports free of cycles):
+//! - `sync`, `errors`, `wheel`, `metrics`: single-core primitives, Kafka error codes, the
+//!   timing wheel, per-core counters;
+//! - `group`: the group coordinator and the committed-offsets store of one core;
+//! - `shard`: one core's partitions and its end of the cross-core meshes (the data path);
+//! - `kafka`: the request layer, one handler per Kafka API, calling shards;
+//! - `streaming`, `server`, `metrics_endpoint`: connections (Kafka and HTTP);
+//! - `listen`, `core` and this file: start-up and shutdown.
+
+mod core;
+mod errors;
+mod group;
+mod kafka;
+mod listen;
+mod metrics;
+mod metrics_endpoint;
+mod server;
+mod shard;
+mod streaming;
+mod sync;
+mod wheel;
+
+use std::net::ToSocketAddrs;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+use tracing::{error, info, warn};
+
+use weir::config::{self, BrokerConfig};
+use weir::metadata::Metadata;
+
+use self::shard::{Global, ReqMsg, RespMsg};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Directory for partition logs and metadata [default: ./data]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:9092]
+    #[arg(long)]
+    listen: Option<String>,
+    /// host:port given to clients in Metadata responses [default: the bound address]
+    #[arg(long)]
+    advertised_listener: Option<String>,
+    /// Number of cores (executors) [default: every CPU this process may run on]
+    #[arg(long)]
+    cores: Option<usize>,
+    /// File of Kafka-named key=value settings (docs/configuration.md); flags override it,
+    /// and WEIR_* environment variables (e.g. WEIR_LOG_RETENTION_MS) override both
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A Kafka-named setting, e.g. --set log.retention.ms=60000 (repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+/// CPUs this process may run on (sched_getaffinity), in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+fn build_config(args: &ServeArgs) -> Result<BrokerConfig, String> {
+    let mut c = BrokerConfig::default();
+    if let Some(path) = &args.config {
+        c.load_file(path)?;
+    }
+    for kv in &args.set {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--set {kv}: expected KEY=VALUE"))?;
+        c.set(k, v)?;
+    }
+    if let Some(d) = &args.data_dir {
+        c.set("log.dirs", &d.to_string_lossy())?;
+    }
+    if let Some(l) = &args.listen {
+        c.set("listeners", l)?;
+    }
+    if let Some(a) = &args.advertised_listener {
+        c.set("advertised.listeners", a)?;
+    }
+    // Environment variables last: they override the file and the flags.
+    let applied = c.apply_env(std::env::vars())?;
+    if !applied.is_empty() {
+        info!(variables = ?applied, "settings from the environment");
+    }
+    Ok(c)
+}
+
+/// Checks that this process may use io_uring, so that a kernel without it, a container whose
+/// seccomp profile blocks it, or `kernel.io_uring_disabled` gives a message rather than a
+/// panic deep in glommio.
+fn check_io_uring() -> Result<(), String> {
+    // struct io_uring_params is 120 bytes; zeroed asks for nothing special.
+    let mut params = [0u64; 15];
+    // SAFETY: io_uring_setup(2) with one entry and a valid, writable params buffer.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, params.as_mut_ptr()) };
+    if fd >= 0 {
+        // SAFETY: closing the ring fd we just got.
+        unsafe { libc::close(fd as i32) };
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    let why = match e.raw_os_error() {
+        Some(libc::ENOSYS) => "this kernel has no io_uring (Linux 5.8 or later is needed)",
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            "io_uring is not permitted: a container's seccomp profile blocks it (Docker's default \
+             does: run with a profile allowing io_uring_setup/io_uring_enter/io_uring_register, or \
+             --security-opt seccomp=unconfined), or the sysctl kernel.io_uring_disabled is set \
+             (0 enables it for everyone; 1 only for the group kernel.io_uring_group)"
+        }
+        Some(libc::ENOMEM) => {
+            "io_uring could not lock its memory: raise RLIMIT_MEMLOCK (LimitMEMLOCK= in systemd, \
+             ulimit -l)"
+        }
+        _ => "io_uring_setup failed",
+    };
+    Err(format!(
+        "io_uring is unavailable ({e}): {why}. See docs/running.md."
+    ))
+}
+
+pub fn serve(args: ServeArgs) -> Result<(), String> {
+    check_io_uring()?;
+    let mut config = build_config(&args)?;
+    // TcpListener::bind panics on an unresolvable address: check it here, with a message.
+    let listen_addr = config
+        .listen
+        .to_socket_addrs()
+        .map_err(|e| format!("--listen {}: {e}", config.listen))?
+        .next()
+        .ok_or_else(|| format!("--listen {}: no address", config.listen))?;
+    // SO_REUSEPORT (which every core's listener sets) would let a second broker share the
+    // port silently: refuse to start when a live process listens there (listen::check_free;
+    // a previous run's lingering connections do not count).
+    listen::check_free("--listen", listen_addr)?;
+    // The metrics endpoint: resolved and checked for a listener already there, like --listen.
+    let metrics_addr = match &config.metrics_listen {
+        None => None,
+        Some(m) => {
+            let addr = m
+                .to_socket_addrs()
+                .map_err(|e| format!("metrics.listen {m}: {e}"))?
+                .next()
+                .ok_or_else(|| format!("metrics.listen {m}: no address"))?;
+            listen::check_free("metrics.listen", addr)
+                .map_err(|e| format!("{e} (set metrics.listen=off to run without metrics)"))?;
+            Some(addr)
+        }
+    };
+    // Resolved once here (no DNS on the cores).
+    config.metrics_listen = metrics_addr.map(|a| a.to_string());
+    let cpus = allowed_cpus();
+    let cores = args.cores.unwrap_or(cpus.len()).max(1);
+    if cores > 1024 {
+        return Err(format!("--cores {cores}: too many"));
+    }
+    if config.listeners_per_core && listen_addr.port() != 0 {
+        for c in 0..cores {
+            let port = u16::try_from(usize::from(listen_addr.port()) + 1 + c)
+                .map_err(|_| format!("listeners.per.core: core {c}'s port is past 65535"))?;
+            let addr = std::net::SocketAddr::new(listen_addr.ip(), port);
+            listen::check_free(&format!("listeners.per.core (core {c})"), addr)?;
+        }
+    }
+    shard::data_dir_ok(&config.data_dir)?;
+    // Absolute from here on: logs name the real place, and glommio cannot open relative paths.
+    config.data_dir = std::path::absolute(&config.data_dir)
+        .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
+
+    // Metadata: loaded (or created) before any executor starts; partitions are re-spread
+    // if the core count changed since the last run.
+    let mut meta = Metadata::load(&config.data_dir)?.unwrap_or_else(|| Metadata::empty(cores));
+    if meta.respread(cores) {
+        info!(
+            cores,
+            "core count changed: partitions re-spread over the cores"
+        );
+    }
+    meta.save(&config.data_dir)?;
+    // Overrides stored by an older weir (or edited by hand) that today's bounds refuse are
+    // ignored for that topic: say so, once per override, with what is used instead.
+    for (topic, t) in &meta.topics {
+        for (key, value, why) in config::invalid_overrides(&t.configs) {
+            let instead = config::TOPIC_CONFIGS
+                .iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, broker_key)| config.value_of(broker_key))
+                .unwrap_or_else(|| "the default".to_string());
+            warn!(%topic, %key, %value, %why, %instead,
+                "stored topic config override is invalid: ignored, the broker setting applies");
+        }
+    }
+    info!(
+        data_dir = %config.data_dir.display(),
+        topics = meta.topics.len(),
+        cores,
+        "starting"
+    );
+    // Create the direct-I/O probe file once, before the cores race to create it.
+    {
+        let dir = config.data_dir.clone();
+        LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(move || async move { weir_storage::io::prime_dma_probe(&dir).await })
+            .map_err(|e| format!("starting the probe executor: {e}"))?
+            .join()
+            .map_err(|e| format!("probe executor failed: {e}"))?
+            .map_err(|e| format!("priming direct I/O in {}: {e}", config.data_dir.display()))?;
+    }
+    let meta = Arc::new(meta);
+    let config = Arc::new(config);
+    let global = Arc::new(Global::new(cores));
+
+    // Signals: first SIGINT/SIGTERM starts a graceful shutdown, a second one exits at once.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(|e| format!("installing signal handlers: {e}"))?;
+    // One socketpair per core: the signal thread writes a byte, the core's watcher task is
+    // woken by the read (no polling of a flag).
+    let mut wakers = Vec::with_capacity(cores);
+    let mut watch_fds = std::collections::VecDeque::with_capacity(cores);
+    for _ in 0..cores {
+        let (tx, rx) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| format!("creating the shutdown socketpair: {e}"))?;
+        rx.set_nonblocking(true).map_err(|e| e.to_string())?;
+        wakers.push(tx);
+        watch_fds.push_back(rx);
+    }
+    {
+        let global = global.clone();
+        std::thread::Builder::new()
+            .name("weir-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if global.shutdown.swap(true, Ordering::SeqCst) {
+                        warn!(sig, "second signal: exiting now");
+                        std::process::exit(130);
+                    }
+                    info!(
+                        sig,
+                        "shutting down: no new connections, finishing requests, closing logs"
+                    );
+                    for w in &mut wakers {
+                        let _ = std::io::Write::write_all(w, b"x");
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+    }
+
+    let mesh_depth = config.mesh_queue_depth + shard::mesh_fetch_depth(cores);
+    let req_mesh: MeshBuilder<ReqMsg, _> = MeshBuilder::full(cores, mesh_depth);
+    let resp_mesh: MeshBuilder<RespMsg, _> = MeshBuilder::full(cores, mesh_depth);
+    let mut handles = Vec::new();
+    for i in 0..cores {
+        let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
+        let (config, global, meta) = (config.clone(), global.clone(), meta.clone());
+        let (req_mesh, resp_mesh) = (req_mesh.clone(), resp_mesh.clone());
+        let watch = watch_fds.pop_front().expect("one watch socket per core");
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("weir-core-{i}"))
+            .io_memory(2 << 20)
+            .preempt_timer(Duration::from_millis(10))
+            .spawn(move || async move {
+                let res = core::core_main(
+                    cores,
+                    config,
+                    global,
+                    meta,
+                    (req_mesh, resp_mesh),
+                    listen_addr,
+                    watch,
+                )
+                .await;
+                if let Err(e) = &res {
+                    // Startup errors only: the other cores may be waiting for this one.
+                    error!(core = i, "{e}");
+                    eprintln!("weir: core {i}: {e}");
+                    std::process::exit(1);
+                }
+                res
+            })
+            .map_err(|e| format!("starting executor {i} on cpu {cpu}: {e}"))?;
+        handles.push(handle);
+    }
+    let mut failed = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failed = Some(e),
+            Err(e) => failed = Some(format!("executor failed: {e}")),
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => {
+            info!("shut down cleanly");
+            Ok(())
+        }
+    }
+}

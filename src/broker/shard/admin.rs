@@ -1,0 +1,433 @@
+//! Topic administration on core 0 (under the admin lock): create and delete topics, add
+//! partitions, alter topic configs; each change is saved (`Metadata::save`) and then applied
+//! on every core (`Req::Apply`) before it is answered.
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use super::*;
+use crate::broker::errors::{self};
+use weir::config::apply_topic_config;
+use weir::metadata::{new_topic_id, valid_topic_name, Metadata, TopicMeta};
+
+impl Shard {
+    // ---- Metadata changes (core 0) ----
+
+    pub(super) async fn admin_create(
+        self: &Rc<Self>,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    ) -> Vec<TopicResult> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let mut results = Vec::new();
+        let mut changed = false;
+        for t in topics {
+            let mut r = TopicResult {
+                name: t.name.clone(),
+                error: errors::NONE,
+                message: None,
+                partitions: t.partitions,
+            };
+            let count = if t.partitions == -1 {
+                self.config.num_partitions as i32
+            } else {
+                t.partitions
+            };
+            r.partitions = count;
+            let mut configs = std::collections::BTreeMap::new();
+            let mut probe = self.config.log_config(&configs);
+            let mut bad_config = None;
+            for (k, v) in &t.configs {
+                let Some(v) = v else { continue };
+                match apply_topic_config(&mut probe, k, v) {
+                    Ok(()) => {
+                        configs.insert(k.clone(), v.clone());
+                    }
+                    Err(e) => bad_config = Some(e),
+                }
+            }
+            if !valid_topic_name(&t.name) {
+                r.error = errors::INVALID_TOPIC_EXCEPTION;
+                r.message = Some(format!("invalid topic name '{}'", t.name));
+            } else if meta.topics.contains_key(&t.name) {
+                r.error = errors::TOPIC_ALREADY_EXISTS;
+                r.message = Some(format!("topic '{}' already exists", t.name));
+            } else if count <= 0 || count > 100_000 {
+                r.error = errors::INVALID_PARTITIONS;
+                r.message = Some(format!("invalid partition count {count}"));
+            } else if t.replication_factor > 1
+                || t.replication_factor == 0
+                || t.replication_factor < -1
+            {
+                r.error = errors::INVALID_REPLICATION_FACTOR;
+                r.message = Some(format!(
+                    "replication factor {} is not available: this is a single broker",
+                    t.replication_factor
+                ));
+            } else if let Some(e) = bad_config {
+                r.error = errors::INVALID_CONFIG;
+                r.message = Some(e);
+            } else if !validate_only {
+                // A crash between a DeleteTopics (metadata saved) and the owner deleting the
+                // log can leave a directory behind: a new topic of that name starts empty.
+                self.remove_stale_dirs(&t.name).await;
+                let owners = meta.place_new(count as usize);
+                meta.topics.insert(
+                    t.name.clone(),
+                    TopicMeta {
+                        id: new_topic_id(),
+                        owners,
+                        configs,
+                    },
+                );
+                changed = true;
+                info!(topic = %t.name, partitions = count, "topic created");
+            }
+            results.push(r);
+        }
+        if changed {
+            match self.commit_metadata_reporting(meta).await {
+                Err(e) => fail_unsaved(&mut results, &e),
+                Ok(failures) => self.undo_failed_creates(&mut results, failures).await,
+            }
+        }
+        results
+    }
+
+    /// A created topic some of whose logs could not be opened (a file in the way, EIO, out of
+    /// file descriptors) is not half-created: the creation is reported failed, with the cause,
+    /// and the topic is removed again, so that a retry starts from nothing.
+    pub(super) async fn undo_failed_creates(
+        self: &Rc<Self>,
+        results: &mut [TopicResult],
+        failures: Vec<OpenFailure>,
+    ) {
+        let mut meta = (*self.metadata()).clone();
+        let mut undo = false;
+        for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+            let Some(f) = failures.iter().find(|f| f.topic == r.name) else {
+                continue;
+            };
+            warn!(topic = %r.name, partition = f.partition, core = f.core, error = %f.error,
+                "topic creation failed: a partition log cannot be opened; removing the topic");
+            r.error = errors::KAFKA_STORAGE_ERROR;
+            r.message = Some(format!(
+                "cannot create the log of partition {}: {}",
+                f.partition, f.error
+            ));
+            undo |= meta.topics.remove(&r.name).is_some();
+        }
+        if undo {
+            if let Err(e) = self.commit_metadata(meta).await {
+                warn!(error = %e, "removing a topic whose creation failed");
+            }
+        }
+    }
+
+    /// CreatePartitions: grows topics to `count` partitions. The new partitions are placed on
+    /// the least loaded cores (or, with `listeners.per.core`, on the node an assignment names),
+    /// saved in the metadata, and opened by their owners before the answer. Kafka's errors:
+    /// an unknown topic, a count that does not grow, a bad assignment.
+    pub(super) async fn admin_create_partitions(
+        self: &Rc<Self>,
+        topics: Vec<NewPartitions>,
+        validate_only: bool,
+    ) -> Vec<TopicResult> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let per_core = !self.core_endpoints.borrow().is_empty();
+        let mut results = Vec::new();
+        let mut grown: Vec<(String, usize, usize)> = Vec::new(); // (topic, old, new)
+        for (i, t) in topics.iter().enumerate() {
+            let mut r = TopicResult {
+                name: t.name.clone(),
+                error: errors::NONE,
+                message: None,
+                partitions: t.count,
+            };
+            let current = meta.topics.get(&t.name).map(|m| m.owners.len());
+            let fail = |r: &mut TopicResult, code: i16, msg: String| {
+                r.error = code;
+                r.message = Some(msg);
+            };
+            if topics[..i].iter().any(|o| o.name == t.name) {
+                fail(
+                    &mut r,
+                    errors::INVALID_REQUEST,
+                    format!("topic '{}' is named twice", t.name),
+                );
+            } else if let Some(current) = current {
+                let new = t.count.max(0) as usize;
+                if t.count <= 0 || new <= current {
+                    fail(
+                        &mut r,
+                        errors::INVALID_PARTITIONS,
+                        format!(
+                            "topic '{}' has {current} partitions; the new count {} must be higher",
+                            t.name, t.count
+                        ),
+                    );
+                } else if new > 100_000 {
+                    fail(
+                        &mut r,
+                        errors::INVALID_PARTITIONS,
+                        format!("invalid partition count {new}"),
+                    );
+                } else {
+                    let mut owners = meta.place_new(new - current);
+                    if let Some(a) = &t.assignments {
+                        if a.len() != new - current {
+                            fail(
+                                &mut r,
+                                errors::INVALID_REPLICA_ASSIGNMENT,
+                                format!(
+                                    "{} assignments for {} new partitions",
+                                    a.len(),
+                                    new - current
+                                ),
+                            );
+                        }
+                        for (j, brokers) in a.iter().enumerate().take(owners.len()) {
+                            let node = match brokers.as_slice() {
+                                [n] => *n,
+                                _ => {
+                                    fail(
+                                        &mut r,
+                                        errors::INVALID_REPLICA_ASSIGNMENT,
+                                        format!(
+                                            "partition {}: {} replicas; a single broker has 1",
+                                            current + j,
+                                            brokers.len()
+                                        ),
+                                    );
+                                    break;
+                                }
+                            };
+                            let nodes = if per_core { self.cores } else { 1 };
+                            if node < 0 || node as usize >= nodes {
+                                fail(
+                                    &mut r,
+                                    errors::INVALID_REPLICA_ASSIGNMENT,
+                                    format!("partition {}: unknown broker {node}", current + j),
+                                );
+                                break;
+                            }
+                            if per_core {
+                                owners[j] = node as usize;
+                            }
+                        }
+                    }
+                    if r.error == errors::NONE && !validate_only {
+                        if let Some(m) = meta.topics.get_mut(&t.name) {
+                            m.owners.extend(owners);
+                        }
+                        grown.push((t.name.clone(), current, new));
+                        info!(topic = %t.name, from = current, to = new, "partitions added");
+                    }
+                }
+            } else {
+                fail(
+                    &mut r,
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("unknown topic '{}'", t.name),
+                );
+            }
+            results.push(r);
+        }
+        if grown.is_empty() {
+            return results;
+        }
+        // A directory left at a new partition's name (a crash in an earlier life of the
+        // topic) must not become the new partition's data.
+        let (dir, stale) = (
+            self.config.data_dir.clone(),
+            grown
+                .iter()
+                .flat_map(|(t, old, new)| (*old..*new).map(move |p| format!("{t}-{p}")))
+                .collect::<Vec<_>>(),
+        );
+        weir_storage::io::off_reactor(move || {
+            for name in stale {
+                let path = dir.join(name);
+                if path.is_dir() {
+                    warn!(dir = %path.display(), "removing a stale log in the way of a new partition");
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+            }
+        })
+        .await;
+        match self.commit_metadata_reporting(meta).await {
+            Err(e) => fail_unsaved(&mut results, &e),
+            Ok(failures) if !failures.is_empty() => {
+                // Not half-grown: the topic goes back to its old partitions.
+                let mut meta = (*self.metadata()).clone();
+                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+                    let Some(f) = failures.iter().find(|f| f.topic == r.name) else {
+                        continue;
+                    };
+                    warn!(topic = %r.name, partition = f.partition, error = %f.error,
+                        "adding partitions failed: a log cannot be opened; undoing");
+                    r.error = errors::KAFKA_STORAGE_ERROR;
+                    r.message = Some(format!(
+                        "cannot create the log of partition {}: {}",
+                        f.partition, f.error
+                    ));
+                    if let (Some(m), Some((_, old, _))) = (
+                        meta.topics.get_mut(&r.name),
+                        grown.iter().find(|g| g.0 == r.name),
+                    ) {
+                        m.owners.truncate(*old);
+                    }
+                }
+                if let Err(e) = self.commit_metadata(meta).await {
+                    warn!(error = %e, "undoing partitions whose creation failed");
+                }
+            }
+            Ok(_) => {}
+        }
+        results
+    }
+
+    pub(super) async fn admin_delete(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicResult> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let mut results = Vec::new();
+        let mut changed = false;
+        for name in names {
+            let mut r = TopicResult {
+                name: name.clone(),
+                error: errors::NONE,
+                message: None,
+                partitions: 0,
+            };
+            if meta.topics.remove(&name).is_some() {
+                changed = true;
+                info!(topic = %name, "topic deleted");
+            } else {
+                r.error = errors::UNKNOWN_TOPIC_OR_PARTITION;
+            }
+            results.push(r);
+        }
+        if changed {
+            if let Err(e) = self.commit_metadata(meta).await {
+                fail_unsaved(&mut results, &e);
+            }
+        }
+        results
+    }
+
+    /// Changes topics' config overrides: validated like CreateTopics' configs, saved in the
+    /// metadata, and applied to the open logs by every core (`apply_metadata`).
+    pub(super) async fn admin_alter_configs(
+        self: &Rc<Self>,
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
+    ) -> Vec<TopicResult> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let mut results = Vec::new();
+        let mut changed = false;
+        for c in changes {
+            let mut r = TopicResult {
+                name: c.topic.clone(),
+                error: errors::NONE,
+                message: None,
+                partitions: 0,
+            };
+            let Some(t) = meta.topics.get_mut(&c.topic) else {
+                r.error = errors::UNKNOWN_TOPIC_OR_PARTITION;
+                r.message = Some(format!("unknown topic '{}'", c.topic));
+                results.push(r);
+                continue;
+            };
+            let mut configs = if c.replace_all {
+                std::collections::BTreeMap::new()
+            } else {
+                t.configs.clone()
+            };
+            for (k, v) in &c.ops {
+                match v {
+                    Some(v) => configs.insert(k.clone(), v.trim().to_string()),
+                    None => configs.remove(k),
+                };
+            }
+            let mut probe = self.config.log_config(&std::collections::BTreeMap::new());
+            let bad = configs
+                .iter()
+                .find_map(|(k, v)| apply_topic_config(&mut probe, k, v).err());
+            if let Some(e) = bad {
+                r.error = errors::INVALID_CONFIG;
+                r.message = Some(e);
+            } else if !validate_only && configs != t.configs {
+                info!(topic = %c.topic, ?configs, "topic configs changed");
+                t.configs = configs;
+                changed = true;
+            }
+            results.push(r);
+        }
+        if changed {
+            if let Err(e) = self.commit_metadata(meta).await {
+                fail_unsaved(&mut results, &e);
+            }
+        }
+        results
+    }
+
+    /// The broker id that leads a partition owned by `core` (and coordinates a group living
+    /// there): the core itself with `listeners.per.core`, else the one node 0.
+    pub fn node_of(&self, core: usize) -> i32 {
+        if self.core_endpoints.borrow().is_empty() {
+            0
+        } else {
+            core as i32
+        }
+    }
+
+    /// Removes `topic-N` directories of a topic that is not in the metadata (on the blocking
+    /// pool: a deleted topic's logs can be large).
+    pub(super) async fn remove_stale_dirs(&self, topic: &str) {
+        let (prefix, dir) = (format!("{topic}-"), self.config.data_dir.clone());
+        weir_storage::io::off_reactor(move || super::lifecycle::remove_stale_dirs(&dir, &prefix))
+            .await
+    }
+
+    /// Writes the new metadata durably, then makes every core apply it (this one first).
+    pub(super) async fn commit_metadata(self: &Rc<Self>, meta: Metadata) -> Result<(), String> {
+        self.commit_metadata_reporting(meta).await.map(|_| ())
+    }
+
+    /// `commit_metadata`, returning the partition logs that could not be opened.
+    pub(super) async fn commit_metadata_reporting(
+        self: &Rc<Self>,
+        mut meta: Metadata,
+    ) -> Result<Vec<OpenFailure>, String> {
+        meta.epoch += 1;
+        // Buffered write + two fsyncs: on the blocking pool, so that core 0's partitions keep
+        // being served meanwhile.
+        let meta = Arc::new(meta);
+        let (saved, dir) = (meta.clone(), self.config.data_dir.clone());
+        weir_storage::io::off_reactor(move || saved.save(&dir)).await?;
+        let mut failures = self.apply_metadata(meta.clone()).await;
+        for core in 0..self.cores {
+            if core != self.id {
+                // Boxed: `call` → `handle` → `admin_*` → here is a recursive async cycle.
+                if let Resp::Applied(f) = Box::pin(self.call(core, Req::Apply(meta.clone()))).await
+                {
+                    failures.extend(f);
+                }
+            }
+        }
+        Ok(failures)
+    }
+}

@@ -1,0 +1,249 @@
+//! Fetch on the owning core: read whole batches (cache or direct reads), park the fetch on
+//! its partitions and the wheel when it is short of `min_bytes`, wake it on append, on its
+//! deadline (the wheel driver) or when the requesting core has enough (`FetchWake`).
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use super::*;
+use crate::broker::errors::{self, storage_error_code};
+use crate::broker::sync::Event;
+use crate::broker::wheel::WheelKey;
+
+impl Shard {
+    // ---- Fetch ----
+
+    pub(super) async fn read_parts(
+        &self,
+        parts: &[FetchPart],
+        min_bytes: i32,
+        max_bytes: i32,
+    ) -> (Vec<FetchResult>, Vec<u64>) {
+        let mut remaining = max_bytes.max(0) as usize;
+        // What the fetch still needs before it may answer: reads wait for the disk only
+        // until then, and past it take what the read-ahead holds (`Log::read_available`).
+        let mut wanted = min_bytes.max(1) as usize;
+        let mut out = Vec::with_capacity(parts.len());
+        let mut hws = Vec::with_capacity(parts.len());
+        for p in parts {
+            let Some(part) = self.partition(&p.topic, p.partition) else {
+                out.push(FetchResult {
+                    error: errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    high_watermark: -1,
+                    log_start_offset: -1,
+                    chunks: Vec::new(),
+                });
+                hws.push(0);
+                continue;
+            };
+            let wm = part.log.watermarks();
+            let mut r = FetchResult {
+                error: errors::NONE,
+                high_watermark: wm.high_watermark as i64,
+                log_start_offset: wm.log_start_offset as i64,
+                chunks: Vec::new(),
+            };
+            if p.offset < 0 {
+                r.error = errors::OFFSET_OUT_OF_RANGE;
+            } else if remaining > 0 || out.iter().all(|r: &FetchResult| r.chunks.is_empty()) {
+                let limit = (p.max_bytes.max(0) as usize).min(remaining.max(1));
+                match part
+                    .log
+                    .read_available(p.offset as u64, wanted, limit)
+                    .await
+                {
+                    Ok(read) => {
+                        r.high_watermark = read.watermarks.high_watermark as i64;
+                        r.log_start_offset = read.watermarks.log_start_offset as i64;
+                        remaining = remaining.saturating_sub(read.len());
+                        wanted = wanted.saturating_sub(read.len()).max(1);
+                        r.chunks = read.chunks;
+                    }
+                    Err(e) => {
+                        if e.is_storage_error() {
+                            part.log_io_error(&p.topic, p.partition, "read", &e);
+                        }
+                        r.error = storage_error_code(&e);
+                    }
+                }
+            }
+            hws.push(r.high_watermark.max(0) as u64);
+            out.push(r);
+        }
+        (out, hws)
+    }
+
+    /// Serves a fetch for partitions this core owns; parks it in the wheel while it has
+    /// less than `min_bytes`, until data arrives (woken by `Log::on_append`), the deadline
+    /// passes, or the requesting core says it has enough (`FetchWake`).
+    pub async fn fetch_local(
+        self: &Rc<Self>,
+        key: Option<FetchKey>,
+        min_bytes: i32,
+        max_wait_ms: i32,
+        max_bytes: i32,
+        parts: &[FetchPart],
+    ) -> Vec<FetchResult> {
+        let wait = (max_wait_ms.max(0) as u64).min(self.config.fetch_max_wait_ms);
+        let deadline = Instant::now() + Duration::from_millis(wait);
+        let mut external = false;
+        loop {
+            let (results, hws) = self.read_parts(parts, min_bytes, max_bytes).await;
+            let total: usize = results.iter().map(FetchResult::bytes).sum();
+            let any_error = results.iter().any(|r| r.error != errors::NONE);
+            if total as i64 >= i64::from(min_bytes)
+                || any_error
+                || external
+                || Instant::now() >= deadline
+                || self.shutdown.is_fired()
+            {
+                return self.count_fetched(parts, results);
+            }
+            if let Some(k) = key {
+                if self.early_wakes.borrow_mut().remove(&k) {
+                    return self.count_fetched(parts, results);
+                }
+            }
+            // Data may have landed while we were reading: read again instead of parking.
+            let moved = parts.iter().zip(&hws).any(|(p, hw)| {
+                self.partition(&p.topic, p.partition)
+                    .is_some_and(|part| part.log.watermarks().high_watermark != *hw)
+            });
+            if moved {
+                continue;
+            }
+            if self.wheel.borrow().len() >= self.config.max_parked_fetches {
+                if !self.warned_parked_limit.replace(true) {
+                    warn!(
+                        core = self.id,
+                        limit = self.config.max_parked_fetches,
+                        "parked fetch limit reached: fetches are answered at once (fetch.max.parked)"
+                    );
+                }
+                return self.count_fetched(parts, results);
+            }
+            let parked = Rc::new(Parked {
+                fired: Cell::new(false),
+                external: Cell::new(false),
+                signal: Event::default(),
+            });
+            for p in parts {
+                if let Some(part) = self.partition(&p.topic, p.partition) {
+                    let mut ws = part.waiters.borrow_mut();
+                    // Amortised cleanup of entries left by fetches that timed out.
+                    if ws.len() >= 32 && ws.len().is_power_of_two() {
+                        ws.retain(|w| w.upgrade().is_some_and(|p| !p.fired.get()));
+                    }
+                    ws.push(Rc::downgrade(&parked));
+                }
+            }
+            let wheel_key: WheelKey = {
+                let mut wheel = self.wheel.borrow_mut();
+                let k = wheel.insert(deadline, parked.clone());
+                // Wake the driver if it sleeps past this deadline (or not at all).
+                let sleeps_until = self.wheel_sleep_until.get();
+                if sleeps_until.is_none_or(|t| deadline < t) {
+                    self.wheel_work.notify();
+                }
+                k
+            };
+            if let Some(k) = key {
+                self.remote_parked
+                    .borrow_mut()
+                    .insert(k, Rc::downgrade(&parked));
+            }
+            parked.signal.wait().await;
+            if Instant::now() >= deadline {
+                crate::broker::metrics::CoreMetrics::bump(&self.metrics.wheel_expired);
+            } else {
+                crate::broker::metrics::CoreMetrics::bump(&self.metrics.wheel_woken);
+            }
+            self.wheel.borrow_mut().remove(wheel_key);
+            if let Some(k) = key {
+                self.remote_parked.borrow_mut().remove(&k);
+            }
+            external = parked.external.get();
+        }
+    }
+
+    /// Counts what a fetch returns (bytes out per partition, errors) before it goes.
+    pub(super) fn count_fetched(
+        &self,
+        parts: &[FetchPart],
+        results: Vec<FetchResult>,
+    ) -> Vec<FetchResult> {
+        for (p, r) in parts.iter().zip(&results) {
+            self.metrics
+                .error(kafka_protocol::messages::ApiKey::Fetch, r.error);
+            if let Some(part) = self.partition(&p.topic, p.partition) {
+                part.bytes_out.set(part.bytes_out.get() + r.bytes() as u64);
+            }
+        }
+        results
+    }
+
+    /// This core's figures (`Req::Metrics`).
+    /// (topic, partition, bytes on disk) of this core's partitions (DescribeLogDirs).
+    pub(super) fn wake_remote(&self, key: FetchKey) {
+        let parked = self.remote_parked.borrow_mut().remove(&key);
+        match parked.and_then(|w| w.upgrade()) {
+            Some(p) => {
+                p.external.set(true);
+                p.fire();
+            }
+            None => {
+                let mut early = self.early_wakes.borrow_mut();
+                if early.len() > 10_000 {
+                    early.clear();
+                }
+                early.insert(key);
+            }
+        }
+    }
+
+    /// Drives the wheel with one timer: sleeps until the first non-empty bucket is due (or
+    /// a fetch with an earlier deadline is parked), then expires what is due.
+    pub async fn run_wheel(self: Rc<Self>) {
+        let mut expired = Vec::new();
+        loop {
+            let next = self.wheel.borrow().next_wake_at();
+            self.wheel_sleep_until.set(next);
+            let woken = async {
+                futures_lite::future::or(self.wheel_work.notified(), self.shutdown.wait()).await
+            };
+            match next {
+                None => woken.await,
+                Some(at) => {
+                    let now = Instant::now();
+                    if at > now {
+                        futures_lite::future::or(glommio::timer::sleep(at - now), woken).await;
+                    }
+                }
+            }
+            self.wheel_sleep_until.set(None);
+            if self.shutdown.is_fired() {
+                // Answer everything parked now; later fetches return at once.
+                let all: Vec<Rc<Parked>> = {
+                    let mut w = self.wheel.borrow_mut();
+                    let mut out = Vec::new();
+                    w.advance(Instant::now() + Duration::from_secs(3600), &mut out);
+                    out
+                };
+                all.iter().for_each(|p| p.fire());
+                if self.wheel.borrow().is_empty() {
+                    glommio::timer::sleep(Duration::from_millis(5)).await;
+                }
+                continue;
+            }
+            self.wheel
+                .borrow_mut()
+                .advance(Instant::now(), &mut expired);
+            for p in expired.drain(..) {
+                p.fire();
+            }
+        }
+    }
+}

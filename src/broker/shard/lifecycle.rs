@@ -1,0 +1,250 @@
+//! Partition lifecycle: applying a metadata snapshot (opening the logs this core now owns,
+//! retiring the ones it no longer does), retention, the group coordinator's logs, and the
+//! orderly close at shutdown.
+
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+use weir_storage::Log;
+
+use super::*;
+use crate::broker::group::{Coordinator, GroupConfig};
+use weir::metadata::{partition_dir, Metadata};
+
+impl Shard {
+    /// Opens the logs this core now owns, closes and deletes the ones of deleted topics,
+    /// updates configs, and installs the snapshot. Returns the logs that failed to open.
+    pub async fn apply_metadata(self: &Rc<Self>, meta: Arc<Metadata>) -> Vec<OpenFailure> {
+        let mut failures = Vec::new();
+        // Deleted (or recreated) topics first, so a recreated topic gets a fresh directory.
+        let stale: Vec<(String, i32)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|((topic, p), part)| {
+                meta.owner(topic, *p) != Some(self.id)
+                    || meta.topics.get(topic).is_none_or(|t| t.id != part.topic_id)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            let part = self.partitions.borrow_mut().remove(&key);
+            if let Some(part) = part {
+                let gone = meta
+                    .topics
+                    .get(&key.0)
+                    .is_none_or(|t| t.id != part.topic_id);
+                wake_waiters(&part.waiters);
+                self.retire(part, gone).await;
+            }
+        }
+        for (name, t) in &meta.topics {
+            let config = self.config.log_config(&t.configs);
+            for (p, &owner) in t.owners.iter().enumerate() {
+                if owner != self.id {
+                    continue;
+                }
+                let p = p as i32;
+                if let Some(existing) = self.partition(name, p) {
+                    existing.log.set_config(config.clone());
+                    continue;
+                }
+                match self.open_partition(name, p, &t.id, config.clone()).await {
+                    Ok(()) => {}
+                    Err(e) => {
+                        warn!(topic = %name, partition = p, error = %e, "cannot open partition log");
+                        failures.push(OpenFailure {
+                            topic: name.clone(),
+                            partition: p,
+                            core: self.id,
+                            error: e.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        *self.meta.borrow_mut() = meta;
+        failures
+    }
+
+    pub async fn open_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        topic_id: &str,
+        config: weir_storage::LogConfig,
+    ) -> Result<(), weir_storage::Error> {
+        let dir = partition_dir(&self.config.data_dir, topic, partition);
+        let log = Log::open_with_cache(&dir, config, self.cache.clone()).await?;
+        let waiters: Waiters = Rc::new(RefCell::new(Vec::new()));
+        let w = waiters.clone();
+        log.on_append(move |_| wake_waiters(&w));
+        debug!(core = self.id, topic, partition, "partition opened");
+        self.partitions.borrow_mut().insert(
+            (topic.to_string(), partition),
+            Rc::new(Partition {
+                topic_id: topic_id.to_string(),
+                log,
+                waiters,
+                io_errors: Cell::new(0),
+                bytes_in: Cell::new(0),
+                records_in: Cell::new(0),
+                bytes_out: Cell::new(0),
+            }),
+        );
+        Ok(())
+    }
+
+    /// Closes (or deletes, for a deleted topic) a log once no request holds it.
+    pub(super) async fn retire(&self, mut part: Rc<Partition>, delete: bool) {
+        for _ in 0..600 {
+            match Rc::try_unwrap(part) {
+                Ok(p) => {
+                    let dir = p.log.dir().to_path_buf();
+                    let res = if delete {
+                        p.log.delete().await
+                    } else {
+                        p.log.close().await
+                    };
+                    if let Err(e) = res {
+                        warn!(dir = %dir.display(), error = %e, "closing a retired log failed");
+                    }
+                    return;
+                }
+                Err(still_shared) => {
+                    part = still_shared;
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        warn!(dir = %part.log.dir().display(), "log still in use after 30 s; left open");
+    }
+
+    // ---- Retention and shutdown ----
+
+    pub async fn run_retention(self: Rc<Self>) {
+        let every = Duration::from_millis(self.config.retention_check_interval_ms);
+        loop {
+            futures_lite::future::or(glommio::timer::sleep(every), self.shutdown.wait()).await;
+            if self.shutdown.is_fired() {
+                return;
+            }
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            let parts: Vec<((String, i32), Rc<Partition>)> = self
+                .partitions
+                .borrow()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for ((topic, p), part) in parts {
+                match part.log.enforce_retention(now_ms).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        info!(topic = %topic, partition = p, segments = n, "retention deleted segments")
+                    }
+                    Err(e) => warn!(topic = %topic, partition = p, error = %e, "retention failed"),
+                }
+                glommio::yield_if_needed().await;
+            }
+        }
+    }
+
+    /// Opens this core's group coordinator (its offsets logs) and drives its session and
+    /// rebalance timers.
+    pub async fn open_groups(self: &Rc<Self>) -> Result<(), String> {
+        let c = Coordinator::open(
+            &self.config.data_dir,
+            self.id,
+            self.cores,
+            self.cache.clone(),
+            GroupConfig::default(),
+        )
+        .await
+        .map_err(|e| format!("opening the group offsets: {e}"))?;
+        let c = Rc::new(c);
+        *self.groups.borrow_mut() = Some(c.clone());
+        let weak = Rc::downgrade(&c);
+        glommio::spawn_local(async move {
+            while let Some(c) = weak.upgrade() {
+                c.tick();
+                drop(c);
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .detach();
+        Ok(())
+    }
+
+    /// Flushes and closes every log of this core (writes the clean-shutdown markers).
+    pub async fn close_all(&self) {
+        let groups = self.groups.borrow_mut().take();
+        if let Some(c) = groups {
+            match Rc::try_unwrap(c) {
+                Ok(c) => c.close().await,
+                Err(_) => warn!(core = self.id, "group coordinator still in use at shutdown"),
+            }
+        }
+        let parts: Vec<Rc<Partition>> = self
+            .partitions
+            .borrow_mut()
+            .drain()
+            .map(|(_, v)| v)
+            .collect();
+        let mut closed = 0;
+        for part in parts {
+            wake_waiters(&part.waiters);
+            let dir = part.log.dir().to_path_buf();
+            match Rc::try_unwrap(part) {
+                Ok(p) => match p.log.close().await {
+                    Ok(()) => closed += 1,
+                    Err(e) => warn!(dir = %dir.display(), error = %e, "close failed"),
+                },
+                Err(p) => {
+                    if let Err(e) = p.log.flush().await {
+                        warn!(dir = %dir.display(), error = %e, "flush at shutdown failed");
+                    }
+                    warn!(dir = %dir.display(), "log still in use at shutdown: flushed, not closed");
+                }
+            }
+        }
+        info!(core = self.id, logs = closed, "logs closed");
+    }
+
+    /// Opens the logs this core owns at start.
+    pub async fn open_owned(self: &Rc<Self>) {
+        let meta = self.metadata();
+        // Failures are logged; those partitions answer with an error until the next start.
+        self.apply_metadata(meta).await;
+    }
+}
+
+pub fn data_dir_ok(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))
+}
+
+/// `Shard::remove_stale_dirs`' blocking part: `DATA_DIR/<prefix><digits>` directories.
+pub(super) fn remove_stale_dirs(data_dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let is_partition_of_topic = name
+            .strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_partition_of_topic && e.path().is_dir() {
+            warn!(dir = %e.path().display(), "removing a stale log of a deleted topic");
+            if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                warn!(dir = %e.path().display(), error = %err, "cannot remove stale log");
+            }
+        }
+    }
+}

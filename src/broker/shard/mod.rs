@@ -1,0 +1,327 @@
+//! One core's share of the broker: the partitions it owns, its pending-fetch wheel, and its
+//! end of the cross-core channels.
+//!
+//! A `Shard` lives on one glommio executor (it is `!Send`). Work for a partition always runs
+//! on the partition's owning core: a connection's core calls [`Shard::call`], which runs the
+//! request in place when it owns the partitions, or sends it over the `channel_mesh` to the
+//! owner and awaits the reply. Requests and replies travel on two separate meshes; the
+//! number of requests in flight from one core to another is bounded by a semaphore whose
+//! size equals the channel capacity, so a send never waits on a full channel and the two
+//! directions can never deadlock each other. Everything crossing cores is `Send` data:
+//! topic names, `bytes::Bytes` records, `Arc<Metadata>` snapshots.
+
+mod admin;
+mod fetch;
+mod lifecycle;
+mod mesh;
+mod msg;
+mod offsets;
+mod produce;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use glommio::channels::channel_mesh::Senders;
+use glommio::sync::Semaphore;
+use tracing::{debug, warn};
+use weir_storage::{BatchCache, FifoLock, Log};
+
+use crate::broker::errors::{self};
+use crate::broker::group::Coordinator;
+use crate::broker::sync::{Event, Notify, Slot};
+use crate::broker::wheel::Wheel;
+use weir::config::BrokerConfig;
+use weir::metadata::Metadata;
+
+pub use lifecycle::data_dir_ok;
+
+/// State shared by all cores (startup and shutdown coordination only; never on the data
+/// path).
+pub struct Global {
+    pub shutdown: AtomicBool,
+    /// Cores that have finished serving their connections.
+    pub drained: AtomicUsize,
+    /// Cores whose listener is bound (the "listening on" line is printed when all are).
+    pub bound: AtomicUsize,
+    /// The port every core binds (set by core 0).
+    pub port: std::sync::atomic::AtomicU16,
+    /// `listeners.per.core`: the port of each core's own listener (set by that core).
+    pub core_ports: Vec<std::sync::atomic::AtomicU16>,
+    pub exited: AtomicUsize,
+}
+
+impl Global {
+    pub fn new(cores: usize) -> Global {
+        Global {
+            shutdown: AtomicBool::new(false),
+            drained: AtomicUsize::new(0),
+            bound: AtomicUsize::new(0),
+            port: std::sync::atomic::AtomicU16::new(0),
+            core_ports: (0..cores)
+                .map(|_| std::sync::atomic::AtomicU16::new(0))
+                .collect(),
+            exited: AtomicUsize::new(0),
+        }
+    }
+}
+
+pub use msg::*;
+
+// ---- Partitions and parked fetches --------------------------------------------------------
+
+/// A fetch waiting for data, in the wheel and on its partitions' waiter lists.
+struct Parked {
+    fired: Cell<bool>,
+    /// Fired by the requesting core (enough data from elsewhere): answer, don't re-park.
+    external: Cell<bool>,
+    signal: Event,
+}
+
+impl Parked {
+    fn fire(&self) {
+        if !self.fired.replace(true) {
+            self.signal.fire();
+        }
+    }
+}
+
+type Waiters = Rc<RefCell<Vec<Weak<Parked>>>>;
+
+pub struct Partition {
+    pub topic_id: String,
+    pub log: Log,
+    waiters: Waiters,
+    /// Disk errors seen on this partition: the first is logged as a warning, the rest at
+    /// debug level (a dead disk under a busy partition must not flood the log).
+    io_errors: Cell<u64>,
+    /// For the metrics: batch bytes and records appended, batch bytes fetched.
+    bytes_in: Cell<u64>,
+    records_in: Cell<u64>,
+    bytes_out: Cell<u64>,
+}
+
+impl Partition {
+    /// Logs a disk error of this partition: once at warn level, then at debug level.
+    fn log_io_error(&self, topic: &str, partition: i32, op: &str, e: &weir_storage::Error) {
+        let n = self.io_errors.get() + 1;
+        self.io_errors.set(n);
+        if n == 1 {
+            warn!(topic, partition, op, error = %e,
+                "disk error on this partition; its requests get KAFKA_STORAGE_ERROR (further errors at debug level)");
+        } else {
+            debug!(topic, partition, op, error = %e, errors = n, "disk error");
+        }
+    }
+}
+
+fn wake_waiters(waiters: &Waiters) {
+    let list = std::mem::take(&mut *waiters.borrow_mut());
+    for w in list {
+        if let Some(p) = w.upgrade() {
+            p.fire();
+        }
+    }
+}
+
+// ---- The shard ----------------------------------------------------------------------------
+
+pub struct Shard {
+    pub id: usize,
+    pub cores: usize,
+    pub config: Arc<BrokerConfig>,
+    /// host and port put in Metadata responses.
+    pub advertised: RefCell<(String, i32)>,
+    /// `listeners.per.core`: every core's advertised (host, port), indexed by core = broker
+    /// id in Metadata. Empty: the broker is advertised as one node, id 0.
+    pub core_endpoints: RefCell<Vec<(String, i32)>>,
+    meta: RefCell<Arc<Metadata>>,
+    partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    cache: Rc<BatchCache>,
+
+    req_tx: Option<Senders<ReqMsg>>,
+    resp_tx: Option<Senders<RespMsg>>,
+    permits: Vec<Semaphore>,
+    /// Per destination core: the order in which calls were made.
+    call_order: Vec<FifoLock>,
+    fetch_permits: Vec<Semaphore>,
+    pending: RefCell<HashMap<u64, Rc<Slot<Resp>>>>,
+    next_call: Cell<u64>,
+
+    wheel: RefCell<Wheel<Rc<Parked>>>,
+    wheel_work: Notify,
+    /// When the wheel driver will wake next (`None`: it waits for work).
+    wheel_sleep_until: Cell<Option<Instant>>,
+    remote_parked: RefCell<HashMap<FetchKey, Weak<Parked>>>,
+    early_wakes: RefCell<HashSet<FetchKey>>,
+    warned_parked_limit: Cell<bool>,
+    /// Whether a full cross-core queue (`cross.core.queue.depth`) was logged at warn level.
+    warned_queue_full: Cell<bool>,
+
+    admin_lock: Semaphore,
+    /// The group coordinator of the offset buckets this core owns.
+    groups: RefCell<Option<Rc<Coordinator>>>,
+    pub shutdown: Event,
+    pub connections: Cell<usize>,
+    /// This core's counters for the metrics endpoint.
+    pub metrics: crate::broker::metrics::CoreMetrics,
+    next_producer: Cell<u64>,
+    started_ms: i64,
+}
+
+/// The metadata change of an admin request could not be saved: every topic it would have
+/// changed is reported as KAFKA_STORAGE_ERROR, with the cause.
+fn fail_unsaved(results: &mut [TopicResult], e: &str) {
+    for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
+        r.error = errors::KAFKA_STORAGE_ERROR;
+        r.message = Some(e.to_string());
+    }
+}
+
+/// Parked fetches one core may have waiting on another. The mesh channels hold
+/// `mesh_queue_depth + mesh_fetch_depth` messages, so a send never waits for space.
+pub fn mesh_fetch_depth(cores: usize) -> usize {
+    (32768 / cores.max(1)).clamp(512, 8192)
+}
+
+pub const WHEEL_TICK: Duration = Duration::from_millis(2);
+const WHEEL_SLOTS: usize = 4096;
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        cores: usize,
+        config: Arc<BrokerConfig>,
+        meta: Arc<Metadata>,
+        req_tx: Option<Senders<ReqMsg>>,
+        resp_tx: Option<Senders<RespMsg>>,
+    ) -> Rc<Shard> {
+        let depth = config.mesh_queue_depth;
+        Rc::new(Shard {
+            id,
+            cores,
+            cache: BatchCache::with_read_budget(
+                config.cache_bytes_per_core,
+                config.read_cache_bytes_per_core,
+            ),
+            advertised: RefCell::new((String::new(), 0)),
+            core_endpoints: RefCell::new(Vec::new()),
+            config,
+            meta: RefCell::new(meta),
+            partitions: RefCell::new(HashMap::new()),
+            req_tx,
+            resp_tx,
+            permits: (0..cores).map(|_| Semaphore::new(depth as u64)).collect(),
+            call_order: (0..cores).map(|_| FifoLock::default()).collect(),
+            fetch_permits: (0..cores)
+                .map(|_| Semaphore::new(mesh_fetch_depth(cores) as u64))
+                .collect(),
+            pending: RefCell::new(HashMap::new()),
+            next_call: Cell::new(1),
+            wheel: RefCell::new(Wheel::new(WHEEL_TICK, WHEEL_SLOTS, Instant::now())),
+            wheel_work: Notify::default(),
+            wheel_sleep_until: Cell::new(None),
+            remote_parked: RefCell::new(HashMap::new()),
+            early_wakes: RefCell::new(HashSet::new()),
+            warned_parked_limit: Cell::new(false),
+            warned_queue_full: Cell::new(false),
+            metrics: Default::default(),
+            admin_lock: Semaphore::new(1),
+            groups: RefCell::new(None),
+            shutdown: Event::default(),
+            connections: Cell::new(0),
+            next_producer: Cell::new(0),
+            started_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+        })
+    }
+
+    pub fn metadata(&self) -> Arc<Metadata> {
+        self.meta.borrow().clone()
+    }
+
+    fn partition(&self, topic: &str, partition: i32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    /// A fresh id for a fetch that may park on other cores (see `Req::FetchWake`).
+    pub fn next_fetch_id(&self) -> u64 {
+        let id = self.next_call.get();
+        self.next_call.set(id + 1);
+        id
+    }
+
+    /// A producer id unique across cores and restarts: start time in ms, then a counter,
+    /// then the core.
+    pub fn new_producer_id(&self) -> i64 {
+        let n = self.next_producer.get();
+        self.next_producer.set(n + 1);
+        let base = self.started_ms & ((1 << 41) - 1);
+        (base << 20) | ((n & 0x3ff) << 10) as i64 | (self.id as i64 & 0x3ff)
+    }
+
+    pub fn partition_sizes(&self) -> Vec<(String, i32, u64)> {
+        self.partitions
+            .borrow()
+            .iter()
+            .map(|((t, p), part)| (t.clone(), *p, part.log.size().1))
+            .collect()
+    }
+
+    fn metrics_snapshot(&self) -> crate::broker::metrics::CoreSnapshot {
+        let mut snap = crate::broker::metrics::CoreSnapshot {
+            core: self.id,
+            parked: self.wheel.borrow().len(),
+            connections: self.connections.get(),
+            ..Default::default()
+        };
+        self.metrics.fill(&mut snap);
+        let depth = self.config.mesh_queue_depth;
+        snap.queue_in_use = (0..self.cores)
+            .filter(|&c| c != self.id)
+            .filter_map(|c| {
+                self.permits
+                    .get(c)
+                    .map(|p| (c, depth.saturating_sub(p.available() as usize)))
+            })
+            .collect();
+        let cache = self.cache.stats();
+        snap.cache_hits = cache.hits;
+        snap.cache_misses = cache.misses;
+        snap.cache_used_bytes = cache.used_bytes;
+        snap.read_cache_used_bytes = cache.read_used_bytes;
+        let mut parts: Vec<_> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|((t, p), part)| (t.clone(), *p, part.clone()))
+            .collect();
+        parts.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        snap.partitions = parts
+            .into_iter()
+            .map(|(topic, partition, part)| {
+                let (segments, segment_bytes) = part.log.size();
+                crate::broker::metrics::PartitionSnapshot {
+                    topic,
+                    partition,
+                    bytes_in: part.bytes_in.get(),
+                    records_in: part.records_in.get(),
+                    bytes_out: part.bytes_out.get(),
+                    segments,
+                    segment_bytes,
+                    log_end_offset: part.log.watermarks().log_end_offset,
+                    flush: part.log.flush_stats(),
+                }
+            })
+            .collect();
+        snap
+    }
+}

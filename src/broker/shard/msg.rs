@@ -1,0 +1,187 @@
+//! The messages cores send each other over the request and reply meshes. Everything here
+//! is `Send` data: topic names, `bytes::Bytes` record chunks, `Arc<Metadata>` snapshots.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::broker::group::service::{GroupReq, GroupResp};
+use weir::metadata::Metadata;
+
+// ---- Messages between cores -------------------------------------------------------------
+
+#[derive(Debug)]
+pub struct ProducePart {
+    pub topic: String,
+    pub partition: i32,
+    pub records: Bytes,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProduceResult {
+    pub error: i16,
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchPart {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub max_bytes: i32,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FetchResult {
+    pub error: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub chunks: Vec<Bytes>,
+}
+
+impl FetchResult {
+    pub fn bytes(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ListPart {
+    pub topic: String,
+    pub partition: i32,
+    pub timestamp: i64,
+}
+
+/// DeleteRecords for one partition: delete everything below `offset` (-1: the high
+/// watermark).
+#[derive(Debug, Clone)]
+pub struct DeletePart {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ListResult {
+    pub error: i16,
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+/// CreatePartitions for one topic: the new total count, and optionally the broker (node id)
+/// of each new partition.
+#[derive(Debug, Clone)]
+pub struct NewPartitions {
+    pub name: String,
+    pub count: i32,
+    pub assignments: Option<Vec<Vec<i32>>>,
+}
+
+/// A change to one topic's config overrides (AlterConfigs / IncrementalAlterConfigs).
+#[derive(Debug, Clone)]
+pub struct ConfigChange {
+    pub topic: String,
+    /// AlterConfigs replaces the whole override set with the SETs given; incremental
+    /// changes only the keys named.
+    pub replace_all: bool,
+    /// (key, `Some(value)` to set, `None` to delete the override).
+    pub ops: Vec<(String, Option<String>)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TopicResult {
+    pub name: String,
+    pub error: i16,
+    pub message: Option<String>,
+    pub partitions: i32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FetchKey {
+    pub from: usize,
+    pub id: u64,
+}
+
+#[derive(Debug)]
+pub enum Req {
+    Produce {
+        acks: i16,
+        parts: Vec<ProducePart>,
+    },
+    Fetch {
+        key: FetchKey,
+        min_bytes: i32,
+        max_wait_ms: i32,
+        max_bytes: i32,
+        parts: Vec<FetchPart>,
+    },
+    /// The requesting core has enough data from other cores: answer the parked fetch now.
+    FetchWake(FetchKey),
+    ListOffsets(Vec<ListPart>),
+    /// → the owner: DeleteRecords; answered with (error, new low watermark) per partition.
+    DeleteRecords(Vec<DeletePart>),
+    /// Core 0 → others: a new metadata snapshot; reply once local logs match it.
+    Apply(Arc<Metadata>),
+    /// → core 0.
+    CreateTopics {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    },
+    /// → core 0.
+    DeleteTopics(Vec<String>),
+    /// → core 0.
+    CreatePartitions {
+        topics: Vec<NewPartitions>,
+        validate_only: bool,
+    },
+    /// → core 0: per-topic config overrides.
+    AlterConfigs {
+        changes: Vec<ConfigChange>,
+        validate_only: bool,
+    },
+    /// → the core owning the group (`Coordinator::core_of`).
+    Group(GroupReq),
+    /// This core's figures for the metrics endpoint.
+    Metrics,
+    /// This core's partitions and their sizes (DescribeLogDirs).
+    PartitionSizes,
+}
+
+#[derive(Debug)]
+pub enum Resp {
+    Produce(Vec<ProduceResult>),
+    Fetch(Vec<FetchResult>),
+    ListOffsets(Vec<ListResult>),
+    /// (error, low watermark) per partition of a `Req::DeleteRecords`.
+    LowWatermarks(Vec<(i16, i64)>),
+    Topics(Vec<TopicResult>),
+    Group(GroupResp),
+    /// Reply to `Req::Apply`: the partitions this core could not open.
+    Applied(Vec<OpenFailure>),
+    Metrics(Box<crate::broker::metrics::CoreSnapshot>),
+    PartitionSizes(Vec<(String, i32, u64)>),
+    Done,
+}
+
+/// A partition log that a core could not open when applying metadata.
+#[derive(Debug, Clone)]
+pub struct OpenFailure {
+    pub topic: String,
+    pub partition: i32,
+    pub core: usize,
+    pub error: String,
+}
+
+/// Envelope on the request mesh: (from core, call id, request).
+pub type ReqMsg = (usize, u64, Req);
+/// Envelope on the reply mesh: (call id, reply).
+pub type RespMsg = (u64, Resp);

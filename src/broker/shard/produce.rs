@@ -1,0 +1,82 @@
+//! Produce on the owning core: append each partition's batches (CRC, idempotence and
+//! sequence checks in the engine), flush for acks=all, count for the metrics.
+
+use std::rc::Rc;
+
+use tracing::debug;
+
+use super::*;
+use crate::broker::errors::{self, storage_error_code};
+
+impl Shard {
+    // ---- Produce ----
+
+    pub async fn produce_local(
+        self: &Rc<Self>,
+        acks: i16,
+        parts: Vec<ProducePart>,
+    ) -> Vec<ProduceResult> {
+        // Every append starts (validates and queues on its log's append lock) in this
+        // function's first poll, in request order, whatever the number of partitions: a
+        // connection's pipelined requests then append in the order they arrived. (Spawning
+        // a task per partition here let a later single-partition request overtake them.)
+        // The appends of different partitions still run, and flush, concurrently.
+        crate::broker::sync::join_all(
+            parts
+                .into_iter()
+                .map(|p| self.produce_one(acks, p))
+                .collect(),
+        )
+        .await
+    }
+
+    pub(super) async fn produce_one(&self, acks: i16, p: ProducePart) -> ProduceResult {
+        let fail = |error| {
+            self.metrics
+                .error(kafka_protocol::messages::ApiKey::Produce, error);
+            ProduceResult {
+                error,
+                base_offset: -1,
+                log_start_offset: -1,
+            }
+        };
+        let Some(part) = self.partition(&p.topic, p.partition) else {
+            return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
+        };
+        if p.records.is_empty() {
+            return fail(errors::CORRUPT_MESSAGE);
+        }
+        let bytes = p.records.len() as u64;
+        match part.log.append(p.records).await {
+            Ok(info) => {
+                if info.duplicate {
+                    // An idempotent producer's retry: answered with the original offsets.
+                    debug!(topic = %p.topic, partition = p.partition, base_offset = info.base_offset, "duplicate batch not written again");
+                } else {
+                    part.bytes_in.set(part.bytes_in.get() + bytes);
+                    part.records_in
+                        .set(part.records_in.get() + info.last_offset - info.base_offset + 1);
+                }
+                if acks == -1 {
+                    if let Err(e) = part.log.flush().await {
+                        part.log_io_error(&p.topic, p.partition, "flush", &e);
+                        return fail(storage_error_code(&e));
+                    }
+                }
+                ProduceResult {
+                    error: errors::NONE,
+                    base_offset: info.base_offset as i64,
+                    log_start_offset: info.log_start_offset as i64,
+                }
+            }
+            Err(e) => {
+                if e.is_storage_error() {
+                    part.log_io_error(&p.topic, p.partition, "append", &e);
+                } else {
+                    debug!(topic = %p.topic, partition = p.partition, error = %e, "append refused");
+                }
+                fail(storage_error_code(&e))
+            }
+        }
+    }
+}
