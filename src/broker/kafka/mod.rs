@@ -20,6 +20,7 @@ mod configs;
 mod fetch;
 mod fetch_budget;
 mod fetch_response;
+mod group_offsets;
 mod groups;
 mod metadata;
 mod offsets;
@@ -194,8 +195,11 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
         Body::SyncGroup(g) => one(&req, &group::sync_group(&shard, g).await),
         Body::Heartbeat(h) => one(&req, &group::heartbeat(&shard, h).await),
         Body::LeaveGroup(l) => one(&req, &group::leave_group(&shard, req.version, l).await),
-        Body::OffsetCommit(c) => one(&req, &group::offset_commit(&shard, c).await),
-        Body::OffsetFetch(f) => one(&req, &group::offset_fetch(&shard, req.version, f).await),
+        Body::OffsetCommit(c) => one(&req, &group_offsets::offset_commit(&shard, c).await),
+        Body::OffsetFetch(f) => one(
+            &req,
+            &group_offsets::offset_fetch(&shard, req.version, f).await,
+        ),
         Body::DescribeGroups(d) => one(&req, &group::describe_groups(&shard, d).await),
         Body::ListGroups(l) => one(&req, &group::list_groups(&shard, l).await),
         Body::DeleteGroups(d) => one(&req, &group::delete_groups(&shard, d).await),

@@ -9,121 +9,11 @@ use std::path::PathBuf;
 
 use weir_storage::LogConfig;
 
-/// Topic-level config names a topic may override (CreateTopics configs), and the broker
-/// setting each one defaults from.
-pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
-    ("segment.bytes", "log.segment.bytes"),
-    ("segment.ms", "log.roll.ms"),
-    ("retention.ms", "log.retention.ms"),
-    ("retention.bytes", "log.retention.bytes"),
-    ("max.message.bytes", "message.max.bytes"),
-    ("cleanup.policy", "log.cleanup.policy"),
-];
+#[cfg(test)]
+mod tests;
+mod topic;
 
-/// How the value of a Kafka topic config weir stores but does not act on is checked.
-#[derive(Clone, Copy, Debug)]
-pub enum Kind {
-    /// A 64-bit integer at least this.
-    Long(i64),
-    Bool,
-    /// One of these words.
-    OneOf(&'static [&'static str]),
-    /// A number in `0.0..=1.0`.
-    Ratio,
-    /// A message format / metadata version: `0.10.0`, `2.8-IV1`.
-    Version,
-    /// Throttled replicas: empty, `*`, or `partition:broker` pairs separated by commas.
-    Replicas,
-}
-
-/// Kafka's other topic configs (Kafka 3.x/4.0 `TopicConfig`): accepted with a valid value,
-/// stored and reported by DescribeConfigs, but weir does not act on them (docs/configuration.md
-/// lists them and why). A name in neither this table nor `TOPIC_CONFIGS` is refused.
-pub const IGNORED_TOPIC_CONFIGS: &[(&str, Kind)] = &[
-    (
-        "compression.type",
-        Kind::OneOf(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
-    ),
-    ("delete.retention.ms", Kind::Long(0)),
-    ("file.delete.delay.ms", Kind::Long(0)),
-    ("flush.messages", Kind::Long(1)),
-    ("flush.ms", Kind::Long(0)),
-    ("follower.replication.throttled.replicas", Kind::Replicas),
-    ("index.interval.bytes", Kind::Long(0)),
-    ("leader.replication.throttled.replicas", Kind::Replicas),
-    ("local.retention.bytes", Kind::Long(-2)),
-    ("local.retention.ms", Kind::Long(-2)),
-    ("max.compaction.lag.ms", Kind::Long(1)),
-    ("message.downconversion.enable", Kind::Bool),
-    ("message.format.version", Kind::Version),
-    ("message.timestamp.after.max.ms", Kind::Long(0)),
-    ("message.timestamp.before.max.ms", Kind::Long(0)),
-    ("message.timestamp.difference.max.ms", Kind::Long(0)),
-    ("message.timestamp.type", Kind::OneOf(&["CreateTime"])),
-    ("min.cleanable.dirty.ratio", Kind::Ratio),
-    ("min.compaction.lag.ms", Kind::Long(0)),
-    ("min.insync.replicas", Kind::Long(1)),
-    ("preallocate", Kind::Bool),
-    ("remote.log.copy.disable", Kind::Bool),
-    ("remote.log.delete.on.disable", Kind::Bool),
-    ("remote.storage.enable", Kind::OneOf(&["false"])),
-    ("segment.index.bytes", Kind::Long(4)),
-    ("segment.jitter.ms", Kind::Long(0)),
-    ("unclean.leader.election.enable", Kind::Bool),
-];
-
-/// Checks a value of a config in `IGNORED_TOPIC_CONFIGS`.
-fn check_kind(key: &str, kind: Kind, value: &str) -> Result<(), String> {
-    let v = value.trim();
-    let ok = match kind {
-        Kind::Long(min) => match v.parse::<i64>() {
-            Ok(n) if n >= min => true,
-            Ok(_) => return Err(format!("{key}: '{v}' is below the minimum {min}")),
-            Err(_) => false,
-        },
-        Kind::Bool => v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false"),
-        Kind::OneOf(words) => {
-            if words.iter().any(|w| w.eq_ignore_ascii_case(v)) {
-                true
-            } else {
-                return Err(match key {
-                    "message.timestamp.type" if v.eq_ignore_ascii_case("LogAppendTime") => {
-                        "message.timestamp.type=LogAppendTime is not supported yet: weir keeps the producer's timestamps (CreateTime)".into()
-                    }
-                    "remote.storage.enable" if v.eq_ignore_ascii_case("true") => {
-                        "remote.storage.enable=true: weir has no tiered storage".into()
-                    }
-                    _ => format!("{key}: '{v}' is not one of {}", words.join(", ")),
-                });
-            }
-        }
-        Kind::Ratio => v.parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)),
-        Kind::Version => {
-            let (nums, iv) = v.split_once("-IV").unwrap_or((v, "0"));
-            let parts: Vec<&str> = nums.split('.').collect();
-            (2..=4).contains(&parts.len())
-                && parts
-                    .iter()
-                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-                && !iv.is_empty()
-                && iv.bytes().all(|b| b.is_ascii_digit())
-        }
-        Kind::Replicas => {
-            v.is_empty()
-                || v == "*"
-                || v.split(',').all(|pair| {
-                    pair.trim().split_once(':').is_some_and(|(p, b)| {
-                        p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
-                    })
-                })
-        }
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{key}: '{v}' is not a valid value ({kind:?})"))
-    }
-}
+pub use topic::*;
 
 /// One broker setting, as documented in docs/configuration.md.
 pub struct Setting {
@@ -292,7 +182,7 @@ impl Default for BrokerConfig {
     }
 }
 
-fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
+pub(super) fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
     value
         .trim()
         .parse()
@@ -301,7 +191,7 @@ fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> 
 
 /// `-1` means "no limit" for Kafka's retention settings; otherwise `0..=i64::MAX`
 /// (a value that later arithmetic in milliseconds or bytes cannot overflow).
-fn parse_limit(key: &str, value: &str) -> Result<Option<u64>, String> {
+pub(super) fn parse_limit(key: &str, value: &str) -> Result<Option<u64>, String> {
     let v: i64 = parse_num(key, value)?;
     match v {
         -1 => Ok(None),
@@ -313,7 +203,7 @@ fn parse_limit(key: &str, value: &str) -> Result<Option<u64>, String> {
 }
 
 /// A number in `lo..=hi`, with the bounds in the message when it is not.
-fn parse_bounded<T>(key: &str, value: &str, lo: T, hi: T) -> Result<T, String>
+pub(super) fn parse_bounded<T>(key: &str, value: &str, lo: T, hi: T) -> Result<T, String>
 where
     T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
 {
@@ -329,12 +219,12 @@ where
 
 /// `segment.bytes` / `log.segment.bytes`: 4096 ..= 2^31-1 (Kafka's int bound, and what the
 /// engine's 32-bit index positions address: `weir_storage::config::SEGMENT_BYTES_MAX`).
-fn parse_segment_bytes(key: &str, value: &str) -> Result<u64, String> {
+pub(super) fn parse_segment_bytes(key: &str, value: &str) -> Result<u64, String> {
     parse_bounded(key, value, 4096, weir_storage::config::SEGMENT_BYTES_MAX)
 }
 
 /// `segment.ms` / `log.roll.ms`: at least 1 (Kafka), or -1 for never.
-fn parse_roll_ms(key: &str, value: &str) -> Result<Option<u64>, String> {
+pub(super) fn parse_roll_ms(key: &str, value: &str) -> Result<Option<u64>, String> {
     match parse_limit(key, value)? {
         Some(0) => Err(format!("{key}: must be at least 1 (or -1: never)")),
         v => Ok(v),
@@ -342,11 +232,11 @@ fn parse_roll_ms(key: &str, value: &str) -> Result<Option<u64>, String> {
 }
 
 /// `max.message.bytes` / `message.max.bytes`: 0 ..= the engine's hard batch limit.
-fn parse_message_bytes(key: &str, value: &str) -> Result<usize, String> {
+pub(super) fn parse_message_bytes(key: &str, value: &str) -> Result<usize, String> {
     parse_bounded(key, value, 0, weir_storage::batch::MAX_BATCH_BYTES)
 }
 
-fn parse_bool(key: &str, value: &str) -> Result<bool, String> {
+pub(super) fn parse_bool(key: &str, value: &str) -> Result<bool, String> {
     match value.trim() {
         "true" => Ok(true),
         "false" => Ok(false),
@@ -533,50 +423,6 @@ impl BrokerConfig {
     }
 }
 
-/// The stored overrides of a topic that do not pass `apply_topic_config` (key, value, why):
-/// `BrokerConfig::log_config` skips them, and start-up reports them.
-pub fn invalid_overrides(overrides: &BTreeMap<String, String>) -> Vec<(String, String, String)> {
-    let mut scratch = LogConfig::default();
-    overrides
-        .iter()
-        .filter_map(|(k, v)| {
-            apply_topic_config(&mut scratch, k, v)
-                .err()
-                .map(|why| (k.clone(), v.clone(), why))
-        })
-        .collect()
-}
-
-/// Checks and applies one topic-level config to a `LogConfig`.
-pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(), String> {
-    match key {
-        "segment.bytes" => c.segment_bytes = parse_segment_bytes(key, value)?,
-        "segment.ms" => c.segment_ms = parse_roll_ms(key, value)?,
-        "retention.ms" => c.retention_ms = parse_limit(key, value)?,
-        "retention.bytes" => c.retention_bytes = parse_limit(key, value)?,
-        "max.message.bytes" => c.max_batch_bytes = parse_message_bytes(key, value)?,
-        "cleanup.policy" => {
-            let v = value.trim();
-            let policies: Vec<&str> = v.split(',').map(str::trim).collect();
-            if !policies.iter().all(|p| *p == "delete" || *p == "compact") {
-                return Err(format!(
-                    "cleanup.policy: '{v}' is not a list of 'delete' and 'compact'"
-                ));
-            }
-            if policies.contains(&"compact") {
-                return Err(format!(
-                    "cleanup.policy={v}: compaction is not supported yet; only 'delete' is"
-                ));
-            }
-        }
-        _ => match IGNORED_TOPIC_CONFIGS.iter().find(|(k, _)| *k == key) {
-            Some(&(_, kind)) => check_kind(key, kind, value)?,
-            None => return Err(format!("unknown topic config '{key}'")),
-        },
-    }
-    Ok(())
-}
-
 /// An address, or `None` for `off` (or empty).
 fn address_or_off(v: &str) -> Option<String> {
     let v = v.trim();
@@ -592,225 +438,5 @@ fn strip_scheme(v: &str) -> String {
     match v.split_once("://") {
         Some((_, rest)) => rest.to_string(),
         None => v.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every size and time setting a client can set (CreateTopics, AlterConfigs) has bounds
-    /// that fit the engine: segment.bytes past 2^31-1 let a segment outgrow its 32-bit index
-    /// positions (an assertion panic on append), and retention values past i64::MAX wrapped
-    /// the retention arithmetic.
-    /// Kafka's topic configs weir does not act on are accepted with a valid value (tools and
-    /// librdkafka's tests set them), refused with a bad one; unknown names are refused.
-    #[test]
-    fn kafka_topic_configs_are_accepted_checked_or_refused() {
-        let mut c = LogConfig::default();
-        for (k, v) in [
-            ("message.format.version", "0.10.0.0"),
-            ("message.format.version", "3.0-IV1"),
-            ("delete.retention.ms", "86400000"),
-            ("compression.type", "lz4"),
-            ("min.insync.replicas", "2"),
-            ("min.cleanable.dirty.ratio", "0.5"),
-            ("preallocate", "true"),
-            ("leader.replication.throttled.replicas", "0:1,1:1"),
-            ("follower.replication.throttled.replicas", "*"),
-            ("message.timestamp.type", "CreateTime"),
-            ("local.retention.ms", "-2"),
-            ("cleanup.policy", "delete"),
-        ] {
-            apply_topic_config(&mut c, k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
-        }
-        for (k, v, why) in [
-            ("message.format.version", "ten", "not a valid value"),
-            ("delete.retention.ms", "-5", "below the minimum"),
-            ("compression.type", "brotli", "not one of"),
-            ("min.cleanable.dirty.ratio", "1.5", "not a valid value"),
-            ("preallocate", "yes", "not a valid value"),
-            (
-                "leader.replication.throttled.replicas",
-                "a:b",
-                "not a valid value",
-            ),
-            (
-                "message.timestamp.type",
-                "LogAppendTime",
-                "not supported yet",
-            ),
-            ("remote.storage.enable", "true", "no tiered storage"),
-            ("cleanup.policy", "compact", "compaction is not supported"),
-            (
-                "cleanup.policy",
-                "compact,delete",
-                "compaction is not supported",
-            ),
-            ("cleanup.policy", "sometimes", "not a list"),
-            ("no.such.config", "1", "unknown topic config"),
-        ] {
-            let err = apply_topic_config(&mut c, k, v).expect_err(&format!("{k}={v} accepted"));
-            assert!(err.contains(why), "{k}={v}: {err}");
-        }
-        // Names are Kafka's own and not repeated.
-        for (k, _) in IGNORED_TOPIC_CONFIGS {
-            assert!(
-                !TOPIC_CONFIGS.iter().any(|(t, _)| t == k),
-                "{k} is in both tables"
-            );
-        }
-    }
-
-    #[test]
-    fn topic_settings_are_bounded() {
-        let mut c = LogConfig::default();
-        for (k, v) in [
-            ("segment.bytes", "2147483648"),
-            ("segment.bytes", "18446744073709551615"),
-            ("segment.bytes", "4095"),
-            ("segment.bytes", "-1"),
-            ("segment.ms", "0"),
-            ("segment.ms", "-2"),
-            ("retention.ms", "-2"),
-            ("retention.ms", "9223372036854775808"),
-            ("retention.bytes", "-5"),
-            ("max.message.bytes", "268435457"),
-            ("max.message.bytes", "-1"),
-        ] {
-            let err = apply_topic_config(&mut c, k, v).expect_err(&format!("{k}={v} accepted"));
-            assert!(err.contains(k), "{err}");
-        }
-        for (k, v) in [
-            ("segment.bytes", "2147483647"),
-            ("segment.ms", "-1"),
-            ("retention.ms", "9223372036854775807"),
-            ("retention.bytes", "-1"),
-            ("max.message.bytes", "268435456"),
-        ] {
-            apply_topic_config(&mut c, k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
-        }
-        let mut b = BrokerConfig::default();
-        assert!(b.set("log.segment.bytes", "3000000000").is_err());
-        assert!(b.set("log.retention.hours", "9223372036854775807").is_err());
-        assert!(b.set("socket.request.max.bytes", "4294967296").is_err());
-        assert!(b.set("fetch.max.wait.ms", "2147483648").is_err());
-    }
-
-    #[test]
-    fn kafka_names_parse_and_minus_one_means_unlimited() {
-        let mut c = BrokerConfig::default();
-        c.set("log.retention.ms", "-1").unwrap();
-        c.set("log.retention.bytes", "1048576").unwrap();
-        c.set("num.partitions", "3").unwrap();
-        c.set("auto.create.topics.enable", "false").unwrap();
-        assert_eq!(c.retention_ms, None);
-        assert_eq!(c.retention_bytes, Some(1 << 20));
-        assert_eq!(c.num_partitions, 3);
-        assert!(!c.auto_create_topics);
-        assert!(c.set("nope", "1").is_err());
-        assert!(c.set("num.partitions", "x").is_err());
-    }
-
-    #[test]
-    fn every_setting_is_accepted_and_documented() {
-        let doc = include_str!("../docs/configuration.md");
-        let code = include_str!("config.rs");
-        // Every name `set` matches on is in SETTINGS (or is an alias documented there).
-        let set_fn = &code[code.find("pub fn set(").unwrap()..code.find("fn load_file").unwrap()];
-        for line in set_fn.lines().filter(|l| l.contains("=>")) {
-            for name in line.split("=>").next().unwrap().split('|') {
-                let name = name.trim().trim_matches('"');
-                if name.is_empty() || name == "_" || name.contains(' ') {
-                    continue;
-                }
-                assert!(
-                    SETTINGS.iter().any(|s| s.name == name) || doc.contains(&format!("`{name}`")),
-                    "setting '{name}' is accepted but missing from SETTINGS"
-                );
-            }
-        }
-        for s in SETTINGS {
-            let row = format!("| `{}` |", s.name);
-            assert!(
-                doc.contains(&row),
-                "docs/configuration.md has no row for `{}`",
-                s.name
-            );
-            assert!(
-                doc.contains(&format!("`{}`", env_name(s.name))),
-                "docs/configuration.md does not name {}",
-                env_name(s.name)
-            );
-            if !s.default.contains(' ') {
-                let mut c = BrokerConfig::default();
-                c.set(s.name, s.default)
-                    .unwrap_or_else(|e| panic!("default of {}: {e}", s.name));
-            }
-            if let Some(t) = s.topic {
-                assert!(TOPIC_CONFIGS.contains(&(t, s.name)), "{t} <- {}", s.name);
-            }
-        }
-        // The documented defaults are the real ones.
-        let d = BrokerConfig::default();
-        assert_eq!(d.segment_bytes.to_string(), default_of("log.segment.bytes"));
-        assert_eq!(
-            d.max_message_bytes.to_string(),
-            default_of("message.max.bytes")
-        );
-        assert_eq!(
-            d.cache_bytes_per_core.to_string(),
-            default_of("cache.bytes.per.core")
-        );
-        assert_eq!(
-            d.read_cache_bytes_per_core.to_string(),
-            default_of("read.cache.bytes.per.core")
-        );
-        assert_eq!(
-            d.max_parked_fetches.to_string(),
-            default_of("fetch.max.parked")
-        );
-        assert_eq!(
-            d.mesh_queue_depth.to_string(),
-            default_of("cross.core.queue.depth")
-        );
-        assert_eq!(
-            d.connections_max_idle_ms.to_string(),
-            default_of("connections.max.idle.ms")
-        );
-        assert_eq!(d.listen, default_of("listeners"));
-        for s in SETTINGS {
-            assert!(d.value_of(s.name).is_some(), "value_of({})", s.name);
-            if !s.default.contains(' ') {
-                assert_eq!(d.value_of(s.name).unwrap(), s.default, "{}", s.name);
-            }
-        }
-    }
-
-    fn default_of(name: &str) -> &'static str {
-        SETTINGS.iter().find(|s| s.name == name).unwrap().default
-    }
-
-    #[test]
-    fn environment_overrides_and_is_checked() {
-        let mut c = BrokerConfig::default();
-        c.set("log.retention.ms", "1000").unwrap();
-        let env = [
-            ("WEIR_LOG_RETENTION_MS".to_string(), "2000".to_string()),
-            ("WEIR_BIN".to_string(), "not a setting".to_string()),
-        ];
-        assert_eq!(c.apply_env(env).unwrap(), vec!["WEIR_LOG_RETENTION_MS"]);
-        assert_eq!(c.retention_ms, Some(2000));
-        let bad = [("WEIR_NUM_PARTITIONS".to_string(), "many".to_string())];
-        let e = c.apply_env(bad).unwrap_err();
-        assert!(e.contains("WEIR_NUM_PARTITIONS"), "{e}");
-    }
-
-    #[test]
-    fn topic_overrides_win() {
-        let c = BrokerConfig::default();
-        let mut o = BTreeMap::new();
-        o.insert("retention.ms".to_string(), "1000".to_string());
-        assert_eq!(c.log_config(&o).retention_ms, Some(1000));
     }
 }

@@ -1,0 +1,169 @@
+//! Topic-level configs: the ones a topic may override (each defaulting from a broker
+//! setting), the Kafka ones weir accepts and stores but does not act on, and how an override
+//! becomes part of a partition's `LogConfig`.
+
+use std::collections::BTreeMap;
+
+use weir_storage::LogConfig;
+
+use super::*;
+
+/// Topic-level config names a topic may override (CreateTopics configs), and the broker
+/// setting each one defaults from.
+pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
+    ("segment.bytes", "log.segment.bytes"),
+    ("segment.ms", "log.roll.ms"),
+    ("retention.ms", "log.retention.ms"),
+    ("retention.bytes", "log.retention.bytes"),
+    ("max.message.bytes", "message.max.bytes"),
+    ("cleanup.policy", "log.cleanup.policy"),
+];
+
+/// How the value of a Kafka topic config weir stores but does not act on is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// A 64-bit integer at least this.
+    Long(i64),
+    Bool,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+    /// A number in `0.0..=1.0`.
+    Ratio,
+    /// A message format / metadata version: `0.10.0`, `2.8-IV1`.
+    Version,
+    /// Throttled replicas: empty, `*`, or `partition:broker` pairs separated by commas.
+    Replicas,
+}
+
+/// Kafka's other topic configs (Kafka 3.x/4.0 `TopicConfig`): accepted with a valid value,
+/// stored and reported by DescribeConfigs, but weir does not act on them (docs/configuration.md
+/// lists them and why). A name in neither this table nor `TOPIC_CONFIGS` is refused.
+pub const IGNORED_TOPIC_CONFIGS: &[(&str, Kind)] = &[
+    (
+        "compression.type",
+        Kind::OneOf(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
+    ),
+    ("delete.retention.ms", Kind::Long(0)),
+    ("file.delete.delay.ms", Kind::Long(0)),
+    ("flush.messages", Kind::Long(1)),
+    ("flush.ms", Kind::Long(0)),
+    ("follower.replication.throttled.replicas", Kind::Replicas),
+    ("index.interval.bytes", Kind::Long(0)),
+    ("leader.replication.throttled.replicas", Kind::Replicas),
+    ("local.retention.bytes", Kind::Long(-2)),
+    ("local.retention.ms", Kind::Long(-2)),
+    ("max.compaction.lag.ms", Kind::Long(1)),
+    ("message.downconversion.enable", Kind::Bool),
+    ("message.format.version", Kind::Version),
+    ("message.timestamp.after.max.ms", Kind::Long(0)),
+    ("message.timestamp.before.max.ms", Kind::Long(0)),
+    ("message.timestamp.difference.max.ms", Kind::Long(0)),
+    ("message.timestamp.type", Kind::OneOf(&["CreateTime"])),
+    ("min.cleanable.dirty.ratio", Kind::Ratio),
+    ("min.compaction.lag.ms", Kind::Long(0)),
+    ("min.insync.replicas", Kind::Long(1)),
+    ("preallocate", Kind::Bool),
+    ("remote.log.copy.disable", Kind::Bool),
+    ("remote.log.delete.on.disable", Kind::Bool),
+    ("remote.storage.enable", Kind::OneOf(&["false"])),
+    ("segment.index.bytes", Kind::Long(4)),
+    ("segment.jitter.ms", Kind::Long(0)),
+    ("unclean.leader.election.enable", Kind::Bool),
+];
+
+/// Checks a value of a config in `IGNORED_TOPIC_CONFIGS`.
+pub(super) fn check_kind(key: &str, kind: Kind, value: &str) -> Result<(), String> {
+    let v = value.trim();
+    let ok = match kind {
+        Kind::Long(min) => match v.parse::<i64>() {
+            Ok(n) if n >= min => true,
+            Ok(_) => return Err(format!("{key}: '{v}' is below the minimum {min}")),
+            Err(_) => false,
+        },
+        Kind::Bool => v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("false"),
+        Kind::OneOf(words) => {
+            if words.iter().any(|w| w.eq_ignore_ascii_case(v)) {
+                true
+            } else {
+                return Err(match key {
+                    "message.timestamp.type" if v.eq_ignore_ascii_case("LogAppendTime") => {
+                        "message.timestamp.type=LogAppendTime is not supported yet: weir keeps the producer's timestamps (CreateTime)".into()
+                    }
+                    "remote.storage.enable" if v.eq_ignore_ascii_case("true") => {
+                        "remote.storage.enable=true: weir has no tiered storage".into()
+                    }
+                    _ => format!("{key}: '{v}' is not one of {}", words.join(", ")),
+                });
+            }
+        }
+        Kind::Ratio => v.parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)),
+        Kind::Version => {
+            let (nums, iv) = v.split_once("-IV").unwrap_or((v, "0"));
+            let parts: Vec<&str> = nums.split('.').collect();
+            (2..=4).contains(&parts.len())
+                && parts
+                    .iter()
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                && !iv.is_empty()
+                && iv.bytes().all(|b| b.is_ascii_digit())
+        }
+        Kind::Replicas => {
+            v.is_empty()
+                || v == "*"
+                || v.split(',').all(|pair| {
+                    pair.trim().split_once(':').is_some_and(|(p, b)| {
+                        p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+                    })
+                })
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{key}: '{v}' is not a valid value ({kind:?})"))
+    }
+}
+
+/// The stored overrides of a topic that do not pass `apply_topic_config` (key, value, why):
+/// `BrokerConfig::log_config` skips them, and start-up reports them.
+pub fn invalid_overrides(overrides: &BTreeMap<String, String>) -> Vec<(String, String, String)> {
+    let mut scratch = LogConfig::default();
+    overrides
+        .iter()
+        .filter_map(|(k, v)| {
+            apply_topic_config(&mut scratch, k, v)
+                .err()
+                .map(|why| (k.clone(), v.clone(), why))
+        })
+        .collect()
+}
+
+/// Checks and applies one topic-level config to a `LogConfig`.
+pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(), String> {
+    match key {
+        "segment.bytes" => c.segment_bytes = parse_segment_bytes(key, value)?,
+        "segment.ms" => c.segment_ms = parse_roll_ms(key, value)?,
+        "retention.ms" => c.retention_ms = parse_limit(key, value)?,
+        "retention.bytes" => c.retention_bytes = parse_limit(key, value)?,
+        "max.message.bytes" => c.max_batch_bytes = parse_message_bytes(key, value)?,
+        "cleanup.policy" => {
+            let v = value.trim();
+            let policies: Vec<&str> = v.split(',').map(str::trim).collect();
+            if !policies.iter().all(|p| *p == "delete" || *p == "compact") {
+                return Err(format!(
+                    "cleanup.policy: '{v}' is not a list of 'delete' and 'compact'"
+                ));
+            }
+            if policies.contains(&"compact") {
+                return Err(format!(
+                    "cleanup.policy={v}: compaction is not supported yet; only 'delete' is"
+                ));
+            }
+        }
+        _ => match IGNORED_TOPIC_CONFIGS.iter().find(|(k, _)| *k == key) {
+            Some(&(_, kind)) => check_kind(key, kind, value)?,
+            None => return Err(format!("unknown topic config '{key}'")),
+        },
+    }
+    Ok(())
+}
