@@ -1,0 +1,47 @@
+//! `weir bench produce`: producers at full speed (or a fixed rate), acks as asked.
+
+use std::time::Duration;
+
+use report::Latency;
+
+use super::ctx::*;
+use super::*;
+
+pub(super) fn scenario_produce(ctx: &mut Ctx) -> Result<(), String> {
+    ctx.raw_sample("before")?;
+    let linger = Duration::from_millis(ctx.args.linger_ms);
+    let specs = (0..ctx.args.producers)
+        .map(|_| ctx.produce_spec(None, false, linger))
+        .collect();
+    let d = Duration::from_secs(ctx.args.duration);
+    let r = ctx.run_phase("produce", specs, Vec::new(), Some(d), None)?;
+    ctx.raw_sample("after")?;
+    let raw = ctx.report.raw_means();
+    let rep = &mut ctx.report;
+    rep.figure("weir produce", r.stats.mb_per_s(), "MB/s");
+    rep.figure("weir produce", r.stats.records_per_s(), "records/s");
+    rep.figure("produce errors", r.stats.errors as f64, "records");
+    let yard = raw.disk_write_bps.min(raw.tcp_bps) / 1e6;
+    let ratio = r.stats.mb_per_s() / yard;
+    rep.figure(
+        "weir / raw disk write",
+        r.stats.mb_per_s() / (raw.disk_write_bps / 1e6),
+        "x",
+    );
+    rep.figure(
+        "weir / loopback TCP",
+        r.stats.mb_per_s() / (raw.tcp_bps / 1e6),
+        "x",
+    );
+    rep.goal(
+        "produce / min(raw write, TCP)",
+        ratio,
+        ">= 0.8",
+        ratio >= 0.8,
+    );
+    rep.latencies.push(Latency {
+        name: format!("produce latency (acks={})", ctx.args.acks),
+        hist: r.produce_latency,
+    });
+    Ok(())
+}
