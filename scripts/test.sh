@@ -112,7 +112,12 @@ if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
 
     step "cargo clippy --all-targets -- -D warnings"
     cargo clippy --workspace --all-targets -- -D warnings || die "cargo clippy"
+    cargo clippy --workspace --all-targets --no-default-features -- -D warnings \
+        || die "cargo clippy --no-default-features (the build the fuzz crate uses)"
 fi
+
+step "source tree shape (scripts/check_layers.py: no import cycles, long files say why)"
+"$PYTHON" "$ROOT/scripts/check_layers.py" || die "scripts/check_layers.py"
 
 step "cargo build --release"
 cargo build --release || die "cargo build --release"
@@ -123,6 +128,8 @@ if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
     # A deadline, so that a hung test fails the run instead of eating CI's whole budget.
     timeout -k 30 "${WEIR_CARGO_TEST_TIMEOUT_S:-2400}" cargo test --workspace \
         || die "cargo test --workspace (exit $?; 124 = timed out)"
+    step "cargo test --bench broker_path (a smoke run of the broker-path benchmark)"
+    timeout -k 30 600 cargo test --bench broker_path || die "benches/broker_path.rs smoke run"
 fi
 
 # ---------------------------------------------------------------------------------------------
