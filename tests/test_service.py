@@ -74,6 +74,6 @@ def test_systemd_unit_example():
     for line in " ".join(envs).split():
         name = line.strip('"').split("=", 1)[0]
         assert name.startswith("WEIR_"), name
-        src = (REPO / "src" / "config.rs").read_text()
+        src = (REPO / "src" / "config" / "mod.rs").read_text()
         setting = name[len("WEIR_"):].lower().replace("_", ".")
         assert f'"{setting}"' in src, f"{name}: no setting {setting}"

@@ -131,3 +131,133 @@ impl Notify {
         .await
     }
 }
+
+/// A lock granted in the order [`FifoLock::lock`] is *called* (glommio's `Semaphore` is not
+/// FIFO): `Shard::call` takes its place in line for a destination core at once, so
+/// pipelined calls leave in the order they were made. A waiter dropped before its turn gives
+/// its place up.
+#[derive(Default)]
+pub struct FifoLock {
+    next_ticket: Cell<u64>,
+    serving: Cell<u64>,
+    /// Tickets whose waiters gave up before their turn.
+    abandoned: RefCell<std::collections::BTreeSet<u64>>,
+    waiters: RefCell<std::collections::BTreeMap<u64, Waker>>,
+}
+
+/// Holding the lock; dropping it lets the next ticket in.
+pub struct FifoGuard<'a> {
+    lock: &'a FifoLock,
+}
+
+/// A place in line (resolves to the guard on its turn).
+pub struct FifoWait<'a> {
+    lock: &'a FifoLock,
+    ticket: u64,
+    acquired: bool,
+}
+
+impl FifoLock {
+    /// Takes the next place in line now.
+    pub fn lock(&self) -> FifoWait<'_> {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        FifoWait {
+            lock: self,
+            ticket,
+            acquired: false,
+        }
+    }
+
+    fn pass(&self, after: u64) {
+        let mut next = after + 1;
+        {
+            let mut abandoned = self.abandoned.borrow_mut();
+            while abandoned.remove(&next) {
+                next += 1;
+            }
+        }
+        self.serving.set(next);
+        let waker = self.waiters.borrow_mut().remove(&next);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+impl<'a> Future for FifoWait<'a> {
+    type Output = FifoGuard<'a>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        if self.lock.serving.get() == self.ticket {
+            self.acquired = true;
+            return Poll::Ready(FifoGuard { lock: self.lock });
+        }
+        self.lock
+            .waiters
+            .borrow_mut()
+            .insert(self.ticket, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for FifoWait<'_> {
+    fn drop(&mut self) {
+        if self.acquired {
+            return;
+        }
+        self.lock.waiters.borrow_mut().remove(&self.ticket);
+        if self.lock.serving.get() == self.ticket {
+            self.lock.pass(self.ticket);
+        } else {
+            self.lock.abandoned.borrow_mut().insert(self.ticket);
+        }
+    }
+}
+
+impl Drop for FifoGuard<'_> {
+    fn drop(&mut self) {
+        self.lock.pass(self.lock.serving.get());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    #[test]
+    fn fifo_lock_serves_in_call_order_even_when_waiters_give_up() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let lock = Rc::new(FifoLock::default());
+                let order = Rc::new(RefCell::new(Vec::new()));
+                let first = lock.lock().await;
+                let mut tasks = Vec::new();
+                for i in 0..20u32 {
+                    let (lock, order) = (lock.clone(), order.clone());
+                    tasks.push(glommio::spawn_local(async move {
+                        if i == 7 {
+                            // Gives up its place before its turn.
+                            drop(lock.lock());
+                            return;
+                        }
+                        let _g = lock.lock().await;
+                        order.borrow_mut().push(i);
+                        futures_lite::future::yield_now().await;
+                    }));
+                }
+                // Let every task take its place in line, then release.
+                futures_lite::future::yield_now().await;
+                drop(first);
+                for t in tasks {
+                    t.await;
+                }
+                let want: Vec<u32> = (0..20).filter(|&i| i != 7).collect();
+                assert_eq!(*order.borrow(), want);
+            })
+            .expect("spawn")
+            .join()
+            .expect("join");
+    }
+}

@@ -696,6 +696,8 @@ struct Report {
 async fn bench(opts: Opts) -> Report {
     let started = Instant::now();
     std::fs::create_dir_all(&opts.dir).expect("create bench dir");
+    // The raw references open DMA files with glommio directly, which the engine's own
+    // priming (done before its opens) does not cover: prime by hand before any of them.
     weir_storage::io::prime_dma_probe(&opts.dir)
         .await
         .expect("prime dma probe");

@@ -14,8 +14,6 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let dir = std::path::PathBuf::from(dir);
     glommio::LocalExecutorBuilder::default()
         .spawn(move || async move {
-            // Once per executor thread, before any other direct-I/O file is opened.
-            weir_storage::io::prime_dma_probe(&dir).await?;
             let log = Rc::new(Log::open(dir.join("orders-0"), LogConfig::default()).await?);
             let start = log.watermarks().log_end_offset;
 

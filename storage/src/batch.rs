@@ -41,27 +41,44 @@ pub const MAGIC_V2: i8 = 2;
 /// Hard upper bound on one batch, whatever the configuration says.
 pub const MAX_BATCH_BYTES: usize = 256 << 20;
 
+/// `attributes` bits 0-2: the compression codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
 pub const COMPRESSION_MASK: i16 = 0x07;
+/// `attributes` bit 3: timestamps are the broker's append time, not the producer's.
 pub const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
+/// `attributes` bit 4: the batch belongs to a transaction.
 pub const TRANSACTIONAL_FLAG: i16 = 0x10;
+/// `attributes` bit 5: a control batch (transaction markers), not user records.
 pub const CONTROL_FLAG: i16 = 0x20;
 
 /// The v2 record batch header, as it lies on the wire and on disk.
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct BatchHeader {
+    /// Offset of the first record (assigned by the log, in place).
     pub base_offset: I64,
+    /// Bytes after this field: the batch is `LOG_OVERHEAD + batch_length` bytes in all.
     pub batch_length: I32,
+    /// Leader epoch (the log sets 0, in place; outside the CRC like `base_offset`).
     pub partition_leader_epoch: I32,
+    /// Format version: [`MAGIC_V2`].
     pub magic: i8,
+    /// CRC-32C of the bytes from `attributes` ([`CRC_START`]) to the end of the batch.
     pub crc: U32,
+    /// Compression codec, timestamp type, transactional and control bits.
     pub attributes: I16,
+    /// Offset of the last record relative to `base_offset` (`records_count - 1`).
     pub last_offset_delta: I32,
+    /// Timestamp (ms) the records' timestamp deltas are relative to.
     pub base_timestamp: I64,
+    /// Largest record timestamp (ms) in the batch.
     pub max_timestamp: I64,
+    /// Idempotent producer id; -1 for none.
     pub producer_id: I64,
+    /// Epoch of the producer id; -1 for none.
     pub producer_epoch: I16,
+    /// Producer sequence number of the first record; -1 for none.
     pub base_sequence: I32,
+    /// Number of records in the batch.
     pub records_count: I32,
 }
 
@@ -81,14 +98,17 @@ impl BatchHeader {
         LOG_OVERHEAD + self.batch_length.get().max(0) as usize
     }
 
+    /// Offset of the batch's last record: `base_offset + last_offset_delta`.
     pub fn last_offset(&self) -> i64 {
         self.base_offset.get() + i64::from(self.last_offset_delta.get())
     }
 
+    /// The compression codec (`attributes` bits 0-2; 0 is none).
     pub fn compression(&self) -> u8 {
         (self.attributes.get() & COMPRESSION_MASK) as u8
     }
 
+    /// True for a control batch (transaction markers).
     pub fn is_control(&self) -> bool {
         self.attributes.get() & CONTROL_FLAG != 0
     }
@@ -97,10 +117,15 @@ impl BatchHeader {
 /// What the log learns from a validated batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchInfo {
+    /// The batch's `base_offset` field as it stands.
     pub base_offset: i64,
+    /// Offset of the last record relative to the base offset.
     pub last_offset_delta: i32,
+    /// Size of the whole batch in bytes, header included.
     pub total_bytes: usize,
+    /// Largest record timestamp (ms) in the batch.
     pub max_timestamp: i64,
+    /// Number of records.
     pub records_count: i32,
 }
 
@@ -243,6 +268,7 @@ pub struct Batches<'a> {
 }
 
 impl<'a> Batches<'a> {
+    /// Iterates over the batches at the front of `bytes`.
     pub fn new(bytes: &'a [u8]) -> Self {
         Batches { bytes }
     }
@@ -263,10 +289,15 @@ impl<'a> Iterator for Batches<'a> {
 /// One decoded record (uncompressed batches only); used by tests, examples and tools.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    /// Its offset (the batch's base offset plus its offset delta).
     pub offset: i64,
+    /// Its timestamp in ms (the batch's base timestamp plus its timestamp delta).
     pub timestamp: i64,
+    /// Its key; `None` for a null key.
     pub key: Option<Bytes>,
+    /// Its value; `None` for a null value (a tombstone).
     pub value: Option<Bytes>,
+    /// Its headers, in order: name and value (`None` for a null value).
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
@@ -399,6 +430,7 @@ impl RecordBatchBuilder {
         self
     }
 
+    /// Adds a record stamped with the base timestamp.
     pub fn record(
         self,
         key: Option<&[u8]>,
@@ -409,6 +441,7 @@ impl RecordBatchBuilder {
         self.record_at(ts, key, value, headers)
     }
 
+    /// Adds a record stamped with `timestamp` (ms).
     pub fn record_at(
         mut self,
         timestamp: i64,
@@ -443,10 +476,12 @@ impl RecordBatchBuilder {
         self
     }
 
+    /// Number of records added so far.
     pub fn len(&self) -> i32 {
         self.count
     }
 
+    /// True if no record was added.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }

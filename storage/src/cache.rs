@@ -6,7 +6,7 @@
 //! evicted first, whatever log it belongs to.
 //!
 //! The same object carries the core's budget for chunks read from disk
-//! ([`ReadBudget`](crate::reader::ReadBudget)), so that everything a core holds for readers
+//! (`ReadBudget`, in `read_budget.rs`), so that everything a core holds for readers
 //! is bounded by two numbers, however many logs it has.
 
 use std::cell::{Cell, RefCell};
@@ -15,7 +15,7 @@ use std::rc::{Rc, Weak};
 
 use bytes::Bytes;
 
-use crate::reader::ReadBudget;
+use crate::read_budget::ReadBudget;
 
 /// The default budget for chunks read from disk, per core.
 pub const DEFAULT_READ_CACHE_BYTES: usize = 128 << 20;
@@ -35,12 +35,17 @@ pub struct BatchCache {
 /// Cache statistics of one core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheStats {
+    /// The budget for appended batches.
     pub capacity_bytes: usize,
+    /// Bytes of appended batches held now.
     pub used_bytes: usize,
+    /// Reads served from the cache.
     pub hits: u64,
+    /// Reads of offsets older than the cache holds (served from disk).
     pub misses: u64,
-    /// The budget for chunks read from disk, and what it holds now.
+    /// The budget for chunks read from disk.
     pub read_capacity_bytes: usize,
+    /// Bytes of chunks read from disk held now.
     pub read_used_bytes: usize,
 }
 
@@ -65,10 +70,12 @@ impl BatchCache {
         })
     }
 
+    /// The budget for appended batches.
     pub fn capacity_bytes(&self) -> usize {
         self.capacity_bytes
     }
 
+    /// What the cache holds now and how it has served.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
             capacity_bytes: self.capacity_bytes,

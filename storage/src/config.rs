@@ -15,14 +15,11 @@ pub const SEGMENT_POSITION_MAX: u64 = u32::MAX as u64;
 const _: () =
     assert!(SEGMENT_BYTES_MAX + crate::batch::MAX_BATCH_BYTES as u64 <= SEGMENT_POSITION_MAX);
 
-/// [`SEGMENT_BYTES_MAX`] under the name the engine's roll rule and recovery use.
-pub const MAX_SEGMENT_BYTES: u64 = SEGMENT_BYTES_MAX;
-
 /// How a [`crate::Log`] lays out and retains its data.
 #[derive(Debug, Clone)]
 pub struct LogConfig {
     /// `segment.bytes`: roll to a new segment when the active one would pass this size
-    /// (clamped to [`MAX_SEGMENT_BYTES`]).
+    /// (clamped to [`SEGMENT_BYTES_MAX`]).
     pub segment_bytes: u64,
     /// `segment.ms`: roll when the active segment's first batch is older than this.
     pub segment_ms: Option<u64>,
@@ -68,9 +65,9 @@ impl Default for LogConfig {
 
 impl LogConfig {
     /// `segment.bytes` as the engine applies it: at least one byte, at most
-    /// [`MAX_SEGMENT_BYTES`].
+    /// [`SEGMENT_BYTES_MAX`].
     pub fn effective_segment_bytes(&self) -> u64 {
-        self.segment_bytes.clamp(1, MAX_SEGMENT_BYTES)
+        self.segment_bytes.clamp(1, SEGMENT_BYTES_MAX)
     }
 
     pub(crate) fn segment_age_limit(&self) -> Option<Duration> {

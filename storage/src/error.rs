@@ -3,43 +3,74 @@
 
 use std::path::PathBuf;
 
+/// The engine's `Result`: [`Error`] unless said otherwise.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Everything a storage operation can fail with. [`Error::is_storage_error`] tells the disk's
+/// failures from the caller's; [`Error::is_no_space`] a full disk.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
     /// An operating-system I/O error, with what was being done and where.
     Io {
+        /// What was being done ("write", "fdatasync", "open", ...).
         op: &'static str,
+        /// The file or directory.
         path: PathBuf,
+        /// The file position, when the operation has one.
         position: Option<u64>,
+        /// The operating system's error.
         source: std::io::Error,
     },
     /// Bytes that do not form a valid record batch (bad magic, length or CRC).
-    CorruptBatch { position: u64, reason: BatchError },
+    CorruptBatch {
+        /// Position of the batch in its segment file.
+        position: u64,
+        /// What is wrong with it.
+        reason: BatchError,
+    },
     /// An index or metadata file that fails its own checks.
-    CorruptFile { path: PathBuf, reason: String },
+    CorruptFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Input rejected before anything was written (e.g. an invalid batch from a producer).
     InvalidBatch(BatchError),
     /// A batch larger than the log accepts (`max_batch_bytes`).
-    BatchTooLarge { size: usize, max: usize },
+    BatchTooLarge {
+        /// The batch's size in bytes.
+        size: usize,
+        /// The largest accepted.
+        max: usize,
+    },
     /// The requested offset is outside `[log_start_offset, log_end_offset]`.
     OffsetOutOfRange {
+        /// The offset asked for.
         offset: u64,
+        /// The log's first offset.
         log_start_offset: u64,
+        /// The offset after the log's last.
         log_end_offset: u64,
     },
     /// An idempotent producer's batch does not follow its previous one (Kafka's
     /// OUT_OF_ORDER_SEQUENCE_NUMBER).
     OutOfOrderSequence {
+        /// The producer.
         producer_id: i64,
+        /// The first sequence number that would follow.
         expected: i32,
+        /// The batch's first sequence number.
         got: i32,
     },
     /// A batch from an older epoch of its producer id (Kafka's INVALID_PRODUCER_EPOCH).
     InvalidProducerEpoch {
+        /// The producer.
         producer_id: i64,
+        /// The batch's epoch.
         epoch: i16,
+        /// The producer's current epoch.
         current: i16,
     },
     /// An earlier write failed; the log refuses further appends until it is reopened.
@@ -53,23 +84,43 @@ pub enum Error {
 #[non_exhaustive]
 pub enum BatchError {
     /// Fewer bytes than a batch header, or than the header's length says.
-    Truncated { have: usize, need: usize },
+    Truncated {
+        /// Bytes there are.
+        have: usize,
+        /// Bytes the batch needs.
+        need: usize,
+    },
     /// `batch_length` is smaller than the header or absurdly large.
     BadLength(i32),
     /// The magic byte is not 2.
     BadMagic(i8),
     /// CRC-32C over attributes..end does not match the header.
-    ChecksumMismatch { expected: u32, got: u32 },
+    ChecksumMismatch {
+        /// The CRC the header holds.
+        expected: u32,
+        /// The CRC of the bytes.
+        got: u32,
+    },
     /// `records_count` or `last_offset_delta` are inconsistent.
     BadCount {
+        /// The header's `records_count`.
         records: i32,
+        /// The header's `last_offset_delta`.
         last_offset_delta: i32,
     },
     /// The batch's base offset does not follow the previous batch.
-    OffsetGap { expected: u64, got: i64 },
+    OffsetGap {
+        /// The offset after the previous batch.
+        expected: u64,
+        /// The batch's base offset.
+        got: i64,
+    },
     /// The batch would end past the largest file position a segment's offset index can
-    /// address (`config::SEGMENT_POSITION_MAX`).
-    PastSegmentLimit { end: u64 },
+    /// address ([`SEGMENT_POSITION_MAX`](crate::config::SEGMENT_POSITION_MAX)).
+    PastSegmentLimit {
+        /// The file position the batch would end at.
+        end: u64,
+    },
 }
 
 impl std::fmt::Display for BatchError {

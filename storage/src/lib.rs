@@ -6,24 +6,48 @@
 //! opens different logs on different executors.
 //!
 //! ```no_run
-//! use weir_storage::{Log, LogConfig, batch::RecordBatchBuilder};
-//! glommio::LocalExecutorBuilder::default().spawn(|| async move {
-//!     weir_storage::io::prime_dma_probe(std::path::Path::new("/var/lib/app")).await.unwrap();
-//!     let log = Log::open("/var/lib/app/orders-0", LogConfig::default()).await.unwrap();
-//!     let batch = RecordBatchBuilder::new(0).record(None, Some(b"hello"), &[]).build();
-//!     let appended = log.append(batch).await.unwrap();   // survives kill -9 now
-//!     log.flush().await.unwrap();                          // survives power loss now
-//!     let read = log.read(appended.base_offset, 1 << 20).await.unwrap();
-//!     assert_eq!(read.batches().count(), 1);
-//!     log.close().await.unwrap();
-//! }).unwrap().join().unwrap();
+//! use weir_storage::batch::{decode_records, RecordBatchBuilder};
+//! use weir_storage::{Log, LogConfig};
+//!
+//! glommio::LocalExecutorBuilder::default()
+//!     .spawn(|| async move {
+//!         let log = Log::open("/var/lib/app/orders-0", LogConfig::default()).await?;
+//!         let batch = RecordBatchBuilder::new(1_700_000_000_000)
+//!             .record(Some(b"order-1"), Some(b"2 apples"), &[])
+//!             .build();
+//!         let appended = log.append(batch).await?; // written: survives kill -9
+//!         log.flush().await?; // fdatasync'ed: survives power loss
+//!         let read = log.read(appended.base_offset, 1 << 20).await?;
+//!         for (_, batch) in read.batches() {
+//!             for record in decode_records(batch).unwrap_or_default() {
+//!                 println!("{} {:?}", record.offset, record.value);
+//!             }
+//!         }
+//!         log.close().await
+//!     })
+//!     .expect("spawn executor")
+//!     .join()
+//!     .expect("executor thread")
+//!     .expect("log operations");
 //! ```
 //!
 //! Durability: when [`Log::append`] returns, the batch has been written to the segment file
 //! with direct I/O (it survives a crash of the process); when [`Log::flush`] returns, it has
-//! been `fdatasync`ed (it survives power loss). See `DESIGN.md` for the on-disk format and
-//! the crash cases.
+//! been `fdatasync`ed (it survives power loss). Recovery after a crash checks every batch's
+//! CRC and cuts a corrupt or torn tail; corrupt bytes are never served. `DESIGN.md` has the
+//! on-disk format and the crash cases; `README.md` the guarantees in short.
+//!
+//! The modules: [`batch`] builds and parses record batches; [`config`] holds [`LogConfig`];
+//! [`cache`] the per-core [`BatchCache`]; [`error`] the [`Error`] type; [`log`] the [`Log`];
+//! [`watermark`] its [`Watermarks`]; [`offset_index`] and [`time_index`] the index file
+//! formats; [`io`] the file layer's public helpers (and, with the `sim` feature, the
+//! simulated disk the crash tests run on).
+//!
+//! Cargo features: `sim` (off by default) makes the simulated disk public — `io::SimDisk`,
+//! `io::Vfs` and `Log::open_in` — for tests and fuzzing; a program storing real data does
+//! not need it.
 #![deny(clippy::unwrap_used)]
+#![warn(missing_docs)]
 
 pub mod batch;
 pub mod cache;
@@ -37,6 +61,7 @@ pub mod watermark;
 
 mod appender;
 mod producer_state;
+mod read_budget;
 mod reader;
 mod recovery;
 mod segment;
@@ -45,4 +70,9 @@ pub use crate::cache::{BatchCache, CacheStats, DEFAULT_READ_CACHE_BYTES};
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, Result};
 pub use crate::log::{AppendInfo, FlushStats, Log, ReadOutcome, FLUSH_BUCKETS};
-pub use crate::watermark::{FifoGuard, FifoLock, FifoWait, Watermarks};
+pub use crate::watermark::Watermarks;
+
+/// Compiles the code in `README.md` (its example is the one above).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

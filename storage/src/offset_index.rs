@@ -31,23 +31,37 @@
 use zerocopy::big_endian::{I64, U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
+/// Magic of an offset index file (`.index`).
 pub const OFFSET_INDEX_MAGIC: [u8; 4] = *b"WIDX";
+/// Magic of a time index file (`.timeindex`).
 pub const TIME_INDEX_MAGIC: [u8; 4] = *b"WTIX";
+/// The index file format version.
 pub const INDEX_VERSION: u16 = 1;
+/// Size of the header both index files start with.
 pub const INDEX_HEADER_BYTES: usize = 48;
 const CRC_AT: usize = 44;
 
+/// The 48-byte header of both index files, as it lies on disk (layout in the module docs).
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]
 pub struct IndexHeader {
+    /// [`OFFSET_INDEX_MAGIC`] or [`TIME_INDEX_MAGIC`].
     pub magic: [u8; 4],
+    /// [`INDEX_VERSION`].
     pub version: U16,
+    /// Size of one entry: 8 (offset index) or 12 (time index).
     pub entry_bytes: U16,
+    /// The segment's base offset.
     pub base_offset: U64,
+    /// Size of the `.log` file this index describes.
     pub segment_bytes: U64,
+    /// Offset after the segment's last batch.
     pub next_offset: U64,
+    /// Largest batch max timestamp in the segment (-1 if none).
     pub max_timestamp: I64,
+    /// Number of entries after the header.
     pub entry_count: U32,
+    /// CRC-32C of bytes 0..44 followed by the entries.
     pub crc: U32,
 }
 const _: () = assert!(std::mem::size_of::<IndexHeader>() == INDEX_HEADER_BYTES);
@@ -56,9 +70,13 @@ const _: () = assert!(std::mem::offset_of!(IndexHeader, crc) == CRC_AT);
 /// What an index file says about its segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentSummary {
+    /// The segment's base offset.
     pub base_offset: u64,
+    /// Size of the segment's `.log` file.
     pub segment_bytes: u64,
+    /// Offset after the segment's last batch.
     pub next_offset: u64,
+    /// Largest batch max timestamp in the segment (-1 if none).
     pub max_timestamp: i64,
 }
 
@@ -88,14 +106,17 @@ impl OffsetIndex {
         }
     }
 
+    /// Number of entries.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// True if it has no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
+    /// The `.index` file for a segment `summary` describes.
     pub fn encode(&self, summary: &SegmentSummary) -> Vec<u8> {
         let mut body = Vec::with_capacity(self.entries.len() * 8);
         for &(r, p) in &self.entries {
@@ -105,6 +126,8 @@ impl OffsetIndex {
         encode_file(OFFSET_INDEX_MAGIC, 8, summary, self.entries.len(), &body)
     }
 
+    /// Parses an `.index` file. `None` unless it is well-formed: magic, version, entry size,
+    /// count, CRC, and strictly increasing entries.
     pub fn decode(bytes: &[u8]) -> Option<(SegmentSummary, OffsetIndex)> {
         let (summary, body) = decode_file(bytes, OFFSET_INDEX_MAGIC, 8)?;
         let mut idx = OffsetIndex::default();
@@ -146,10 +169,12 @@ impl TimeIndex {
         }
     }
 
+    /// The newest timestamp indexed, if any.
     pub fn last_timestamp(&self) -> Option<i64> {
         self.entries.last().map(|e| e.0)
     }
 
+    /// The `.timeindex` file for a segment `summary` describes.
     pub fn encode(&self, summary: &SegmentSummary) -> Vec<u8> {
         let mut body = Vec::with_capacity(self.entries.len() * 12);
         for &(t, r) in &self.entries {
@@ -159,6 +184,8 @@ impl TimeIndex {
         encode_file(TIME_INDEX_MAGIC, 12, summary, self.entries.len(), &body)
     }
 
+    /// Parses a `.timeindex` file. `None` unless it is well-formed: magic, version, entry
+    /// size, count, CRC, and strictly increasing timestamps.
     pub fn decode(bytes: &[u8]) -> Option<(SegmentSummary, TimeIndex)> {
         let (summary, body) = decode_file(bytes, TIME_INDEX_MAGIC, 12)?;
         let mut idx = TimeIndex::default();

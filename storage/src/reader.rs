@@ -2,7 +2,7 @@
 //! pieces of segment files, with sequential read-ahead (`read_ahead_bytes` in flight) so that
 //! a catch-up reader keeps the device busy.
 //!
-//! The chunks of all the logs of a core share one byte budget ([`ReadBudget`], owned by the
+//! The chunks of all the logs of a core share one byte budget (`ReadBudget`, owned by the
 //! core's [`BatchCache`](crate::BatchCache)): the budget holds the chunks, oldest first, and
 //! evicts the oldest whatever log it belongs to; a log only keeps weak references to find
 //! them again. So memory for read data is bounded per core however many partitions are read,
@@ -11,82 +11,21 @@
 //! A chunk read from the active segment only holds what was written when it was read: each
 //! chunk remembers how far its data is valid, and is read again if a reader needs more.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::future::poll_fn;
 use std::rc::{Rc, Weak};
 use std::task::{Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 
 use crate::cache::BatchCache;
 use crate::error::{Error, Result};
+use crate::read_budget::Slot;
 use crate::segment::Segment;
 
 type Key = (u64, u64); // (segment base offset, chunk index)
-
-#[derive(Default)]
-struct Slot {
-    data: RefCell<Option<std::result::Result<Bytes, String>>>,
-    waiters: RefCell<Vec<Waker>>,
-    /// File position up to which this chunk's data is valid.
-    valid_to: u64,
-}
-
-/// Chunks unused for this long are released by [`ReadBudget::expire`].
-const IDLE_CHUNK: Duration = Duration::from_secs(30);
-
-/// The read chunks of every log of a core, under one byte budget: a FIFO of strong
-/// references, oldest evicted first.
-pub(crate) struct ReadBudget {
-    capacity_bytes: usize,
-    used_bytes: Cell<usize>,
-    chunks: RefCell<VecDeque<(Rc<Slot>, usize, Instant)>>,
-}
-
-impl ReadBudget {
-    pub(crate) fn new(capacity_bytes: usize) -> ReadBudget {
-        ReadBudget {
-            capacity_bytes,
-            used_bytes: Cell::new(0),
-            chunks: RefCell::new(VecDeque::new()),
-        }
-    }
-
-    pub(crate) fn capacity_bytes(&self) -> usize {
-        self.capacity_bytes
-    }
-
-    pub(crate) fn used_bytes(&self) -> usize {
-        self.used_bytes.get()
-    }
-
-    fn admit(&self, slot: Rc<Slot>, len: usize) {
-        let mut chunks = self.chunks.borrow_mut();
-        chunks.push_back((slot, len, Instant::now()));
-        self.used_bytes.set(self.used_bytes.get() + len);
-        while self.used_bytes.get() > self.capacity_bytes {
-            let Some((_, old_len, _)) = chunks.pop_front() else {
-                break;
-            };
-            self.used_bytes.set(self.used_bytes.get() - old_len);
-        }
-    }
-
-    /// Releases the chunks read more than [`IDLE_CHUNK`] ago (readers still holding slices
-    /// of them keep those alive until they are sent).
-    pub(crate) fn expire(&self, now: Instant) {
-        let mut chunks = self.chunks.borrow_mut();
-        while let Some((_, len, at)) = chunks.front() {
-            if now.saturating_duration_since(*at) < IDLE_CHUNK {
-                break;
-            }
-            self.used_bytes.set(self.used_bytes.get() - len);
-            chunks.pop_front();
-        }
-    }
-}
 
 /// One log's chunks: weak references into the core's [`ReadBudget`].
 pub(crate) struct ReadCache {

@@ -154,8 +154,8 @@ impl Segment {
         let rel = (base_offset - segment_base) as u32;
         let index_here = st.offset_index.is_empty() || st.bytes_since_index >= interval;
         if index_here {
-            // The roll rule and recovery keep every segment within MAX_SEGMENT_BYTES.
-            debug_assert!(position <= crate::config::MAX_SEGMENT_BYTES);
+            // The roll rule and recovery keep every segment within SEGMENT_BYTES_MAX.
+            debug_assert!(position <= crate::config::SEGMENT_BYTES_MAX);
             st.offset_index.push(rel, position as u32);
             st.bytes_since_index = 0;
         }

@@ -99,18 +99,18 @@ impl Watch {
 /// (glommio's `Semaphore` is not FIFO: a task arriving while a woken waiter has not run
 /// yet can take the permit first, which reordered appends to a partition.)
 #[derive(Default)]
-pub struct FifoLock {
+pub(crate) struct FifoLock {
     next_ticket: Cell<u64>,
     serving: Watch,
     /// Tickets whose waiters gave up before their turn.
     abandoned: RefCell<BTreeSet<u64>>,
 }
 
-pub struct FifoGuard<'a> {
+pub(crate) struct FifoGuard<'a> {
     lock: &'a FifoLock,
 }
 
-pub struct FifoWait<'a> {
+pub(crate) struct FifoWait<'a> {
     lock: &'a FifoLock,
     ticket: u64,
     acquired: bool,
@@ -119,7 +119,7 @@ pub struct FifoWait<'a> {
 impl FifoLock {
     /// Takes the next place in line now; the returned future resolves when it is this
     /// caller's turn (or `None` once the lock is closed).
-    pub fn lock(&self) -> FifoWait<'_> {
+    pub(crate) fn lock(&self) -> FifoWait<'_> {
         let ticket = self.next_ticket.get();
         self.next_ticket.set(ticket + 1);
         FifoWait {
@@ -130,7 +130,7 @@ impl FifoLock {
     }
 
     /// Fails every current and future waiter.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.serving.fail();
     }
 

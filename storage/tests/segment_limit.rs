@@ -1,4 +1,4 @@
-//! A segment never grows past what its index can address (`MAX_SEGMENT_BYTES`, i32::MAX as
+//! A segment never grows past what its index can address (`SEGMENT_BYTES_MAX`, i32::MAX as
 //! in Kafka), whatever `segment.bytes` says, and recovery of a segment file larger than that
 //! cannot panic.
 //!
@@ -13,7 +13,7 @@ mod common;
 use std::path::Path;
 
 use weir_storage::batch::RecordBatchBuilder;
-use weir_storage::config::MAX_SEGMENT_BYTES;
+use weir_storage::config::SEGMENT_BYTES_MAX;
 use weir_storage::{Log, LogConfig};
 
 fn batch(value: &[u8]) -> bytes::Bytes {
@@ -82,7 +82,7 @@ fn a_segment_near_the_limit_rolls_even_with_a_huge_segment_bytes() {
     common::run(dir.path(), move || async move {
         fill_and_close(&path).await;
         // The active segment is trusted (clean shutdown) and 64 bytes short of the limit.
-        grow_segment_and_indexes(&path, MAX_SEGMENT_BYTES - 64);
+        grow_segment_and_indexes(&path, SEGMENT_BYTES_MAX - 64);
         let log = Log::open(&path, huge_config()).await.expect("reopen");
         assert_eq!(log.watermarks().high_watermark, 3);
         let info = log.append(batch(&[7; 100])).await.expect("append");
@@ -116,7 +116,7 @@ fn recovery_of_a_segment_past_4_gib_cuts_it_instead_of_panicking() {
         log.close().await.expect("close");
         let file = path.join(format!("{:020}.log", 0));
         let len = std::fs::metadata(&file).expect("stat").len();
-        assert!(len <= MAX_SEGMENT_BYTES, "segment is {len} bytes");
+        assert!(len <= SEGMENT_BYTES_MAX, "segment is {len} bytes");
         let log = Log::open(&path, huge_config()).await.expect("reopen");
         assert_eq!(read_all(&log).await, vec![0, 1, 2, 3, 4, 5]);
         log.close().await.expect("close");

@@ -67,7 +67,7 @@ impl Shard {
                 }
             }
         }
-        *self.meta.borrow_mut() = meta;
+        self.install_metadata(meta);
         failures
     }
 

@@ -45,10 +45,7 @@ impl Shard {
         // Calls to one core leave in the order they were made (pipelined produce requests to
         // a partition must be appended in arrival order): the place in line is taken now,
         // and only the head of the line waits for a permit (glommio's Semaphore is not FIFO).
-        let turn = self.call_order[owner].lock();
-        let Some(turn) = turn.await else {
-            return Resp::Done;
-        };
+        let turn = self.call_order[owner].lock().await;
         let _permit = match fetch_permit {
             Some(p) => p,
             None => {

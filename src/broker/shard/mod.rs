@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
 use tracing::{debug, warn};
-use weir_storage::{BatchCache, FifoLock, Log};
+use weir_storage::{BatchCache, Log};
 
 use crate::broker::errors::{self};
 use crate::broker::group::Coordinator;
-use crate::broker::sync::{Event, Notify, Slot};
+use crate::broker::sync::{Event, FifoLock, Notify, Slot};
 use crate::broker::wheel::Wheel;
 use weir::config::BrokerConfig;
 use weir::metadata::Metadata;
@@ -139,6 +139,9 @@ pub struct Shard {
     /// id in Metadata. Empty: the broker is advertised as one node, id 0.
     pub core_endpoints: RefCell<Vec<(String, i32)>>,
     meta: RefCell<Arc<Metadata>>,
+    /// Topic id → name for the current snapshot (Produce v13+, Fetch v13+, DeleteTopics v6+
+    /// name topics by id), rebuilt whenever a snapshot is installed.
+    topic_ids: RefCell<HashMap<uuid::Uuid, String>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     cache: Rc<BatchCache>,
 
@@ -181,6 +184,14 @@ fn fail_unsaved(results: &mut [TopicResult], e: &str) {
     }
 }
 
+/// Topic id → name of every topic of `meta` (ids are stored as hex).
+fn index_topic_ids(meta: &Metadata) -> HashMap<uuid::Uuid, String> {
+    meta.topics
+        .iter()
+        .filter_map(|(name, t)| Some((uuid::Uuid::try_parse(&t.id).ok()?, name.clone())))
+        .collect()
+}
+
 /// Parked fetches one core may have waiting on another. The mesh channels hold
 /// `mesh_queue_depth + mesh_fetch_depth` messages, so a send never waits for space.
 pub fn mesh_fetch_depth(cores: usize) -> usize {
@@ -210,6 +221,7 @@ impl Shard {
             advertised: RefCell::new((String::new(), 0)),
             core_endpoints: RefCell::new(Vec::new()),
             config,
+            topic_ids: RefCell::new(index_topic_ids(&meta)),
             meta: RefCell::new(meta),
             partitions: RefCell::new(HashMap::new()),
             req_tx,
@@ -239,6 +251,17 @@ impl Shard {
                 .map(|d| d.as_millis() as i64)
                 .unwrap_or(0),
         })
+    }
+
+    /// The name of the topic with id `id` in the current snapshot.
+    pub fn topic_name(&self, id: &uuid::Uuid) -> Option<String> {
+        self.topic_ids.borrow().get(id).cloned()
+    }
+
+    /// Installs a metadata snapshot (and its topic-id index).
+    fn install_metadata(&self, meta: Arc<Metadata>) {
+        *self.topic_ids.borrow_mut() = index_topic_ids(&meta);
+        *self.meta.borrow_mut() = meta;
     }
 
     pub fn metadata(&self) -> Arc<Metadata> {

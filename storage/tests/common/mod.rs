@@ -1,4 +1,5 @@
-//! Shared test helpers: run a future on a glommio executor with the IOPOLL probe primed.
+//! Shared test helpers: run a future on a fresh glommio executor thread, temporary
+//! directories on the real disk, a small configuration.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -6,21 +7,18 @@ use std::path::{Path, PathBuf};
 
 use weir_storage::LogConfig;
 
-/// Runs `f` on a fresh glommio executor thread, after priming the DMA probe for `dir`.
+/// Runs `f` on a fresh glommio executor thread. `dir` is where the test's files live; the
+/// engine primes glommio's IOPOLL probe there itself (`io/dma_probe.rs`), so nothing is done
+/// with it first.
 pub fn run<F, Fut>(dir: &Path, f: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
 {
-    let dir = dir.to_owned();
+    let _ = dir;
     glommio::LocalExecutorBuilder::default()
         .io_memory(1 << 20)
-        .spawn(move || async move {
-            weir_storage::io::prime_dma_probe(&dir)
-                .await
-                .expect("prime dma probe");
-            f().await
-        })
+        .spawn(move || async move { f().await })
         .expect("spawn executor")
         .join()
         .expect("executor thread");

@@ -1,0 +1,363 @@
+//! [`Vfs`] and [`IoFile`]: the file operations the engine uses, on glommio DMA files on the
+//! real filesystem, or (with the `sim` feature) on the simulated disk of `sim.rs`, to which
+//! the `Sim` arms delegate.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
+
+#[cfg(feature = "sim")]
+use super::sim::{SimDisk, SimFile};
+use super::{absolute, align_up, dma_probe, off_reactor, BLOCK};
+use crate::error::{Error, Result};
+
+/// Where files live: the real filesystem, or a simulated disk.
+#[derive(Clone, Default)]
+pub enum Vfs {
+    /// The real filesystem, through glommio's DMA files (O_DIRECT, io_uring).
+    #[default]
+    Real,
+    /// A simulated disk (crash tests; the `sim` feature).
+    #[cfg(feature = "sim")]
+    Sim(Rc<SimDisk>),
+}
+
+impl Vfs {
+    /// Creates `dir` and its parents (on the blocking pool).
+    pub async fn create_dir_all(&self, dir: &Path) -> Result<()> {
+        match self {
+            Vfs::Real => {
+                let owned = dir.to_owned();
+                off_reactor(move || std::fs::create_dir_all(owned))
+                    .await
+                    .map_err(|e| Error::io("create dir", dir, None, e))
+            }
+            #[cfg(feature = "sim")]
+            Vfs::Sim(_) => Ok(()),
+        }
+    }
+
+    /// Names of the files directly in `dir`.
+    pub fn list(&self, dir: &Path) -> Result<Vec<String>> {
+        match self {
+            Vfs::Real => {
+                let mut names = Vec::new();
+                let rd = std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, None, e))?;
+                for entry in rd {
+                    let entry = entry.map_err(|e| Error::io("list", dir, None, e))?;
+                    if let Some(name) = entry.file_name().to_str() {
+                        names.push(name.to_owned());
+                    }
+                }
+                Ok(names)
+            }
+            #[cfg(feature = "sim")]
+            Vfs::Sim(disk) => Ok(disk.list(dir)),
+        }
+    }
+
+    /// Opens `path` for direct reads and writes, creating it when `create`. On the real
+    /// filesystem, the first open on a device on this thread primes glommio's IOPOLL probe
+    /// first (`dma_probe.rs`).
+    pub async fn open(&self, path: &Path, create: bool) -> Result<IoFile> {
+        match self {
+            Vfs::Real => {
+                let abs = absolute(path)?;
+                if let Some(dir) = abs.parent() {
+                    dma_probe::prime_once(dir).await;
+                }
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(create)
+                    .dma_open(abs)
+                    .await
+                    .map_err(|e| Error::io("open", path, None, e))?;
+                Ok(IoFile::Dma(Rc::new(f), Rc::new(path.to_owned())))
+            }
+            #[cfg(feature = "sim")]
+            Vfs::Sim(disk) => disk.open(path, create),
+        }
+    }
+
+    /// Does `path` exist?
+    pub fn exists(&self, path: &Path) -> bool {
+        match self {
+            Vfs::Real => path.exists(),
+            #[cfg(feature = "sim")]
+            Vfs::Sim(disk) => disk.exists(path),
+        }
+    }
+
+    /// Removes the file `path` (on the blocking pool); a missing file is not an error.
+    pub async fn remove(&self, path: &Path) -> Result<()> {
+        match self {
+            Vfs::Real => match off_reactor({
+                let owned = path.to_owned();
+                move || std::fs::remove_file(owned)
+            })
+            .await
+            {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(Error::io("remove", path, None, e)),
+            },
+            #[cfg(feature = "sim")]
+            Vfs::Sim(disk) => {
+                disk.remove(path);
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes `dir` and everything in it (on the blocking pool).
+    pub async fn remove_dir_all(&self, dir: &Path) -> Result<()> {
+        match self {
+            Vfs::Real => {
+                let owned = dir.to_owned();
+                off_reactor(move || std::fs::remove_dir_all(owned))
+                    .await
+                    .map_err(|e| Error::io("remove dir", dir, None, e))
+            }
+            #[cfg(feature = "sim")]
+            Vfs::Sim(disk) => {
+                disk.remove_dir_all(dir);
+                Ok(())
+            }
+        }
+    }
+
+    /// Makes creations, renames and removals in `dir` durable.
+    pub async fn sync_dir(&self, dir: &Path) -> Result<()> {
+        match self {
+            Vfs::Real => {
+                let d = glommio::io::Directory::open(absolute(dir)?)
+                    .await
+                    .map_err(|e| Error::io("open dir", dir, None, e))?;
+                d.sync()
+                    .await
+                    .map_err(|e| Error::io("fsync dir", dir, None, e))?;
+                let _ = d.close().await;
+                Ok(())
+            }
+            #[cfg(feature = "sim")]
+            Vfs::Sim(disk) => {
+                disk.sync_dir();
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads a whole small file (an index or marker). `None` if it does not exist.
+    pub async fn read_small(&self, path: &Path) -> Result<Option<Vec<u8>>> {
+        if !self.exists(path) {
+            return Ok(None);
+        }
+        let f = self.open(path, false).await?;
+        let size = f.file_size().await?;
+        let data = f.read_at(0, size as usize).await?;
+        f.close().await?;
+        Ok(Some(data.to_vec()))
+    }
+
+    /// Writes a whole small file durably: written, truncated to its length, fdatasync'ed.
+    pub async fn write_small(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        let f = self.open(path, true).await?;
+        let len = align_up(bytes.len() as u64).max(BLOCK) as usize;
+        let mut buf = f.alloc(len);
+        buf.as_mut()[..bytes.len()].copy_from_slice(bytes);
+        buf.as_mut()[bytes.len()..].fill(0);
+        f.write_at(buf, 0).await?;
+        f.truncate(bytes.len() as u64).await?;
+        f.fdatasync().await?;
+        f.close().await
+    }
+}
+
+/// A buffer suitable for a direct write to an [`IoFile`].
+pub enum IoBuf {
+    /// An aligned glommio DMA buffer (for a real file).
+    Dma(DmaBuffer),
+    /// Plain memory (for a simulated file).
+    #[cfg(feature = "sim")]
+    Heap(Vec<u8>),
+}
+
+impl IoBuf {
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            IoBuf::Dma(b) => b.len(),
+            #[cfg(feature = "sim")]
+            IoBuf::Heap(v) => v.len(),
+        }
+    }
+}
+
+impl AsRef<[u8]> for IoBuf {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            IoBuf::Dma(b) => b.as_bytes(),
+            #[cfg(feature = "sim")]
+            IoBuf::Heap(v) => v,
+        }
+    }
+}
+
+impl AsMut<[u8]> for IoBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        match self {
+            IoBuf::Dma(b) => b.as_bytes_mut(),
+            #[cfg(feature = "sim")]
+            IoBuf::Heap(v) => v,
+        }
+    }
+}
+
+/// An open file: a glommio DMA file, or a simulated one. Cloning shares the file.
+#[derive(Clone)]
+pub enum IoFile {
+    /// A glommio DMA file and its path.
+    Dma(Rc<DmaFile>, Rc<PathBuf>),
+    /// A file of a simulated disk, the disk, and the file's path.
+    #[cfg(feature = "sim")]
+    Sim(Rc<SimFile>, Rc<SimDisk>, Rc<PathBuf>),
+}
+
+impl IoFile {
+    /// An aligned buffer of `size` bytes (a multiple of [`BLOCK`]).
+    pub fn alloc(&self, size: usize) -> IoBuf {
+        match self {
+            IoFile::Dma(f, _) => IoBuf::Dma(f.alloc_dma_buffer(size)),
+            #[cfg(feature = "sim")]
+            IoFile::Sim(..) => IoBuf::Heap(vec![0; size]),
+        }
+    }
+
+    /// Writes the whole (aligned) buffer at the aligned position `pos`.
+    pub async fn write_at(&self, buf: IoBuf, pos: u64) -> Result<usize> {
+        debug_assert_eq!(pos % BLOCK, 0, "unaligned write at {pos}");
+        debug_assert_eq!(
+            buf.len() as u64 % BLOCK,
+            0,
+            "unaligned write length {}",
+            buf.len()
+        );
+        match (self, buf) {
+            (IoFile::Dma(f, p), IoBuf::Dma(b)) => {
+                let want = b.len();
+                let n = f
+                    .write_at(b, pos)
+                    .await
+                    .map_err(|e| Error::io("write", &**p, Some(pos), e))?;
+                if n != want {
+                    return Err(Error::io(
+                        "write",
+                        &**p,
+                        Some(pos),
+                        std::io::Error::new(
+                            std::io::ErrorKind::WriteZero,
+                            format!("short write: {n} of {want}"),
+                        ),
+                    ));
+                }
+                Ok(n)
+            }
+            #[cfg(feature = "sim")]
+            (IoFile::Sim(f, disk, p), b) => disk.write_at(f, p, b.as_ref(), pos).await,
+            #[cfg(feature = "sim")]
+            (IoFile::Dma(_, p), IoBuf::Heap(_)) => Err(Error::io(
+                "write",
+                &**p,
+                Some(pos),
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "heap buffer for a DMA file",
+                ),
+            )),
+        }
+    }
+
+    /// Reads up to `len` bytes at `pos` (any alignment); fewer at end of file.
+    pub async fn read_at(&self, pos: u64, len: usize) -> Result<Bytes> {
+        match self {
+            IoFile::Dma(f, p) => {
+                let r = f
+                    .read_at(pos, len)
+                    .await
+                    .map_err(|e| Error::io("read", &**p, Some(pos), e))?;
+                Ok(Bytes::copy_from_slice(&r[..r.len().min(len)]))
+            }
+            #[cfg(feature = "sim")]
+            IoFile::Sim(f, disk, p) => disk.read_at(f, p, pos, len),
+        }
+    }
+
+    /// Makes the data written so far durable.
+    pub async fn fdatasync(&self) -> Result<()> {
+        match self {
+            IoFile::Dma(f, p) => f
+                .fdatasync()
+                .await
+                .map_err(|e| Error::io("fdatasync", &**p, None, e)),
+            #[cfg(feature = "sim")]
+            IoFile::Sim(f, disk, p) => disk.fdatasync(f, p).await,
+        }
+    }
+
+    /// Reserves space up to `size` bytes (the file's size becomes at least `size`).
+    pub async fn pre_allocate(&self, size: u64) -> Result<()> {
+        match self {
+            IoFile::Dma(f, p) => f
+                .pre_allocate(size, false)
+                .await
+                .map_err(|e| Error::io("fallocate", &**p, Some(size), e)),
+            #[cfg(feature = "sim")]
+            IoFile::Sim(f, disk, p) => disk.pre_allocate(f, p, size),
+        }
+    }
+
+    /// Sets the file's size to `size` bytes.
+    pub async fn truncate(&self, size: u64) -> Result<()> {
+        match self {
+            IoFile::Dma(f, p) => f
+                .truncate(size)
+                .await
+                .map_err(|e| Error::io("truncate", &**p, Some(size), e)),
+            #[cfg(feature = "sim")]
+            IoFile::Sim(f, _, _) => {
+                f.truncate(size);
+                Ok(())
+            }
+        }
+    }
+
+    /// The file's size in bytes.
+    pub async fn file_size(&self) -> Result<u64> {
+        match self {
+            IoFile::Dma(f, p) => f
+                .file_size()
+                .await
+                .map_err(|e| Error::io("stat", &**p, None, e)),
+            #[cfg(feature = "sim")]
+            IoFile::Sim(f, _, _) => Ok(f.len()),
+        }
+    }
+
+    /// Closes the file, unless another clone still holds it (then it closes on drop).
+    pub async fn close(self) -> Result<()> {
+        match self {
+            IoFile::Dma(f, p) => match Rc::try_unwrap(f) {
+                Ok(f) => f
+                    .close()
+                    .await
+                    .map_err(|e| Error::io("close", &*p, None, e)),
+                Err(_) => Ok(()), // another task still holds it; it closes on drop
+            },
+            #[cfg(feature = "sim")]
+            IoFile::Sim(..) => Ok(()),
+        }
+    }
+}

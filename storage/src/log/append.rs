@@ -1,0 +1,496 @@
+//! The write pipeline: [`Log::append`] and [`Log::flush`], and what they drive — rolling the
+//! active segment, preallocation, the appender's chunk (`appender.rs`), the direct writes in
+//! flight and their completions, which move the high watermark, and group commit.
+//!
+//! Appends are ordered by the append lock (a FIFO, `watermark.rs`). Under it an append checks
+//! the idempotent producers' sequences, rolls if the batches would overflow the segment,
+//! preallocates, assigns offsets in place, indexes and caches the batches and copies them into
+//! the chunk. A full chunk is written at once (up to `writes_in_flight` writes in flight);
+//! whatever is left is written by a "kick" once the tasks ready now have run, when nothing is
+//! in flight (write combining). Writes complete in submission order; each completion moves the
+//! high watermark past the batches its bytes finish, and the append returns when the
+//! watermark passes its own. `DESIGN.md` ("Writing") has the whole story.
+
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::{Inner, Listener, Log};
+use crate::appender::{Appender, WriteOp};
+use crate::batch::{self, BatchHeader};
+use crate::error::{Error, Result};
+use crate::io::align_up;
+use crate::producer_state::{Check, ProducerBatch, SNAPSHOT_FILE};
+use crate::segment::{segment_path, Segment};
+
+/// Offsets assigned to one `append`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset of the first record appended.
+    pub base_offset: u64,
+    /// Offset of the last record appended.
+    pub last_offset: u64,
+    /// Log start offset at the time of the append (Kafka returns it in produce responses).
+    pub log_start_offset: u64,
+    /// The batch was a retry of an idempotent producer's batch already in the log: nothing
+    /// was written, the offsets are the original ones.
+    pub duplicate: bool,
+}
+
+/// One direct write in flight (or done, waiting for the writes before it).
+pub(super) struct WriteSlot {
+    seq: u64,
+    covered_offset: u64,
+    covered_pos: u64,
+    segment_base: u64,
+    partial: bool,
+    done: bool,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Upper bounds (seconds) of the flush latency buckets in `FlushStats::buckets`.
+pub const FLUSH_BUCKETS: [f64; 10] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1,
+];
+
+/// Flushes (fdatasync) of one log: a count, their total time, and a latency histogram
+/// (`buckets[i]`: flushes that took at most `FLUSH_BUCKETS[i]`, not cumulative).
+#[derive(Debug, Clone, Default)]
+pub struct FlushStats {
+    /// Number of fdatasyncs.
+    pub count: u64,
+    /// Their total time, in seconds.
+    pub seconds: f64,
+    /// `buckets[i]`: fdatasyncs that took at most `FLUSH_BUCKETS[i]` seconds (and more than
+    /// `FLUSH_BUCKETS[i - 1]`); slower ones are only in `count` and `seconds`.
+    pub buckets: [u64; FLUSH_BUCKETS.len()],
+}
+
+impl FlushStats {
+    fn record(&mut self, took: std::time::Duration) {
+        let s = took.as_secs_f64();
+        self.count += 1;
+        self.seconds += s;
+        if let Some(i) = FLUSH_BUCKETS.iter().position(|&b| s <= b) {
+            self.buckets[i] += 1;
+        }
+    }
+}
+
+impl Log {
+    /// Appends one or more v2 record batches (a produce request's record set). Assigns base
+    /// offsets in place. Returns once the data has been written to the segment file (it
+    /// survives a crash of the process); see [`Log::flush`] for power loss.
+    pub async fn append(&self, records: Bytes) -> Result<AppendInfo> {
+        let inner = &self.inner;
+        inner.check_usable()?;
+        let max = inner.config.borrow().max_batch_bytes;
+        let infos = batch::validate_all(&records).map_err(Error::InvalidBatch)?;
+        if let Some(big) = infos.iter().find(|i| i.total_bytes > max) {
+            return Err(Error::BatchTooLarge {
+                size: big.total_bytes,
+                max,
+            });
+        }
+        let mut records = match records.try_into_mut() {
+            Ok(m) => m,
+            Err(shared) => BytesMut::from(&shared[..]),
+        };
+        let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
+        inner.check_usable()?;
+        // Idempotent producers: sequence checks and retries, under the append lock.
+        let mut from_producers: Vec<(usize, ProducerBatch)> = Vec::new();
+        {
+            let mut pos = 0usize;
+            for (i, info) in infos.iter().enumerate() {
+                if let Some(b) = BatchHeader::parse(&records[pos..]).and_then(ProducerBatch::of) {
+                    from_producers.push((i, b));
+                }
+                pos += info.total_bytes;
+            }
+        }
+        if let Some((base_offset, last_offset)) = inner.check_producers(&infos, &from_producers)? {
+            drop(permit);
+            // The original may still be on its way to the disk.
+            if !inner.hw.wait_for(last_offset + 1).await {
+                return Err(inner.failure());
+            }
+            return Ok(AppendInfo {
+                base_offset,
+                last_offset,
+                log_start_offset: inner.log_start.get(),
+                duplicate: true,
+            });
+        }
+        let offsets: u64 = infos.iter().map(|i| i.last_offset_delta as u64 + 1).sum();
+        inner.maybe_roll(records.len() as u64, offsets).await?;
+        inner.ensure_preallocated(records.len() as u64).await?;
+
+        // Assign offsets in place and index the batches.
+        let base_offset = inner.log_end.get();
+        let segment = inner.active();
+        let mut offset = base_offset;
+        let mut pos = 0usize;
+        let start_file_pos = segment.state.borrow().size;
+        let mut producer_batches = from_producers.iter().peekable();
+        for (i, info) in infos.iter().enumerate() {
+            batch::assign_offset(&mut records[pos..], offset as i64, 0);
+            let last = offset + info.last_offset_delta as u64;
+            if let Some((_, b)) = producer_batches.next_if(|(j, _)| *j == i) {
+                inner.producers.borrow_mut().update(b, offset, last);
+            }
+            segment.record_batch(
+                start_file_pos + pos as u64,
+                info.total_bytes as u64,
+                offset,
+                last,
+                info.max_timestamp,
+            );
+            offset = last + 1;
+            pos += info.total_bytes;
+        }
+        {
+            let mut st = segment.state.borrow_mut();
+            st.first_append_ms.get_or_insert_with(now_ms);
+        }
+        let records = records.freeze();
+        let mut pos = 0usize;
+        let mut off = base_offset;
+        for info in &infos {
+            let next = off + info.last_offset_delta as u64 + 1;
+            inner
+                .cache
+                .insert(off, next, records.slice(pos..pos + info.total_bytes));
+            off = next;
+            pos += info.total_bytes;
+        }
+        let end_offset = offset;
+        inner.log_end.set(end_offset);
+        let file_end = inner.appender.borrow().end_pos() + records.len() as u64;
+        inner.appender.borrow_mut().mark(file_end, end_offset);
+        inner.copy_in(&records).await?;
+        inner.schedule_kick();
+        drop(permit);
+
+        if !inner.hw.wait_for(end_offset).await {
+            return Err(inner.failure());
+        }
+        Ok(AppendInfo {
+            base_offset,
+            last_offset: end_offset - 1,
+            log_start_offset: inner.log_start.get(),
+            duplicate: false,
+        })
+    }
+
+    /// Makes every batch appended before this call durable (fdatasync). Concurrent calls
+    /// share one fdatasync (group commit). Returns the flushed offset.
+    pub async fn flush(&self) -> Result<u64> {
+        self.inner.flush_to(self.inner.hw.get()).await
+    }
+}
+
+impl Inner {
+    /// Rolls to a new segment if the batches would overflow the active one: its size, or
+    /// the 32-bit offsets relative to its base that the indexes hold.
+    async fn maybe_roll(self: &Rc<Self>, incoming_bytes: u64, incoming_offsets: u64) -> Result<()> {
+        let limit = self.config.borrow().effective_segment_bytes();
+        let active = self.active();
+        let (size, next) = {
+            let st = active.state.borrow();
+            (st.size, st.next_offset)
+        };
+        let offsets_after = next - active.base_offset + incoming_offsets;
+        if size > 0 && (size + incoming_bytes > limit || offsets_after > u64::from(u32::MAX)) {
+            self.roll().await?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure the file is preallocated past the chunk the next `incoming` bytes land in.
+    async fn ensure_preallocated(&self, incoming: u64) -> Result<()> {
+        let (need, have, file) = {
+            let a = self.appender.borrow();
+            let need = align_up(a.end_pos() + incoming).max(a.chunk_end());
+            (need, a.preallocated_to, a.file.clone())
+        };
+        if need <= have {
+            return Ok(());
+        }
+        // ext4's fallocate waits for every direct write in flight on the file, so each call
+        // drains the write queue: grow by at least `preallocate_bytes` (8 MiB), doubling
+        // (hot logs extend rarely, cold ones stay small), up to the segment size.
+        let (step, segment_bytes) = {
+            let c = self.config.borrow();
+            (
+                c.preallocate_bytes.max(1 << 20),
+                c.effective_segment_bytes(),
+            )
+        };
+        let cap = align_up(segment_bytes + (1 << 20));
+        let target = align_up(need.max((need + step).max(have * 2).min(cap)));
+        file.pre_allocate(target).await?;
+        self.appender.borrow_mut().preallocated_to = target;
+        Ok(())
+    }
+
+    /// Copies appended bytes into the appender, launching a write for every chunk that fills.
+    async fn copy_in(self: &Rc<Self>, data: &[u8]) -> Result<()> {
+        let mut rest = data;
+        while !rest.is_empty() {
+            let n = self.appender.borrow_mut().copy(rest);
+            rest = &rest[n..];
+            if self.appender.borrow().is_full() {
+                let max = self.config.borrow().writes_in_flight.max(1);
+                loop {
+                    self.check_usable()?;
+                    if self.partials_in_flight.get() == 0 && self.writes.borrow().len() < max {
+                        break;
+                    }
+                    let seen = self.writes_completed.get();
+                    self.writes_completed.wait_for(seen + 1).await;
+                }
+                let op = self.appender.borrow_mut().take_full();
+                self.launch(op);
+            }
+        }
+        Ok(())
+    }
+
+    /// Arranges for [`Inner::kick`] to run once the tasks that are ready now have run: appenders
+    /// woken by a completed write (or arriving together) fill the chunk first, so their data
+    /// goes out in full chunks instead of a partial write that full chunks would wait for.
+    fn schedule_kick(self: &Rc<Self>) {
+        if self.kick_scheduled.replace(true) {
+            return;
+        }
+        let inner = self.clone();
+        glommio::spawn_local(async move {
+            futures_lite::future::yield_now().await;
+            inner.kick_scheduled.set(false);
+            inner.kick();
+        })
+        .detach();
+    }
+
+    /// Writes whatever is waiting in the chunk, if nothing is in flight.
+    fn kick(self: &Rc<Self>) {
+        if self.failed.borrow().is_some() || !self.writes.borrow().is_empty() {
+            return;
+        }
+        let op = self.appender.borrow_mut().take_partial();
+        if let Some(op) = op {
+            self.launch(op);
+        }
+    }
+
+    fn launch(self: &Rc<Self>, op: WriteOp) {
+        let seq = self.next_write_seq.get();
+        self.next_write_seq.set(seq + 1);
+        let file = {
+            let a = self.appender.borrow();
+            self.writes.borrow_mut().push_back(WriteSlot {
+                seq,
+                covered_offset: op.covered_offset,
+                covered_pos: op.covered_pos,
+                segment_base: a.segment_base,
+                partial: op.partial,
+                done: false,
+            });
+            a.file.clone()
+        };
+        if op.partial {
+            self.partials_in_flight
+                .set(self.partials_in_flight.get() + 1);
+        }
+        let inner = self.clone();
+        glommio::spawn_local(async move {
+            let r = file.write_at(op.buf, op.pos).await;
+            inner.write_done(seq, r.map(|_| ()));
+        })
+        .detach();
+    }
+
+    fn write_done(self: &Rc<Self>, seq: u64, result: Result<()>) {
+        if let Err(e) = result {
+            self.fail(e.to_string());
+        }
+        let advanced = {
+            let mut writes = self.writes.borrow_mut();
+            if let Some(slot) = writes.iter_mut().find(|s| s.seq == seq) {
+                slot.done = true;
+                if slot.partial {
+                    self.partials_in_flight
+                        .set(self.partials_in_flight.get() - 1);
+                }
+            }
+            let mut advanced = None;
+            while writes.front().is_some_and(|s| s.done) {
+                let s = writes.pop_front().expect("front exists");
+                advanced = Some((s.covered_offset, s.covered_pos, s.segment_base));
+            }
+            advanced
+        };
+        self.writes_completed
+            .advance(self.writes_completed.get() + 1);
+        if self.failed.borrow().is_some() {
+            return;
+        }
+        if let Some((offset, pos, segment_base)) = advanced {
+            if let Some(seg) = self.segments.borrow().get(&segment_base) {
+                let mut st = seg.state.borrow_mut();
+                st.visible_size = st.visible_size.max(pos);
+            }
+            if offset > self.hw.get() {
+                self.hw.advance(offset);
+                let wm = self.watermarks();
+                let listeners: Vec<Listener> = self.listeners.borrow().clone();
+                for l in listeners {
+                    l(wm);
+                }
+            }
+        }
+        self.schedule_kick();
+    }
+
+    /// Waits until every appended byte is written.
+    pub(super) async fn drain_writes(self: &Rc<Self>) -> Result<()> {
+        loop {
+            self.check_usable()?;
+            self.kick();
+            let idle = self.writes.borrow().is_empty() && !self.appender.borrow().has_unsubmitted();
+            if idle {
+                return Ok(());
+            }
+            let seen = self.writes_completed.get();
+            self.writes_completed.wait_for(seen + 1).await;
+        }
+    }
+
+    /// Seals the active segment and starts a new one at the log end offset. Caller holds
+    /// the append lock.
+    pub(super) async fn roll(self: &Rc<Self>) -> Result<()> {
+        self.drain_writes().await?;
+        let old = self.active();
+        old.seal(&self.vfs).await?;
+        // Sealing fdatasync'ed everything written so far.
+        self.flushed.advance(self.hw.get());
+        let base = self.log_end.get();
+        let path = segment_path(&self.dir, base);
+        let config = self.config.borrow().clone();
+        let file = self.vfs.open(&path, true).await?;
+        if file.file_size().await? > 0 {
+            // A file from a crashed earlier incarnation of this segment: its bytes must not
+            // be appended into (recovery would take stale batches that happen to continue
+            // the offsets as data). Empty it durably before the new segment is used.
+            tracing::warn!(path = %path.display(), "a stale segment file exists at the roll offset; emptying it");
+            file.truncate(0).await?;
+            file.fdatasync().await?;
+        }
+        // The first chunk's room only; appends grow it in steps (`ensure_preallocated`).
+        let prealloc = align_up(config.write_chunk_bytes as u64)
+            .min(align_up(config.effective_segment_bytes() + (1 << 20)));
+        file.pre_allocate(prealloc).await?;
+        self.vfs.sync_dir(&self.dir).await?;
+        let seg = Rc::new(Segment::new(
+            base,
+            file.clone(),
+            path,
+            config.index_interval_bytes,
+        ));
+        self.segments.borrow_mut().insert(base, seg);
+        *self.appender.borrow_mut() =
+            Appender::new(file, base, config.write_chunk_bytes, 0, &[], base, prealloc);
+        // Recovery after a crash scans only the active segment: the producers' state up to
+        // its base comes from this snapshot.
+        self.save_producer_state().await?;
+        tracing::debug!(dir = %self.dir.display(), base, "rolled to a new segment");
+        Ok(())
+    }
+
+    /// Checks the idempotent producers' batches of a record set (`batches`: index into
+    /// `infos` and the batch's producer fields) against the state. `Some(offsets)`: the set
+    /// is a retry of a batch already in the log at those offsets.
+    fn check_producers(
+        &self,
+        infos: &[batch::BatchInfo],
+        batches: &[(usize, ProducerBatch)],
+    ) -> Result<Option<(u64, u64)>> {
+        if batches.is_empty() {
+            return Ok(None);
+        }
+        let state = self.producers.borrow();
+        // The offsets each batch would get.
+        let mut starts = Vec::with_capacity(infos.len());
+        let mut next = self.log_end.get();
+        for info in infos {
+            starts.push(next);
+            next += info.last_offset_delta as u64 + 1;
+        }
+        // A record set with several batches of one producer: each is checked against the
+        // state as the earlier ones would leave it.
+        let mut scratch = (batches.len() > 1).then(|| state.clone());
+        for (i, b) in batches {
+            let check = scratch.as_ref().unwrap_or(&state).check(b)?;
+            if let Check::Duplicate {
+                base_offset,
+                last_offset,
+            } = check
+            {
+                return Ok(Some((base_offset, last_offset)));
+            }
+            if let Some(sc) = scratch.as_mut() {
+                sc.update(
+                    b,
+                    starts[*i],
+                    starts[*i] + infos[*i].last_offset_delta as u64,
+                );
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes the producer-state snapshot covering everything up to the log end (called
+    /// under the append lock, at a roll and at close). Nothing to write when no idempotent
+    /// producer ever wrote here and no snapshot exists.
+    pub(super) async fn save_producer_state(&self) -> Result<()> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        if self.producers.borrow().len() == 0 && !self.vfs.exists(&path) {
+            return Ok(());
+        }
+        let bytes = self.producers.borrow().encode(self.log_end.get());
+        self.vfs.write_small(&path, &bytes).await
+    }
+
+    pub(super) async fn flush_to(&self, target: u64) -> Result<u64> {
+        loop {
+            if self.flushed.get() >= target {
+                return Ok(self.flushed.get());
+            }
+            self.check_usable()?;
+            if self.sync_running.get() {
+                let seen = self.syncs_completed.get();
+                self.syncs_completed.wait_for(seen + 1).await;
+                continue;
+            }
+            self.sync_running.set(true);
+            let covered = self.hw.get();
+            let file = self.appender.borrow().file.clone();
+            let started = std::time::Instant::now();
+            let r = file.fdatasync().await;
+            self.flush_stats.borrow_mut().record(started.elapsed());
+            self.sync_running.set(false);
+            match r {
+                Ok(()) => self.flushed.advance(covered),
+                Err(e) => self.fail(e.to_string()),
+            }
+            self.syncs_completed.advance(self.syncs_completed.get() + 1);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! A partition log: the segments of one partition, their watermarks, and the operations on
+//! them, one job per file:
+//!
+//! - `open.rs` — [`Log::open`]: loading the segments, recovering the last one (and any whose
+//!   indexes cannot be trusted) after an unclean shutdown, the producers' state.
+//! - `append.rs` — the write pipeline: [`Log::append`], [`Log::flush`], rolling segments, the
+//!   direct writes in flight and the high watermark they move.
+//! - `read.rs` — [`Log::read`], [`Log::read_available`], and the timestamp lookups.
+//! - `retention.rs` — [`Log::enforce_retention`], [`Log::set_log_start_offset`].
+//! - `markers.rs` — the small files `clean_shutdown` and `log_start_offset`.
+//!
+//! This file holds the [`Log`] itself, its state, the accessors, and closing and deleting.
+//!
+//! Append path: [`Log::append`] validates the batches (CRC included), takes the append
+//! lock, rolls the segment if needed, assigns offsets in place, indexes and caches the
+//! batches, copies them into the appender's chunk (`appender.rs`) and launches direct
+//! writes; it then waits (without the lock) until its batches are written, which is when
+//! the high watermark passes them.
+
+mod append;
+mod markers;
+mod open;
+mod read;
+mod retention;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use crate::appender::Appender;
+use crate::cache::LogCache;
+use crate::config::LogConfig;
+use crate::error::{Error, Result};
+use crate::io::Vfs;
+use crate::producer_state::ProducerState;
+use crate::reader::ReadCache;
+use crate::segment::Segment;
+use crate::watermark::{FifoLock, Watch, Watermarks};
+
+pub use append::{AppendInfo, FlushStats, FLUSH_BUCKETS};
+pub use markers::{CLEAN_SHUTDOWN_FILE, LOG_START_FILE};
+pub use read::ReadOutcome;
+
+use append::WriteSlot;
+
+/// A callback run when the high watermark moves.
+type Listener = Rc<dyn Fn(Watermarks)>;
+
+struct Inner {
+    dir: PathBuf,
+    vfs: Vfs,
+    config: RefCell<LogConfig>,
+    segments: RefCell<BTreeMap<u64, Rc<Segment>>>,
+    appender: RefCell<Appender>,
+    /// Orders appends (and rolls, close, delete) first-come-first-served.
+    append_lock: FifoLock,
+    log_start: Cell<u64>,
+    log_end: Cell<u64>,
+    hw: Watch,
+    flushed: Watch,
+    writes: RefCell<VecDeque<WriteSlot>>,
+    next_write_seq: Cell<u64>,
+    partials_in_flight: Cell<usize>,
+    writes_completed: Watch,
+    kick_scheduled: Cell<bool>,
+    sync_running: Cell<bool>,
+    syncs_completed: Watch,
+    flush_stats: RefCell<FlushStats>,
+    failed: RefCell<Option<String>>,
+    listeners: RefCell<Vec<Listener>>,
+    cache: Rc<LogCache>,
+    reader: ReadCache,
+    closed: Cell<bool>,
+    /// The log end offset at the previous retention check: unchanged means idle since then.
+    idle_mark: Cell<u64>,
+    /// Idempotent producers' last batches (`producer_state.rs`).
+    producers: RefCell<ProducerState>,
+}
+
+/// One partition's log. Lives on one glommio executor (it is `!Send`).
+pub struct Log {
+    inner: Rc<Inner>,
+}
+
+impl Log {
+    /// Bytes of write buffer (the appender's chunk) this log holds now: one chunk
+    /// (`write_chunk_bytes`) while it is being appended to, none once it has been idle for
+    /// a retention check (see [`Log::enforce_retention`]).
+    pub fn write_buffer_bytes(&self) -> usize {
+        self.inner.appender.borrow().buffer_bytes()
+    }
+
+    /// The directory this log lives in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The log's offsets now: start, end, high watermark and flushed offset.
+    pub fn watermarks(&self) -> Watermarks {
+        self.inner.watermarks()
+    }
+
+    /// Registers a callback run (on this executor) every time the high watermark moves.
+    pub fn on_append(&self, f: impl Fn(Watermarks) + 'static) {
+        self.inner.listeners.borrow_mut().push(Rc::new(f));
+    }
+
+    /// Waits until the high watermark passes `offset` (data at `offset` is readable).
+    pub async fn wait_for_data(&self, offset: u64) -> Result<()> {
+        if self.inner.hw.wait_for(offset + 1).await {
+            Ok(())
+        } else {
+            Err(self.inner.failure())
+        }
+    }
+
+    /// Replaces the settings (e.g. a topic's retention changed). Sizes of in-memory
+    /// buffers keep their old values until the log is reopened.
+    pub fn set_config(&self, config: LogConfig) {
+        *self.inner.config.borrow_mut() = config;
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> LogConfig {
+        self.inner.config.borrow().clone()
+    }
+
+    /// The fdatasyncs this log has made and how long they took.
+    pub fn flush_stats(&self) -> FlushStats {
+        self.inner.flush_stats.borrow().clone()
+    }
+
+    /// Number of segments and their total bytes.
+    pub fn size(&self) -> (usize, u64) {
+        let segs = self.inner.segments.borrow();
+        (
+            segs.len(),
+            segs.values().map(|s| s.state.borrow().size).sum(),
+        )
+    }
+
+    /// Flushes, seals the active segment (truncated, indexes written), writes the
+    /// clean-shutdown marker, and closes the files.
+    pub async fn close(self) -> Result<()> {
+        let inner = &self.inner;
+        let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
+        inner.drain_writes().await?;
+        inner.flush_to(inner.hw.get()).await?;
+        inner.active().seal(&inner.vfs).await?;
+        inner.save_producer_state().await?;
+        let marker = markers::encode_clean_shutdown(inner.log_end.get());
+        inner
+            .vfs
+            .write_small(&inner.dir.join(CLEAN_SHUTDOWN_FILE), &marker)
+            .await?;
+        inner.vfs.sync_dir(&inner.dir).await?;
+        inner.closed.set(true);
+        inner.append_lock.close();
+        drop(permit);
+        let segs: Vec<Rc<Segment>> = std::mem::take(&mut *inner.segments.borrow_mut())
+            .into_values()
+            .collect();
+        for s in segs {
+            if let Ok(s) = Rc::try_unwrap(s) {
+                let _ = s.file.close().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the log without a clean-shutdown marker and removes its directory.
+    pub async fn delete(self) -> Result<()> {
+        let inner = &self.inner;
+        let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
+        let _ = inner.drain_writes().await;
+        inner.closed.set(true);
+        inner.append_lock.close();
+        drop(permit);
+        inner.segments.borrow_mut().clear();
+        inner.vfs.remove_dir_all(&inner.dir).await
+    }
+}
+
+impl Inner {
+    fn watermarks(&self) -> Watermarks {
+        Watermarks {
+            log_start_offset: self.log_start.get(),
+            log_end_offset: self.log_end.get(),
+            high_watermark: self.hw.get(),
+            flushed_offset: self.flushed.get(),
+        }
+    }
+
+    fn active(&self) -> Rc<Segment> {
+        self.segments
+            .borrow()
+            .values()
+            .next_back()
+            .cloned()
+            .expect("a log always has an active segment")
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.closed.get() {
+            return Err(Error::Closed);
+        }
+        if let Some(why) = self.failed.borrow().as_ref() {
+            return Err(Error::LogFailed(why.clone()));
+        }
+        Ok(())
+    }
+
+    fn failure(&self) -> Error {
+        match self.failed.borrow().as_ref() {
+            Some(why) => Error::LogFailed(why.clone()),
+            None => Error::Closed,
+        }
+    }
+
+    fn fail(&self, why: String) {
+        if self.failed.borrow().is_none() {
+            tracing::error!(dir = %self.dir.display(), error = %why, "log failed; appends refused until it is reopened");
+            *self.failed.borrow_mut() = Some(why);
+        }
+        self.hw.fail();
+        self.flushed.fail();
+        self.writes_completed.fail();
+        self.syncs_completed.fail();
+    }
+}

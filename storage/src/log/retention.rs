@@ -1,0 +1,138 @@
+//! Retention: deleting whole old segments by age (`retention.ms`) or size
+//! (`retention.bytes`), rolling an aged active segment (`segment.ms`), moving the log start
+//! (DeleteRecords), and releasing the buffers of an idle log. The broker calls
+//! [`Log::enforce_retention`] on every retention tick.
+//!
+//! Segments are deleted oldest first, so a crash in the middle leaves a suffix: a valid log
+//! with a later start. The active segment is never deleted.
+
+use super::markers::{self, LOG_START_FILE};
+use super::{Inner, Log};
+use crate::error::{Error, Result};
+
+impl Log {
+    /// Applies `retention.ms` / `retention.bytes` and `segment.ms`: rolls an aged active
+    /// segment and deletes whole old segments (moving the log start offset). Returns the
+    /// number of segments deleted.
+    pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize> {
+        let inner = &self.inner;
+        inner.check_usable()?;
+        inner.release_if_idle();
+        let config = inner.config.borrow().clone();
+        if let Some(age) = config.segment_age_limit() {
+            let first = inner.active().state.borrow().first_append_ms;
+            if first.is_some_and(|t| now_ms - t >= age.as_millis() as i64) {
+                let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
+                if inner.active().state.borrow().size > 0 {
+                    inner.roll().await?;
+                }
+                drop(permit);
+            }
+        }
+        let mut deleted = 0;
+        loop {
+            let (oldest, total_bytes, count) = {
+                let segs = inner.segments.borrow();
+                let total: u64 = segs.values().map(|s| s.state.borrow().size).sum();
+                (segs.values().next().cloned(), total, segs.len())
+            };
+            let Some(oldest) = oldest else { break };
+            if count <= 1 {
+                break; // the active segment is never deleted
+            }
+            let (size, max_ts) = {
+                let st = oldest.state.borrow();
+                (st.size, st.max_timestamp)
+            };
+            let by_time = config
+                .retention_ms
+                .is_some_and(|ms| max_ts < now_ms - ms as i64);
+            let by_size = config
+                .retention_bytes
+                .is_some_and(|max| total_bytes - size >= max);
+            if !(by_time || by_size) {
+                break;
+            }
+            inner.delete_oldest_segment().await?;
+            deleted += 1;
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes whole segments below `offset` and sets the log start offset to `offset`
+    /// (Kafka's DeleteRecords). The new start is durable when this returns.
+    pub async fn set_log_start_offset(&self, offset: u64) -> Result<()> {
+        let inner = &self.inner;
+        let hw = inner.hw.get();
+        if offset > hw {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start_offset: inner.log_start.get(),
+                log_end_offset: hw,
+            });
+        }
+        if offset <= inner.log_start.get() {
+            return Ok(());
+        }
+        let bytes = markers::encode_log_start(offset);
+        inner
+            .vfs
+            .write_small(&inner.dir.join(LOG_START_FILE), &bytes)
+            .await?;
+        inner.vfs.sync_dir(&inner.dir).await?;
+        inner.log_start.set(offset);
+        loop {
+            let deletable = {
+                let segs = inner.segments.borrow();
+                let mut it = segs.values();
+                match (it.next(), it.next()) {
+                    (Some(_), Some(second)) => second.base_offset <= offset,
+                    _ => false,
+                }
+            };
+            if !deletable {
+                break;
+            }
+            inner.delete_oldest_segment().await?;
+            inner.log_start.set(offset);
+        }
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Releases the appender's chunk if nothing was appended since the previous call and no
+    /// write is in flight: an idle partition holds no write buffer (bounded memory with many
+    /// partitions). The next append allocates a new chunk.
+    fn release_if_idle(&self) {
+        self.reader.expire_idle();
+        let end = self.log_end.get();
+        if self.idle_mark.replace(end) != end || !self.writes.borrow().is_empty() {
+            return;
+        }
+        self.appender.borrow_mut().release_buffer();
+    }
+
+    async fn delete_oldest_segment(&self) -> Result<()> {
+        let seg = {
+            let mut segs = self.segments.borrow_mut();
+            if segs.len() <= 1 {
+                return Ok(());
+            }
+            segs.pop_first().map(|(_, s)| s)
+        };
+        let Some(seg) = seg else { return Ok(()) };
+        let next_base = self
+            .segments
+            .borrow()
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(seg.base_offset);
+        self.log_start.set(self.log_start.get().max(next_base));
+        self.reader.forget_segment(seg.base_offset);
+        seg.remove_files(&self.vfs).await?;
+        tracing::debug!(dir = %self.dir.display(), base = seg.base_offset, "retention deleted a segment");
+        Ok(())
+    }
+}

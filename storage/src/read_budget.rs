@@ -1,0 +1,75 @@
+//! The byte budget for read chunks shared by every log of a core (owned by its
+//! [`BatchCache`](crate::BatchCache), filled by each log's `reader::ReadCache`): a FIFO of
+//! strong references to the chunks, oldest evicted first whatever log it belongs to, and
+//! chunks idle for 30 s released by the retention tick.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+/// One read chunk: its data once read (or the read's error), the readers waiting for it.
+#[derive(Default)]
+pub(crate) struct Slot {
+    pub(crate) data: RefCell<Option<std::result::Result<Bytes, String>>>,
+    pub(crate) waiters: RefCell<Vec<Waker>>,
+    /// File position up to which this chunk's data is valid.
+    pub(crate) valid_to: u64,
+}
+
+/// Chunks unused for this long are released by [`ReadBudget::expire`].
+const IDLE_CHUNK: Duration = Duration::from_secs(30);
+
+/// The read chunks of every log of a core, under one byte budget: a FIFO of strong
+/// references, oldest evicted first.
+pub(crate) struct ReadBudget {
+    capacity_bytes: usize,
+    used_bytes: Cell<usize>,
+    chunks: RefCell<VecDeque<(Rc<Slot>, usize, Instant)>>,
+}
+
+impl ReadBudget {
+    pub(crate) fn new(capacity_bytes: usize) -> ReadBudget {
+        ReadBudget {
+            capacity_bytes,
+            used_bytes: Cell::new(0),
+            chunks: RefCell::new(VecDeque::new()),
+        }
+    }
+
+    pub(crate) fn capacity_bytes(&self) -> usize {
+        self.capacity_bytes
+    }
+
+    pub(crate) fn used_bytes(&self) -> usize {
+        self.used_bytes.get()
+    }
+
+    pub(crate) fn admit(&self, slot: Rc<Slot>, len: usize) {
+        let mut chunks = self.chunks.borrow_mut();
+        chunks.push_back((slot, len, Instant::now()));
+        self.used_bytes.set(self.used_bytes.get() + len);
+        while self.used_bytes.get() > self.capacity_bytes {
+            let Some((_, old_len, _)) = chunks.pop_front() else {
+                break;
+            };
+            self.used_bytes.set(self.used_bytes.get() - old_len);
+        }
+    }
+
+    /// Releases the chunks read more than [`IDLE_CHUNK`] ago (readers still holding slices
+    /// of them keep those alive until they are sent).
+    pub(crate) fn expire(&self, now: Instant) {
+        let mut chunks = self.chunks.borrow_mut();
+        while let Some((_, len, at)) = chunks.front() {
+            if now.saturating_duration_since(*at) < IDLE_CHUNK {
+                break;
+            }
+            self.used_bytes.set(self.used_bytes.get() - len);
+            chunks.pop_front();
+        }
+    }
+}
