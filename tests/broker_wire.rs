@@ -217,10 +217,11 @@ fn bad_input_closes_only_that_connection() {
     s.write_all(&frame[..frame.len() - 3]).unwrap();
     drop(s);
 
-    // Unsupported version of an API we know (Produce v2: magic 0/1 batches).
+    // Unsupported version of an API we know (Fetch v3: message format v0/v1; Produce v0-2
+    // are advertised and refused with an error instead, see below).
     let mut s = b.connect();
-    let mut frame = request(ApiKey::Produce, 3, 1, &ProduceRequest::default());
-    frame[6..8].copy_from_slice(&2i16.to_be_bytes());
+    let mut frame = request(ApiKey::Fetch, 4, 1, &FetchRequest::default());
+    frame[6..8].copy_from_slice(&3i16.to_be_bytes());
     s.write_all(&frame).unwrap();
     assert!(closed_by_broker(s));
 
@@ -599,6 +600,10 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
     }
     let group = StrBytes::from_static_str("wire-test-group");
     match key {
+        ApiKey::Produce if version <= 2 => {
+            let errors = legacy_produce(s, version, "wire-test-legacy", 1);
+            assert_eq!(errors, vec![("wire-test-legacy".to_string(), 0, 35)]);
+        }
         ApiKey::Produce => go::<_, ProduceResponse>(s, key, version, {
             let mut r = ProduceRequest::default();
             r.acks = 1;
@@ -739,5 +744,255 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
             IncrementalAlterConfigsRequest::default(),
         ),
         other => panic!("{other:?} is advertised: add a generated request for it here"),
+    }
+}
+
+/// Produce v0-2 by hand (the codec starts at v3): one partition of `topic`, a record set of
+/// one v1 message; returns (topic, partition, error) of every partition answered.
+fn legacy_produce(
+    s: &mut TcpStream,
+    version: i16,
+    topic: &str,
+    acks: i16,
+) -> Vec<(String, i32, i16)> {
+    use bytes::{Buf, BufMut};
+    let mut body = BytesMut::new();
+    body.put_i16(ApiKey::Produce as i16);
+    body.put_i16(version);
+    body.put_i32(9); // correlation id
+    body.put_i16(9);
+    body.put_slice(b"wire-test");
+    body.put_i16(acks);
+    body.put_i32(5000);
+    body.put_i32(1);
+    body.put_i16(topic.len() as i16);
+    body.put_slice(topic.as_bytes());
+    body.put_i32(1);
+    body.put_i32(0); // partition
+    let message = [0u8; 34]; // offset, size, crc, magic 1, attributes, timestamp, key, value
+    body.put_i32(message.len() as i32);
+    body.put_slice(&message);
+    let mut framed = (body.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    s.write_all(&framed).unwrap();
+    let (cid, mut b) = read_response(s, 0);
+    assert_eq!(cid, 9, "Produce v{version}");
+    let mut out = Vec::new();
+    for _ in 0..b.get_i32() {
+        let n = b.get_i16() as usize;
+        let name = String::from_utf8(b.split_to(n).to_vec()).unwrap();
+        for _ in 0..b.get_i32() {
+            let partition = b.get_i32();
+            let error = b.get_i16();
+            assert_eq!(b.get_i64(), -1, "base offset");
+            if version >= 2 {
+                assert_eq!(b.get_i64(), -1, "log append time");
+            }
+            out.push((name.clone(), partition, error));
+        }
+    }
+    if version >= 1 {
+        assert_eq!(b.get_i32(), 0, "throttle time");
+    }
+    assert!(
+        b.is_empty(),
+        "Produce v{version}: {} bytes left over",
+        b.len()
+    );
+    out
+}
+
+/// Kafka 4.0 advertises Produce from v0 because librdkafka looks for v0 to decide that the
+/// broker takes compressed batches (KAFKA-18659), and refuses v0-2 with an error, not a
+/// closed connection; the connection keeps working afterwards.
+#[test]
+fn produce_v0_to_v2_is_advertised_and_refused_with_an_error() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    let versions: ApiVersionsResponse = call(
+        &mut s,
+        ApiKey::ApiVersions,
+        0,
+        &ApiVersionsRequest::default(),
+    );
+    let produce = versions
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::Produce as i16)
+        .expect("Produce advertised");
+    assert_eq!(produce.min_version, 0);
+    for v in 0..=2 {
+        assert_eq!(
+            legacy_produce(&mut s, v, "legacy", 1),
+            vec![("legacy".to_string(), 0, 35)],
+            "Produce v{v}"
+        );
+    }
+    // acks=0: no answer at all, as for any produce; the next request is answered.
+    legacy_produce_no_answer(&mut s);
+    let r: MetadataResponse = call(&mut s, ApiKey::Metadata, 1, &MetadataRequest::default());
+    assert!(!r.brokers.is_empty());
+}
+
+fn legacy_produce_no_answer(s: &mut TcpStream) {
+    use bytes::BufMut;
+    let mut body = BytesMut::new();
+    body.put_i16(ApiKey::Produce as i16);
+    body.put_i16(2);
+    body.put_i32(10);
+    body.put_i16(-1);
+    body.put_i16(0); // acks
+    body.put_i32(5000);
+    body.put_i32(0);
+    let mut framed = (body.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&body);
+    s.write_all(&framed).unwrap();
+}
+
+/// Kafka 4.x clients name topics by id (KIP-516) in Produce v13, Fetch v13+ and DeleteTopics
+/// v6: CreateTopics v7 and Metadata give the id, Produce v13 and Fetch v13..=18 by id reach
+/// the topic and echo the id, an unknown id is UNKNOWN_TOPIC_ID (100), and DeleteTopics v6
+/// deletes by id.
+#[test]
+fn topics_by_id_in_produce_fetch_and_delete() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("by-id"));
+    t.num_partitions = 2;
+    t.replication_factor = 1;
+    let mut c = CreateTopicsRequest::default();
+    c.topics = vec![t];
+    c.timeout_ms = 5000;
+    let created: CreateTopicsResponse = call(&mut s, ApiKey::CreateTopics, 7, &c);
+    assert_eq!(created.topics[0].error_code, 0);
+    let id = created.topics[0].topic_id;
+    assert!(!id.is_nil(), "CreateTopics v7 gives the topic id");
+    let mut m = MetadataRequest::default();
+    m.topics = None;
+    let meta: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, &m);
+    let listed = meta
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.as_str()) == Some("by-id"))
+        .expect("listed");
+    assert_eq!(
+        listed.topic_id, id,
+        "Metadata and CreateTopics agree on the id"
+    );
+
+    let unknown = uuid::Uuid::from_u128(0x1234);
+    let mut p = produce_req("", 1, 1, &[b"one", b"two"]);
+    p.topic_data[0].topic_id = id;
+    let mut other = produce_req("", 0, 1, &[b"lost"]);
+    other.topic_data[0].topic_id = unknown;
+    p.topic_data.push(other.topic_data.remove(0));
+    let r: ProduceResponse = call(&mut s, ApiKey::Produce, 13, &p);
+    assert_eq!(r.responses.len(), 2);
+    assert_eq!(r.responses[0].topic_id, id);
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    assert_eq!(r.responses[0].partition_responses[0].base_offset, 0);
+    assert_eq!(r.responses[1].topic_id, unknown);
+    assert_eq!(r.responses[1].partition_responses[0].error_code, 100);
+
+    for version in 13..=18 {
+        let mut f = fetch_req("", &[(1, 0)], 0);
+        f.topics[0].topic_id = id;
+        let mut missing = fetch_req("", &[(0, 0)], 0);
+        missing.topics[0].topic_id = unknown;
+        f.topics.push(missing.topics.remove(0));
+        let r: FetchResponse = call(&mut s, ApiKey::Fetch, version, &f);
+        assert_eq!(r.responses.len(), 2, "Fetch v{version}");
+        assert_eq!(r.responses[0].topic_id, id, "Fetch v{version}");
+        let part = &r.responses[0].partitions[0];
+        assert_eq!(part.error_code, 0, "Fetch v{version}");
+        assert_eq!(part.high_watermark, 2, "Fetch v{version}");
+        let records = part.records.as_ref().expect("records");
+        assert!(
+            records.windows(3).any(|w| w == b"two"),
+            "Fetch v{version}: the batch comes back"
+        );
+        assert_eq!(r.responses[1].topic_id, unknown);
+        assert_eq!(
+            r.responses[1].partitions[0].error_code, 100,
+            "Fetch v{version}"
+        );
+    }
+
+    let mut d = DeleteTopicsRequest::default();
+    let mut by_id = delete_topics_request::DeleteTopicState::default();
+    by_id.topic_id = id;
+    let mut nobody = delete_topics_request::DeleteTopicState::default();
+    nobody.topic_id = unknown;
+    d.topics = vec![by_id, nobody];
+    d.timeout_ms = 5000;
+    let r: DeleteTopicsResponse = call(&mut s, ApiKey::DeleteTopics, 6, &d);
+    let deleted = r
+        .responses
+        .iter()
+        .find(|t| t.topic_id == id)
+        .expect("answered");
+    assert_eq!(deleted.error_code, 0);
+    assert_eq!(deleted.name.as_ref().map(|n| n.as_str()), Some("by-id"));
+    let missing = r
+        .responses
+        .iter()
+        .find(|t| t.topic_id == unknown)
+        .expect("answered");
+    assert_eq!(missing.error_code, 100);
+    let meta: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, &m);
+    assert!(
+        meta.topics
+            .iter()
+            .all(|t| t.name.as_ref().map(|n| n.as_str()) != Some("by-id")),
+        "deleted by id"
+    );
+}
+
+/// ListOffsets v8 EARLIEST_LOCAL (-4) is the log start (every segment is local); v9
+/// LATEST_TIERED (-5) is -1, as Kafka answers for a log without remote storage.
+#[test]
+fn list_offsets_earliest_local_and_latest_tiered() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    create_topic(&mut s, "tiers", 1);
+    let r: ProduceResponse = call(
+        &mut s,
+        ApiKey::Produce,
+        9,
+        &produce_req("tiers", 0, 1, &[b"a", b"b", b"c"]),
+    );
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    let mut d = DeleteRecordsRequest::default();
+    let mut dt = delete_records_request::DeleteRecordsTopic::default();
+    dt.name = TopicName(StrBytes::from_static_str("tiers"));
+    let mut dp = delete_records_request::DeleteRecordsPartition::default();
+    dp.partition_index = 0;
+    dp.offset = 1;
+    dt.partitions = vec![dp];
+    d.topics = vec![dt];
+    d.timeout_ms = 5000;
+    let dr: DeleteRecordsResponse = call(&mut s, ApiKey::DeleteRecords, 2, &d);
+    assert_eq!(dr.topics[0].partitions[0].low_watermark, 1);
+    for (version, timestamp, want) in [
+        (8, -4, 1),
+        (9, -5, -1),
+        (10, -4, 1),
+        (10, -2, 1),
+        (10, -1, 3),
+    ] {
+        let mut l = ListOffsetsRequest::default();
+        l.replica_id = BrokerId(-1);
+        let mut lt = list_offsets_request::ListOffsetsTopic::default();
+        lt.name = TopicName(StrBytes::from_static_str("tiers"));
+        let mut lp = list_offsets_request::ListOffsetsPartition::default();
+        lp.partition_index = 0;
+        lp.timestamp = timestamp;
+        lt.partitions = vec![lp];
+        l.topics = vec![lt];
+        let r: ListOffsetsResponse = call(&mut s, ApiKey::ListOffsets, version, &l);
+        let p = &r.topics[0].partitions[0];
+        assert_eq!(p.error_code, 0, "v{version} {timestamp}");
+        assert_eq!(p.offset, want, "v{version} timestamp {timestamp}");
     }
 }

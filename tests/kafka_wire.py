@@ -115,10 +115,28 @@ def parse_fetch_v4(body: bytes) -> list[dict]:
             (naborted,) = struct.unpack(">i", body[pos:pos + 4]); pos += 4
             pos += max(naborted, 0) * 16
             (records_size,) = struct.unpack(">i", body[pos:pos + 4]); pos += 4
+            records = body[pos:pos + max(records_size, 0)]
             pos += max(records_size, 0)
             out.append({"partition": partition, "error": error, "high_watermark": high_watermark,
-                        "records_size": max(records_size, 0)})
+                        "records_size": max(records_size, 0), "records": records})
     return out
+
+
+def batch_codecs(records: bytes) -> list[int]:
+    """The compression codec (attributes & 7: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd) of each
+    whole record batch (magic 2) in a fetched record set; a partial batch at the end is
+    skipped, as clients do."""
+    codecs = []
+    pos = 0
+    while pos + 23 <= len(records):
+        (batch_len,) = struct.unpack(">i", records[pos + 8:pos + 12])
+        if pos + 12 + batch_len > len(records):
+            break
+        assert records[pos + 16] == 2, f"magic {records[pos + 16]} at {pos}"
+        (attributes,) = struct.unpack(">h", records[pos + 21:pos + 23])
+        codecs.append(attributes & 7)
+        pos += 12 + batch_len
+    return codecs
 
 
 def connect(bootstrap: str, timeout: float = 5.0) -> socket.socket:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import confluent_kafka
 import kafka
 import pytest
+
+import kafka_wire
 from kafka.partitioner.default import murmur2
 
 from clients import (Msg, assert_exact, kp_consume, kp_produce, kp_producer,
@@ -81,6 +83,20 @@ def test_compressed_batches_pass_through(broker, topic_name, codec):
     # librdkafka compresses whole batches; linger makes them multi-record.
     rd_produce(rd_producer(broker.bootstrap, **{"compression.type": codec, "linger.ms": 50,
                                                 "acks": "all"}), topic_name, msgs)
+    # The batches are stored as librdkafka compressed them (tests/test_kcat.py checks the
+    # same with Debian's older librdkafka, which needs Produce v0 advertised to compress).
+    want = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[codec]
+    sock = kafka_wire.connect(broker.bootstrap)
+    try:
+        sock.sendall(kafka_wire.fetch(1, topic_name, [(0, 0), (1, 0)], max_bytes=8 << 20))
+        _, body = kafka_wire.read_response(sock)
+    finally:
+        sock.close()
+    parts = kafka_wire.parse_fetch_v4(body)
+    codecs = [c for p in parts for c in kafka_wire.batch_codecs(p["records"])]
+    assert codecs and set(codecs) == {want}, f"stored batch codecs {codecs}, want {want}"
+    stored = sum(p["records_size"] for p in parts)
+    assert stored < sum(len(m.value) for m in msgs) / 3, f"{stored} bytes stored: not compressed"
     assert_exact(msgs, rd_consume(broker.bootstrap, topic_name, [0, 1], len(msgs)))
     assert_exact(msgs, kp_consume(broker.bootstrap, topic_name, [0, 1], len(msgs)))
 

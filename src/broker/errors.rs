@@ -22,6 +22,7 @@ pub const INVALID_REQUEST: i16 = 42;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
+pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
 /// Maps a storage error to the Kafka error code a client should see for that partition.
 pub fn storage_error_code(e: &Error) -> i16 {

@@ -13,33 +13,39 @@ use kafka_protocol::protocol::Decodable;
 /// dropped the versions KIP-896 removed) decodes: `tests::advertised_versions_decode` checks
 /// each range against the codec's, and tests/broker_wire.rs sends every advertised pair.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 7),
-    (ApiKey::Metadata, 0, 12),
-    (ApiKey::ApiVersions, 0, 3),
-    (ApiKey::CreateTopics, 2, 5),
-    (ApiKey::DeleteTopics, 1, 5),
+    // v0-2 are advertised as Kafka 4.0 does (KAFKA-18659: librdkafka turns compression off
+    // when Produce v0 is missing) and answered with UNSUPPORTED_VERSION (`LegacyProduce`).
+    (ApiKey::Produce, 0, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::FindCoordinator, 0, 4),
-    (ApiKey::JoinGroup, 0, 7),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::FindCoordinator, 0, 5),
+    (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 4),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
 ];
+
+/// Produce versions advertised but not served (message format v0/v1, removed by KIP-896):
+/// decoded by hand (`decode_legacy_produce`) and answered with UNSUPPORTED_VERSION.
+pub const LEGACY_PRODUCE_MAX: i16 = 2;
 
 pub fn supported(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED
@@ -70,6 +76,8 @@ pub struct Request {
 
 pub enum Body {
     Produce(ProduceRequest),
+    /// Produce v0-2: advertised (KAFKA-18659) but refused; what the error answer must name.
+    LegacyProduce(LegacyProduce),
     Fetch(FetchRequest),
     ListOffsets(ListOffsetsRequest),
     Metadata(MetadataRequest),
@@ -111,6 +119,63 @@ impl Request {
             _ => self.key as i16,
         }
     }
+}
+
+/// The parts of a Produce v0-2 request its UNSUPPORTED_VERSION answer names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LegacyProduce {
+    pub acks: i16,
+    /// (topic, partitions), in request order.
+    pub topics: Vec<(String, Vec<i32>)>,
+}
+
+/// Produce v0-2 body: acks:i16 timeout:i32 [name:string [index:i32 records:bytes]].
+fn decode_legacy_produce(frame: &mut Bytes) -> Result<LegacyProduce, ProtocolError> {
+    use bytes::Buf;
+    fn need(frame: &Bytes, n: usize) -> Result<(), ProtocolError> {
+        if frame.remaining() < n {
+            Err(perr("malformed request body: Produce v0-2 truncated"))
+        } else {
+            Ok(())
+        }
+    }
+    fn count(frame: &mut Bytes, each: usize) -> Result<usize, ProtocolError> {
+        need(frame, 4)?;
+        let n = frame.get_i32();
+        // Every element takes at least `each` bytes: a count the frame cannot hold is refused
+        // before anything is reserved.
+        if n < 0 || (n as usize).saturating_mul(each) > frame.remaining() {
+            return Err(perr(format!("malformed request body: array of {n}")));
+        }
+        Ok(n as usize)
+    }
+    need(frame, 6)?;
+    let acks = frame.get_i16();
+    let _timeout_ms = frame.get_i32();
+    let n_topics = count(frame, 6)?;
+    let mut topics = Vec::with_capacity(n_topics);
+    for _ in 0..n_topics {
+        need(frame, 2)?;
+        let len = frame.get_i16();
+        if len < 0 {
+            return Err(perr("malformed request body: null topic name"));
+        }
+        need(frame, len as usize)?;
+        let name = String::from_utf8_lossy(&frame.split_to(len as usize)).into_owned();
+        let n_parts = count(frame, 8)?;
+        let mut parts = Vec::with_capacity(n_parts);
+        for _ in 0..n_parts {
+            need(frame, 8)?;
+            parts.push(frame.get_i32());
+            let size = frame.get_i32();
+            if size > 0 {
+                need(frame, size as usize)?;
+                frame.advance(size as usize);
+            }
+        }
+        topics.push((name, parts));
+    }
+    Ok(LegacyProduce { acks, topics })
 }
 
 pub fn perr(msg: impl Into<String>) -> ProtocolError {
@@ -194,6 +259,9 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         .map_err(|e| perr(format!("bad request header: {e}")))?;
     debug_assert_eq!(header.correlation_id, correlation_id);
     let body = match key {
+        ApiKey::Produce if version <= LEGACY_PRODUCE_MAX => {
+            Body::LegacyProduce(decode_legacy_produce(&mut frame)?)
+        }
         ApiKey::Produce => Body::Produce(decode(&mut frame, version)?),
         ApiKey::Fetch => Body::Fetch(decode(&mut frame, version)?),
         ApiKey::ListOffsets => Body::ListOffsets(decode(&mut frame, version)?),
@@ -329,6 +397,9 @@ mod tests {
         for &(key, lo, hi) in SUPPORTED {
             let (req, resp) = codec_range(key);
             for v in lo..=hi {
+                if key == ApiKey::Produce && v <= LEGACY_PRODUCE_MAX {
+                    continue; // answered by hand (`LegacyProduce`)
+                }
                 assert!(
                     req.min <= v && v <= req.max && resp.min <= v && v <= resp.max,
                     "{key:?} v{v} is advertised but the codec speaks requests {req}, responses {resp}"

@@ -17,23 +17,33 @@ pub(super) async fn fetch(
     req: &Request,
     f: &FetchRequest,
 ) -> Result<Response, ProtocolError> {
-    let replies = gather_fetch(shard, f).await;
+    // v13+ names topics by id (KIP-516).
+    let replies = gather_fetch(shard, f, req.version >= 13).await;
     let body = super::fetch_response::encode(req.version, req.correlation_id, &replies);
     Ok(Some(body))
 }
 
 /// Reads what a fetch asks for from the owning cores, parking (in their wheels) until
 /// `min_bytes` are there or `max_wait_ms` passes: the per-partition results, by topic.
-/// Also the data path of streaming fetch (`streaming.rs`).
-pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest) -> Vec<FetchReply> {
+/// Also the data path of streaming fetch (`streaming.rs`). `by_id`: the request names its
+/// topics by id (Fetch v13+); an id this broker does not know gets UNKNOWN_TOPIC_ID.
+pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest, by_id: bool) -> Vec<FetchReply> {
     let meta = shard.metadata();
     // (topic index, partition index) of every part, grouped by owner.
     let mut replies: Vec<FetchReply> = Vec::new();
     let mut groups: Groups<FetchPart> = BTreeMap::new();
     for (ti, t) in f.topics.iter().enumerate() {
-        let name = t.topic.to_string();
+        let (name, unknown) = if by_id {
+            match shard.topic_name(&t.topic_id) {
+                Some(n) => (n, errors::NONE),
+                None => (String::new(), errors::UNKNOWN_TOPIC_ID),
+            }
+        } else {
+            (t.topic.to_string(), errors::NONE)
+        };
         let mut reply = FetchReply {
             topic: name.clone(),
+            topic_id: t.topic_id,
             partitions: Vec::with_capacity(t.partitions.len()),
         };
         for (pi, fp) in t.partitions.iter().enumerate() {
@@ -44,6 +54,7 @@ pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest) -> Vec<FetchReply
                 chunks: Vec::new(),
             };
             match meta.owner(&name, fp.partition) {
+                _ if unknown != errors::NONE => r.error = unknown,
                 None => r.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(owner) => {
                     let g = groups.entry(owner).or_default();

@@ -132,6 +132,7 @@ mod tests {
 
     fn reply(parts: Vec<FetchResult>) -> Vec<FetchReply> {
         vec![FetchReply {
+            topic_id: uuid::Uuid::nil(),
             topic: "t".into(),
             partitions: parts
                 .into_iter()

@@ -1,4 +1,4 @@
-//! Encodes Fetch responses (v4..=12) as a list of `Bytes` pieces: small encoded fields in
+//! Encodes Fetch responses (v4..=18) as a list of `Bytes` pieces: small encoded fields in
 //! between, and the record chunks exactly as `Log::read` returned them (slices of the batch
 //! cache or of the read buffers) — the record bytes are never copied into the response.
 //!
@@ -6,7 +6,7 @@
 //! ```text
 //! size:i32 | correlation_id:i32 [tags*]
 //! throttle_time_ms:i32 | error_code:i16 (v7+) | session_id:i32 (v7+)
-//! [topics]: name:string
+//! [topics]: name:string (v4-12) | topic_id:uuid (v13+, KIP-516)
 //!   [partitions]: partition_index:i32 error_code:i16 high_watermark:i64
 //!                 last_stable_offset:i64 log_start_offset:i64 (v5+)
 //!                 aborted_transactions:[] preferred_read_replica:i32 (v11+)
@@ -14,6 +14,8 @@
 //!   [tags*]
 //! [tags*]
 //! ```
+//! v13-18 add nothing weir fills: v15's and v17's fields are in the request (replica state,
+//! directory id), v16's node endpoints are a tagged field sent only with leader changes.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -22,6 +24,8 @@ use crate::broker::shard::FetchResult;
 /// One topic of a fetch response, partitions in request order.
 pub struct FetchReply {
     pub topic: String,
+    /// The topic's id, written instead of the name from v13 on.
+    pub topic_id: uuid::Uuid,
     pub partitions: Vec<(i32, FetchResult)>,
 }
 
@@ -101,7 +105,11 @@ pub fn encode(version: i16, correlation_id: i32, topics: &[FetchReply]) -> Vec<B
     }
     w.array_len(topics.len());
     for t in topics {
-        w.string(&t.topic);
+        if version >= 13 {
+            w.buf.put_slice(t.topic_id.as_bytes());
+        } else {
+            w.string(&t.topic);
+        }
         w.array_len(t.partitions.len());
         for (index, r) in &t.partitions {
             w.buf.put_i32(*index);
@@ -142,6 +150,7 @@ mod tests {
         let small = Bytes::from_static(b"tiny");
         let topics = vec![
             FetchReply {
+                topic_id: uuid::Uuid::nil(),
                 topic: "orders".into(),
                 partitions: vec![
                     (
@@ -165,6 +174,7 @@ mod tests {
                 ],
             },
             FetchReply {
+                topic_id: uuid::Uuid::nil(),
                 topic: "x".into(),
                 partitions: vec![],
             },

@@ -102,6 +102,10 @@ pub async fn join_group(
     client: Client<'_>,
 ) -> JoinGroupResponse {
     let group = req.group_id.to_string();
+    if let Some(reason) = req.reason.as_ref().filter(|r| !r.is_empty()) {
+        // JoinGroup v8+ (KIP-800): why the client (re)joins, for the broker's log.
+        tracing::debug!(%group, member = %req.member_id.as_str(), reason = %reason.as_str(), "JoinGroup");
+    }
     let j = JoinRequest {
         group_id: group.clone(),
         member_id: req.member_id.to_string(),
@@ -221,6 +225,12 @@ pub async fn leave_group(
     req: &LeaveGroupRequest,
 ) -> LeaveGroupResponse {
     let group = req.group_id.to_string();
+    for m in req.members.iter().filter(|m| m.reason.is_some()) {
+        // LeaveGroup v5+ (KIP-800): the client's reason, logged as Kafka does.
+        tracing::info!(%group, member = %m.member_id.as_str(),
+            reason = %m.reason.as_ref().map(|r| r.as_str()).unwrap_or(""),
+            "member leaves the group");
+    }
     let members: Vec<(String, Option<StrBytes>)> = if version >= 3 {
         req.members
             .iter()
@@ -325,6 +335,15 @@ pub async fn list_groups(shard: &Rc<Shard>, req: &ListGroupsRequest) -> ListGrou
                         .states_filter
                         .iter()
                         .any(|f| f.as_str().eq_ignore_ascii_case(&state))
+                {
+                    continue;
+                }
+                // ListGroups v5 filters by type (KIP-848): every weir group is "classic".
+                if !req.types_filter.is_empty()
+                    && !req
+                        .types_filter
+                        .iter()
+                        .any(|f| f.as_str().eq_ignore_ascii_case("classic"))
                 {
                     continue;
                 }

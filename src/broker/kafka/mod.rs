@@ -40,7 +40,9 @@ use groups as group;
 
 pub use self::fetch::gather_fetch;
 
-pub use weir::protocol::wire::{decode_request, perr, Body, ProtocolError, Request, SUPPORTED};
+pub use weir::protocol::wire::{
+    decode_request, perr, Body, LegacyProduce, ProtocolError, Request, SUPPORTED,
+};
 
 /// Partition work grouped by owning core: the parts, and where each result goes in the
 /// response (topic index, partition index).
@@ -133,6 +135,7 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
             one(&req, &resp)
         }
         Body::Produce(p) => produce(&shard, &req, p).await,
+        Body::LegacyProduce(p) => Ok(legacy_produce(&req, p)),
         Body::Fetch(f) => fetch(&shard, &req, f).await,
         Body::ListOffsets(l) => {
             let resp = list_offsets(&shard, req.version, l).await;

@@ -24,6 +24,7 @@ pub(super) async fn produce(
         let missing: Vec<String> = p
             .topic_data
             .iter()
+            .filter(|_| req.version < 13) // an id names a topic that exists
             .map(|t| t.name.to_string())
             .filter(|n| !meta.topics.contains_key(n) && valid_topic_name(n))
             .collect();
@@ -34,7 +35,15 @@ pub(super) async fn produce(
     let mut results: Vec<Vec<(i32, crate::broker::shard::ProduceResult)>> = Vec::new();
     let mut groups: Groups<ProducePart> = BTreeMap::new();
     for (ti, t) in p.topic_data.iter().enumerate() {
-        let name = t.name.to_string();
+        // v13+ names the topic by id (KIP-516); an unknown id is UNKNOWN_TOPIC_ID.
+        let (name, unknown) = if req.version >= 13 {
+            match shard.topic_name(&t.topic_id) {
+                Some(n) => (n, errors::NONE),
+                None => (String::new(), errors::UNKNOWN_TOPIC_ID),
+            }
+        } else {
+            (t.name.to_string(), errors::NONE)
+        };
         let mut row = Vec::with_capacity(t.partition_data.len());
         for (pi, pd) in t.partition_data.iter().enumerate() {
             let mut res = crate::broker::shard::ProduceResult {
@@ -44,6 +53,8 @@ pub(super) async fn produce(
             };
             if !valid_acks {
                 res.error = errors::INVALID_REQUIRED_ACKS;
+            } else if unknown != errors::NONE {
+                res.error = unknown;
             } else {
                 match meta.owner(&name, pd.index) {
                     None => res.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
@@ -91,6 +102,7 @@ pub(super) async fn produce(
     for (t, row) in p.topic_data.iter().zip(results) {
         let mut tr = TopicProduceResponse::default();
         tr.name = t.name.clone();
+        tr.topic_id = t.topic_id;
         for (index, r) in row {
             let mut pr = PartitionProduceResponse::default();
             pr.index = index;
@@ -105,11 +117,50 @@ pub(super) async fn produce(
     one(req, &resp)
 }
 
+/// Produce v0-2 (message format v0/v1, which KIP-896 removed): advertised as Kafka 4.0 does,
+/// because librdkafka decides whether the broker supports compression by looking for Produce
+/// v0 (KAFKA-18659), and answered — not closed — with UNSUPPORTED_VERSION for every
+/// partition, in that version's response layout (hand-written: the codec starts at v3):
+/// `[name:string [index:i32 error:i16 base_offset:i64 log_append_time:i64 (v2)]]
+/// throttle_time_ms:i32 (v1+)`. acks=0 gets no answer, as for any produce.
+pub(super) fn legacy_produce(req: &Request, p: &LegacyProduce) -> Response {
+    use bytes::BufMut;
+    tracing::debug!(version = req.version, client = %req.client_id,
+        "Produce v0-2 refused with UNSUPPORTED_VERSION (message format v0/v1)");
+    if p.acks == 0 {
+        return None;
+    }
+    let mut buf = bytes::BytesMut::new();
+    buf.put_i32(0); // size, patched below
+    buf.put_i32(req.correlation_id);
+    buf.put_i32(p.topics.len() as i32);
+    for (name, parts) in &p.topics {
+        buf.put_i16(name.len() as i16);
+        buf.put_slice(name.as_bytes());
+        buf.put_i32(parts.len() as i32);
+        for index in parts {
+            buf.put_i32(*index);
+            buf.put_i16(errors::UNSUPPORTED_VERSION);
+            buf.put_i64(-1);
+            if req.version >= 2 {
+                buf.put_i64(-1);
+            }
+        }
+    }
+    if req.version >= 1 {
+        buf.put_i32(0);
+    }
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Some(vec![buf.freeze()])
+}
+
 // ---- InitProducerId ----
 
 /// Idempotent producers (the default of kafka-python 3 and of Java clients) ask for a
-/// producer id first. weir hands out unique ids and accepts their batches; it does not
-/// deduplicate retried batches by sequence number (yet). Transactions are not supported.
+/// producer id first: weir hands out ids unique across cores and restarts, and the owner of
+/// each partition checks their sequence numbers (`ProducerState`). Transactions are not
+/// supported yet.
 pub(super) fn init_producer_id(
     shard: &Rc<Shard>,
     i: &InitProducerIdRequest,

@@ -135,25 +135,47 @@ pub(super) async fn delete_topics(
     version: i16,
     d: &DeleteTopicsRequest,
 ) -> DeleteTopicsResponse {
+    let mut resp = DeleteTopicsResponse::default();
+    // v6 names each topic by name or by id (KIP-516); an id this broker does not know is
+    // UNKNOWN_TOPIC_ID, answered with that id.
     let names: Vec<String> = if version >= 6 {
-        d.topics
-            .iter()
-            .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
-            .collect()
+        let mut names = Vec::with_capacity(d.topics.len());
+        for t in &d.topics {
+            match (&t.name, shard.topic_name(&t.topic_id)) {
+                (Some(n), _) => names.push(n.to_string()),
+                (None, Some(n)) => names.push(n),
+                (None, None) => {
+                    let mut tr = DeletableTopicResult::default();
+                    tr.topic_id = t.topic_id;
+                    tr.error_code = errors::UNKNOWN_TOPIC_ID;
+                    tr.error_message = Some(s("no topic has this id"));
+                    resp.responses.push(tr);
+                }
+            }
+        }
+        names
     } else {
         d.topic_names.iter().map(|n| n.to_string()).collect()
     };
+    if names.is_empty() {
+        return resp;
+    }
+    let meta = shard.metadata();
     let results = match shard.call(0, Req::DeleteTopics(names.clone())).await {
         Resp::Topics(r) => r,
         _ => unanswered(names),
     };
-    let mut resp = DeleteTopicsResponse::default();
     for r in results {
         if r.error == errors::NONE {
             // Committed offsets of a deleted topic go away with it.
             group::topic_deleted(shard, &r.name).await;
         }
         let mut tr = DeletableTopicResult::default();
+        tr.topic_id = meta
+            .topics
+            .get(&r.name)
+            .map(|t| topic_uuid(&t.id))
+            .unwrap_or_default();
         tr.name = Some(TopicName(s(&r.name)));
         tr.error_code = r.error;
         resp.responses.push(tr);

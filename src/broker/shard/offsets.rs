@@ -63,6 +63,11 @@ impl Shard {
                     Ok(None) => Ok((-1, -1)),
                     Err(e) => Err(e),
                 },
+                // EARLIEST_LOCAL (v8, KIP-405): every segment is local, so the log start.
+                -4 => Ok((wm.log_start_offset as i64, -1)),
+                // LATEST_TIERED (v9, KIP-1005): nothing is tiered; Kafka answers -1/-1 for a
+                // log without remote storage.
+                -5 => Ok((-1, -1)),
                 ts if ts < 0 => Ok((wm.high_watermark as i64, -1)),
                 ts => match part.log.offset_for_timestamp(ts).await {
                     Ok(Some((off, t))) => Ok((off as i64, t)),
