@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite of weir: the one command the README gives, and what CI runs.
 #
-# On a fresh Debian machine (as root) it installs what it needs first — kcat from Debian's
-# packages, the pinned Python clients from scripts/requirements-test.txt — and then runs:
+# On a fresh Debian machine (as root) it installs what it needs first — kcat, node and npm from
+# Debian's packages, the pinned Python clients from scripts/requirements-test.txt — and then runs:
 #   cargo fmt --check, cargo clippy -D warnings, cargo build --release, cargo test --workspace,
-#   pytest tests/ (the real `weir` binary driven by kcat, confluent-kafka and kafka-python).
+#   pytest tests/ (the real `weir` binary driven by kcat, confluent-kafka, kafka-python and KafkaJS).
 # Any failure stops it with a non-zero exit. Nothing is skipped: a missing tool is installed.
 # When everything is already installed the install step costs about a second.
 #
@@ -52,11 +52,19 @@ KCAT=$(command -v kcat || command -v kafkacat) || die "kcat is not installed"
 export KCAT
 echo "kcat: $KCAT ($("$KCAT" -V 2>&1 | head -n 1))"
 
+# KafkaJS (tests/test_kafkajs.py) runs on node; its fixture `npm ci`s the version pinned in
+# tests/kafkajs/package-lock.json into tests/kafkajs/node_modules (kept between runs).
+command -v node >/dev/null 2>&1 || apt_install nodejs
+command -v npm >/dev/null 2>&1 || apt_install npm
+echo "node: $(node --version) | npm: $(npm --version 2>/dev/null)"
+
 # librdkafka's own tests (tests/test_librdkafka_suite.py, scripts/librdkafka-suite.sh) are
-# built from source: a C/C++ toolchain, make, OpenSSL and zlib headers.
+# built from source: a C/C++ toolchain, make, OpenSSL, zlib and RapidJSON headers (RapidJSON:
+# the tests that check the statistics JSON, 0053 and 0110, skip themselves without it).
 for tool in gcc g++ make; do command -v $tool >/dev/null 2>&1 || apt_install build-essential; done
 [ -f /usr/include/openssl/ssl.h ] || apt_install libssl-dev
 [ -f /usr/include/zlib.h ] || apt_install zlib1g-dev
+[ -f /usr/include/rapidjson/rapidjson.h ] || apt_install rapidjson-dev
 
 # gdb: a broker that hangs (start, stop) is reported with every thread's backtrace.
 command -v gdb >/dev/null 2>&1 || apt_install gdb

@@ -743,6 +743,62 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
             version,
             IncrementalAlterConfigsRequest::default(),
         ),
+        ApiKey::OffsetDelete => go::<_, OffsetDeleteResponse>(s, key, version, {
+            let mut r = OffsetDeleteRequest::default();
+            r.group_id = group.clone().into();
+            r
+        }),
+        ApiKey::DescribeProducers => go::<_, DescribeProducersResponse>(s, key, version, {
+            let mut t = describe_producers_request::TopicRequest::default();
+            t.name = TopicName(StrBytes::from_static_str("no-such-topic"));
+            t.partition_indexes = vec![0];
+            let mut r = DescribeProducersRequest::default();
+            r.topics = vec![t];
+            r
+        }),
+        ApiKey::AlterPartitionReassignments => {
+            go::<_, AlterPartitionReassignmentsResponse>(s, key, version, {
+                let mut p = alter_partition_reassignments_request::ReassignablePartition::default();
+                p.replicas = None;
+                let mut t = alter_partition_reassignments_request::ReassignableTopic::default();
+                t.name = TopicName(StrBytes::from_static_str("no-such-topic"));
+                t.partitions = vec![p];
+                let mut r = AlterPartitionReassignmentsRequest::default();
+                r.topics = vec![t];
+                r.timeout_ms = 1000;
+                r
+            })
+        }
+        ApiKey::ListPartitionReassignments => {
+            go::<_, ListPartitionReassignmentsResponse>(s, key, version, {
+                let mut r = ListPartitionReassignmentsRequest::default();
+                r.timeout_ms = 1000;
+                r
+            })
+        }
+        ApiKey::AlterReplicaLogDirs => go::<_, AlterReplicaLogDirsResponse>(s, key, version, {
+            let mut t = alter_replica_log_dirs_request::AlterReplicaLogDirTopic::default();
+            t.name = TopicName(StrBytes::from_static_str("no-such-topic"));
+            t.partitions = vec![0];
+            let mut d = alter_replica_log_dirs_request::AlterReplicaLogDir::default();
+            d.path = StrBytes::from_static_str("/nowhere");
+            d.topics = vec![t];
+            let mut r = AlterReplicaLogDirsRequest::default();
+            r.dirs = vec![d];
+            r
+        }),
+        ApiKey::DescribeTopicPartitions => go::<_, DescribeTopicPartitionsResponse>(
+            s,
+            key,
+            version,
+            DescribeTopicPartitionsRequest::default(),
+        ),
+        ApiKey::ListConfigResources => go::<_, ListConfigResourcesResponse>(
+            s,
+            key,
+            version,
+            ListConfigResourcesRequest::default(),
+        ),
         other => panic!("{other:?} is advertised: add a generated request for it here"),
     }
 }
@@ -995,4 +1051,553 @@ fn list_offsets_earliest_local_and_latest_tiered() {
         assert_eq!(p.error_code, 0, "v{version} {timestamp}");
         assert_eq!(p.offset, want, "v{version} timestamp {timestamp}");
     }
+}
+
+/// The versions of `key` the broker advertises.
+fn advertised(s: &mut TcpStream, key: ApiKey) -> std::ops::RangeInclusive<i16> {
+    let r: ApiVersionsResponse = call(s, ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    let k = r
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == key as i16)
+        .unwrap_or_else(|| panic!("{key:?} is not advertised"));
+    k.min_version..=k.max_version
+}
+
+fn commit_simple(s: &mut TcpStream, group: &str, offsets: &[(&str, i32, i64)]) {
+    let mut c = OffsetCommitRequest::default();
+    c.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    c.generation_id_or_member_epoch = -1;
+    for (topic, partition, offset) in offsets {
+        let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+        p.partition_index = *partition;
+        p.committed_offset = *offset;
+        let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partitions = vec![p];
+        c.topics.push(t);
+    }
+    let r: OffsetCommitResponse = call(s, ApiKey::OffsetCommit, 8, &c);
+    for t in &r.topics {
+        for p in &t.partitions {
+            assert_eq!(
+                p.error_code,
+                0,
+                "commit {}-{}",
+                t.name.as_str(),
+                p.partition_index
+            );
+        }
+    }
+}
+
+/// Committed offsets of `group` for (topic, partition)s: -1 where none.
+fn committed(s: &mut TcpStream, group: &str, parts: &[(&str, i32)]) -> Vec<i64> {
+    let mut f = OffsetFetchRequest::default();
+    f.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    let mut topics: Vec<offset_fetch_request::OffsetFetchRequestTopic> = Vec::new();
+    for (topic, partition) in parts {
+        let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partition_indexes = vec![*partition];
+        topics.push(t);
+    }
+    f.topics = Some(topics);
+    let r: OffsetFetchResponse = call(s, ApiKey::OffsetFetch, 7, &f);
+    assert_eq!(r.error_code, 0);
+    r.topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.committed_offset))
+        .collect()
+}
+
+fn offset_delete(
+    s: &mut TcpStream,
+    version: i16,
+    group: &str,
+    parts: &[(&str, i32)],
+) -> OffsetDeleteResponse {
+    let mut d = OffsetDeleteRequest::default();
+    d.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    for (topic, partition) in parts {
+        let mut p = offset_delete_request::OffsetDeleteRequestPartition::default();
+        p.partition_index = *partition;
+        let mut t = offset_delete_request::OffsetDeleteRequestTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partitions = vec![p];
+        d.topics.push(t);
+    }
+    call(s, ApiKey::OffsetDelete, version, &d)
+}
+
+fn partition_codes(r: &OffsetDeleteResponse) -> Vec<i16> {
+    r.topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+        .collect()
+}
+
+/// OffsetDelete of a group without members (a simple group's commits): the named offsets
+/// are gone, the others stay, an unknown partition is UNKNOWN_TOPIC_OR_PARTITION, an
+/// unknown group GROUP_ID_NOT_FOUND; and the deletion is durable: neither a clean restart
+/// nor a kill -9 brings the deleted offset back from the offsets log.
+#[test]
+fn offset_delete_removes_offsets_durably() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    create_topic(&mut s, "od-a", 2);
+    create_topic(&mut s, "od-b", 1);
+    let parts = [("od-a", 0), ("od-a", 1), ("od-b", 0)];
+    for version in advertised(&mut s, ApiKey::OffsetDelete) {
+        let group = format!("od-group-v{version}");
+        commit_simple(
+            &mut s,
+            &group,
+            &[("od-a", 0, 5), ("od-a", 1, 7), ("od-b", 0, 9)],
+        );
+        assert_eq!(committed(&mut s, &group, &parts), vec![5, 7, 9]);
+        let r = offset_delete(
+            &mut s,
+            version,
+            &group,
+            &[("od-a", 1), ("od-a", 9), ("nope", 0)],
+        );
+        assert_eq!(r.error_code, 0, "v{version}");
+        assert_eq!(partition_codes(&r), vec![0, 3, 3], "v{version}");
+        assert_eq!(
+            committed(&mut s, &group, &parts),
+            vec![5, -1, 9],
+            "v{version}"
+        );
+        let r = offset_delete(&mut s, version, "od-never-committed", &[("od-a", 0)]);
+        assert_eq!(r.error_code, 69, "v{version}: GROUP_ID_NOT_FOUND");
+    }
+    let group = "od-group-v0";
+    let b2 = Broker::start_in(b.stop());
+    let mut s = b2.connect();
+    assert_eq!(
+        committed(&mut s, group, &parts),
+        vec![5, -1, 9],
+        "after a restart"
+    );
+    let r = offset_delete(&mut s, 0, group, &[("od-b", 0)]);
+    assert_eq!(partition_codes(&r), vec![0]);
+    let b3 = Broker::start_in(b2.kill9());
+    let mut s = b3.connect();
+    assert_eq!(
+        committed(&mut s, group, &parts),
+        vec![5, -1, -1],
+        "after a kill -9"
+    );
+    // Every offset of the group deleted: the group is gone too.
+    let r = offset_delete(&mut s, 0, group, &[("od-a", 0)]);
+    assert_eq!(partition_codes(&r), vec![0]);
+    let r = offset_delete(&mut s, 0, group, &[("od-a", 0)]);
+    assert_eq!(
+        r.error_code, 69,
+        "a group with no offsets and no members is not found"
+    );
+}
+
+/// A consumer-protocol subscription (ConsumerProtocolSubscription v0: topics, no user data).
+fn subscription(topics: &[&str]) -> Bytes {
+    use bytes::BufMut;
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    b.put_i32(topics.len() as i32);
+    for t in topics {
+        b.put_i16(t.len() as i16);
+        b.put_slice(t.as_bytes());
+    }
+    b.put_i32(-1);
+    b.freeze()
+}
+
+/// One member joins `group` with `protocol_type` and completes the rebalance (it is the
+/// leader, so its SyncGroup is answered at once): the group is Stable.
+fn join_and_sync(s: &mut TcpStream, group: &str, protocol_type: &str, metadata: Bytes) {
+    let mut j = JoinGroupRequest::default();
+    j.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    j.session_timeout_ms = 30_000;
+    j.rebalance_timeout_ms = 30_000;
+    j.protocol_type = StrBytes::from_string(protocol_type.to_string());
+    let mut p = join_group_request::JoinGroupRequestProtocol::default();
+    p.name = StrBytes::from_static_str("range");
+    p.metadata = metadata;
+    j.protocols = vec![p];
+    let mut r: JoinGroupResponse = call(s, ApiKey::JoinGroup, 5, &j);
+    if r.error_code == 79 {
+        // MEMBER_ID_REQUIRED (KIP-394): join again with the member id given.
+        j.member_id = r.member_id;
+        r = call(s, ApiKey::JoinGroup, 5, &j);
+    }
+    assert_eq!(r.error_code, 0);
+    let mut sg = SyncGroupRequest::default();
+    sg.group_id = j.group_id.clone();
+    sg.generation_id = r.generation_id;
+    sg.member_id = r.member_id.clone();
+    let r: SyncGroupResponse = call(s, ApiKey::SyncGroup, 3, &sg);
+    assert_eq!(r.error_code, 0);
+}
+
+/// Kafka's rules for a group with members: in a consumer group the offsets of a topic a
+/// member subscribes to are refused per partition with GROUP_SUBSCRIBED_TO_TOPIC, those of
+/// other topics are deleted; a group of another protocol type (Connect) with members is
+/// refused as a whole with NON_EMPTY_GROUP.
+#[test]
+fn offset_delete_refuses_subscribed_topics_of_an_active_group() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    create_topic(&mut s, "od-sub", 1);
+    create_topic(&mut s, "od-free", 1);
+    let parts = [("od-sub", 0), ("od-free", 0)];
+    commit_simple(&mut s, "od-active", &[("od-sub", 0, 3), ("od-free", 0, 4)]);
+    join_and_sync(&mut s, "od-active", "consumer", subscription(&["od-sub"]));
+    let r = offset_delete(&mut s, 0, "od-active", &parts);
+    assert_eq!(r.error_code, 0);
+    assert_eq!(
+        partition_codes(&r),
+        vec![86, 0],
+        "GROUP_SUBSCRIBED_TO_TOPIC, then deleted"
+    );
+    assert_eq!(committed(&mut s, "od-active", &parts), vec![3, -1]);
+
+    commit_simple(&mut s, "od-connect", &[("od-free", 0, 4)]);
+    join_and_sync(
+        &mut s,
+        "od-connect",
+        "connect",
+        Bytes::from_static(b"\x00\x01"),
+    );
+    let r = offset_delete(&mut s, 0, "od-connect", &[("od-free", 0)]);
+    assert_eq!(r.error_code, 68, "NON_EMPTY_GROUP");
+    assert!(r.topics.is_empty());
+    assert_eq!(committed(&mut s, "od-connect", &[("od-free", 0)]), vec![4]);
+}
+
+/// DescribeProducers lists the idempotent producer that wrote to a partition, with its
+/// epoch, the last sequence of its last batch and that batch's max timestamp; a partition
+/// nobody wrote to idempotently lists none; an unknown one is UNKNOWN_TOPIC_OR_PARTITION.
+#[test]
+fn describe_producers_lists_the_idempotent_producer() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    create_topic(&mut s, "dp", 2);
+    let mut i = InitProducerIdRequest::default();
+    i.transaction_timeout_ms = 60_000;
+    i.transactional_id = None;
+    i.producer_id = ProducerId(-1);
+    i.producer_epoch = -1;
+    let init: InitProducerIdResponse = call(&mut s, ApiKey::InitProducerId, 4, &i);
+    assert_eq!(init.error_code, 0);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    for (first_seq, n, ts) in [(0, 3, 1_700_000_000_000i64), (3, 2, 1_700_000_005_000)] {
+        let mut builder = RecordBatchBuilder::new(ts).producer(pid, epoch, first_seq);
+        for k in 0..n {
+            builder = builder.record_at(ts + k, None, Some(b"v"), &[]);
+        }
+        let mut p = produce_req("dp", 1, -1, &[]);
+        p.topic_data[0].partition_data[0].records = Some(builder.build());
+        let r: ProduceResponse = call(&mut s, ApiKey::Produce, 9, &p);
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    }
+    for version in advertised(&mut s, ApiKey::DescribeProducers) {
+        let mut t = describe_producers_request::TopicRequest::default();
+        t.name = TopicName(StrBytes::from_static_str("dp"));
+        t.partition_indexes = vec![0, 1, 7];
+        let mut d = DescribeProducersRequest::default();
+        d.topics = vec![t];
+        let r: DescribeProducersResponse = call(&mut s, ApiKey::DescribeProducers, version, &d);
+        let ps = &r.topics[0].partitions;
+        assert_eq!(ps.len(), 3, "v{version}");
+        assert_eq!((ps[0].error_code, ps[0].active_producers.len()), (0, 0));
+        assert_eq!(ps[1].error_code, 0);
+        assert_eq!(ps[1].active_producers.len(), 1, "v{version}: {ps:?}");
+        let p = &ps[1].active_producers[0];
+        assert_eq!(p.producer_id.0, pid);
+        assert_eq!(p.producer_epoch, i32::from(epoch));
+        assert_eq!(
+            p.last_sequence, 4,
+            "the second batch carried sequences 3..=4"
+        );
+        assert_eq!(
+            p.last_timestamp, 1_700_000_005_001,
+            "the last batch's max timestamp"
+        );
+        assert_eq!((p.coordinator_epoch, p.current_txn_start_offset), (-1, -1));
+        assert_eq!(
+            ps[2].error_code, 3,
+            "v{version}: UNKNOWN_TOPIC_OR_PARTITION"
+        );
+    }
+}
+
+/// AlterPartitionReassignments on weir (one replica per partition, never moved between
+/// cores): the partition's current leader as its only replica is accepted (nothing to do);
+/// another broker, a broker that does not exist, an empty or doubled list is
+/// INVALID_REPLICA_ASSIGNMENT with a message; two replicas INVALID_REPLICATION_FACTOR; a
+/// cancellation NO_REASSIGNMENT_IN_PROGRESS; and ListPartitionReassignments lists none.
+#[test]
+fn partition_reassignments_on_a_single_node() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    create_topic(&mut s, "ra", 2);
+    let mut m = MetadataRequest::default();
+    m.topics = None;
+    let meta: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, &m);
+    let brokers: Vec<i32> = meta.brokers.iter().map(|b| b.node_id.0).collect();
+    let t = meta
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.as_str()) == Some("ra"))
+        .expect("listed");
+    let leader = t.partitions[0].leader_id.0;
+    let other = brokers.iter().copied().find(|&b| b != leader);
+    let mut cases: Vec<(Option<Vec<i32>>, i16)> = vec![
+        (Some(vec![leader]), 0),
+        (Some(vec![99]), 39),
+        (Some(vec![]), 39),
+        (Some(vec![leader, leader]), 39),
+        (None, 85),
+    ];
+    if let Some(o) = other {
+        cases.push((Some(vec![o]), 39));
+        cases.push((Some(vec![leader, o]), 38));
+    }
+    for version in advertised(&mut s, ApiKey::AlterPartitionReassignments) {
+        for (replicas, want) in &cases {
+            let mut p = alter_partition_reassignments_request::ReassignablePartition::default();
+            p.partition_index = 0;
+            p.replicas = replicas
+                .as_ref()
+                .map(|r| r.iter().map(|&b| BrokerId(b)).collect());
+            let mut missing = p.clone();
+            missing.partition_index = 5;
+            let mut rt = alter_partition_reassignments_request::ReassignableTopic::default();
+            rt.name = TopicName(StrBytes::from_static_str("ra"));
+            rt.partitions = vec![p, missing];
+            let mut a = AlterPartitionReassignmentsRequest::default();
+            a.topics = vec![rt];
+            a.timeout_ms = 5000;
+            let r: AlterPartitionReassignmentsResponse =
+                call(&mut s, ApiKey::AlterPartitionReassignments, version, &a);
+            assert_eq!(r.error_code, 0);
+            let ps = &r.responses[0].partitions;
+            assert_eq!(ps[0].error_code, *want, "v{version} {replicas:?}: {ps:?}");
+            assert_eq!(
+                ps[0].error_message.is_some(),
+                *want != 0,
+                "v{version} {replicas:?}"
+            );
+            assert_eq!(
+                ps[1].error_code, 3,
+                "v{version}: partition 5 does not exist"
+            );
+        }
+    }
+    // Metadata is unchanged: the partition still has its one replica.
+    let again: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, &m);
+    let t2 = again
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.as_str()) == Some("ra"))
+        .expect("listed");
+    assert_eq!(t2.partitions[0].leader_id.0, leader);
+    assert_eq!(t2.partitions[0].replica_nodes, vec![BrokerId(leader)]);
+    for version in advertised(&mut s, ApiKey::ListPartitionReassignments) {
+        for topics in [None, Some(vec!["ra", "nope"])] {
+            let mut l = ListPartitionReassignmentsRequest::default();
+            l.timeout_ms = 5000;
+            l.topics = topics.map(|ts| {
+                ts.into_iter()
+                    .map(|n| {
+                        let mut t =
+                            list_partition_reassignments_request::ListPartitionReassignmentsTopics::default();
+                        t.name = TopicName(StrBytes::from_string(n.to_string()));
+                        t.partition_indexes = vec![0, 1];
+                        t
+                    })
+                    .collect()
+            });
+            let r: ListPartitionReassignmentsResponse =
+                call(&mut s, ApiKey::ListPartitionReassignments, version, &l);
+            assert_eq!((r.error_code, r.topics.len()), (0, 0), "v{version}");
+        }
+    }
+}
+
+/// FindCoordinator v6 and DescribeGroups v6, Kafka 4.0's: kafka-python configured with
+/// `api_version=(4, 0)` sends them whatever ApiVersions says, and weir closed the connection
+/// (its consumer groups hung). A share-group key (v6, KIP-932) is refused with
+/// UNSUPPORTED_VERSION; a group that does not exist is GROUP_ID_NOT_FOUND in DescribeGroups
+/// v6 (KIP-1043), a Dead group with no error before.
+#[test]
+fn find_coordinator_and_describe_groups_v6() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    let mut f = FindCoordinatorRequest::default();
+    f.coordinator_keys = vec![StrBytes::from_static_str("g6")];
+    let r: FindCoordinatorResponse = call(&mut s, ApiKey::FindCoordinator, 6, &f);
+    assert_eq!(r.coordinators.len(), 1);
+    assert_eq!(r.coordinators[0].error_code, 0);
+    assert!(r.coordinators[0].port > 0);
+    f.key_type = 2;
+    f.coordinator_keys = vec![StrBytes::from_static_str("g6:AAAAAAAAAAAAAAAAAAAAAA:0")];
+    let r: FindCoordinatorResponse = call(&mut s, ApiKey::FindCoordinator, 6, &f);
+    assert_eq!(r.coordinators[0].error_code, 35, "{r:?}");
+    let mut d = DescribeGroupsRequest::default();
+    d.groups = vec![GroupId(StrBytes::from_static_str("no-such-group"))];
+    let r: DescribeGroupsResponse = call(&mut s, ApiKey::DescribeGroups, 5, &d);
+    assert_eq!(
+        (r.groups[0].error_code, r.groups[0].group_state.as_str()),
+        (0, "Dead")
+    );
+    let r: DescribeGroupsResponse = call(&mut s, ApiKey::DescribeGroups, 6, &d);
+    assert_eq!(r.groups[0].error_code, 69, "{r:?}");
+    assert!(r.groups[0].error_message.is_some());
+    api_versions_ok(&b);
+}
+
+/// DescribeTopicPartitions pages a topic's partitions by `response_partition_limit` and its
+/// cursor, in topic-name order, with each partition's leader; ListConfigResources v1 lists the
+/// topics and brokers; AlterReplicaLogDirs to the one log dir is done already, anywhere else
+/// LOG_DIR_NOT_FOUND.
+#[test]
+fn describe_topic_partitions_list_config_resources_alter_replica_log_dirs() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    for (name, partitions) in [("dtp-b", 3), ("dtp-a", 2)] {
+        create_topic(&mut s, name, partitions);
+    }
+    let page = |s: &mut TcpStream, limit: i32, cursor: Option<(&str, i32)>| {
+        let mut r = DescribeTopicPartitionsRequest::default();
+        for n in ["dtp-b", "dtp-a", "dtp-none"] {
+            let mut t = describe_topic_partitions_request::TopicRequest::default();
+            t.name = TopicName(StrBytes::from_static_str(n));
+            r.topics.push(t);
+        }
+        r.response_partition_limit = limit;
+        r.cursor = cursor.map(|(t, p)| {
+            let mut c = describe_topic_partitions_request::Cursor::default();
+            c.topic_name = TopicName(StrBytes::from_string(t.to_string()));
+            c.partition_index = p;
+            c
+        });
+        let resp: DescribeTopicPartitionsResponse = call(s, ApiKey::DescribeTopicPartitions, 0, &r);
+        resp
+    };
+    // Everything in one page: name order, the unknown topic flagged.
+    let all = page(&mut s, 100, None);
+    let got: Vec<(String, i16, Vec<i32>)> = all
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+            (
+                name,
+                t.error_code,
+                t.partitions.iter().map(|p| p.partition_index).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("dtp-a".to_string(), 0, vec![0, 1]),
+            ("dtp-b".to_string(), 0, vec![0, 1, 2]),
+            ("dtp-none".to_string(), 3, vec![]),
+        ]
+    );
+    assert!(all.next_cursor.is_none());
+    assert!(all.topics[0]
+        .partitions
+        .iter()
+        .all(|p| p.leader_id.0 >= 0 && p.replica_nodes == vec![p.leader_id]));
+    // Pages of two partitions: the cursor walks a, a | b, b | b.
+    let mut seen = Vec::new();
+    let mut cursor: Option<(String, i32)> = None;
+    for _ in 0..10 {
+        let r = page(&mut s, 2, cursor.as_ref().map(|(t, p)| (t.as_str(), *p)));
+        for t in &r.topics {
+            for p in &t.partitions {
+                seen.push((
+                    t.name.as_ref().map(|n| n.to_string()).unwrap_or_default(),
+                    p.partition_index,
+                ));
+            }
+        }
+        match r.next_cursor {
+            Some(c) => cursor = Some((c.topic_name.to_string(), c.partition_index)),
+            None => break,
+        }
+    }
+    let want: Vec<(String, i32)> = [
+        ("dtp-a", 0),
+        ("dtp-a", 1),
+        ("dtp-b", 0),
+        ("dtp-b", 1),
+        ("dtp-b", 2),
+    ]
+    .iter()
+    .map(|(t, p)| (t.to_string(), *p))
+    .collect();
+    assert_eq!(seen, want);
+
+    let mut l = ListConfigResourcesRequest::default();
+    let r: ListConfigResourcesResponse = call(&mut s, ApiKey::ListConfigResources, 1, &l);
+    let topics: Vec<&str> = r
+        .config_resources
+        .iter()
+        .filter(|c| c.resource_type == 2)
+        .map(|c| c.resource_name.as_str())
+        .collect();
+    assert!(
+        topics.contains(&"dtp-a") && topics.contains(&"dtp-b"),
+        "{r:?}"
+    );
+    assert!(r
+        .config_resources
+        .iter()
+        .any(|c| c.resource_type == 4 && c.resource_name.as_str() == "0"));
+    l.resource_types = vec![4];
+    let r: ListConfigResourcesResponse = call(&mut s, ApiKey::ListConfigResources, 1, &l);
+    assert!(
+        r.config_resources.iter().all(|c| c.resource_type == 4) && !r.config_resources.is_empty()
+    );
+
+    // The log dir, as DescribeLogDirs reports it.
+    let d: DescribeLogDirsResponse = call(
+        &mut s,
+        ApiKey::DescribeLogDirs,
+        1,
+        &DescribeLogDirsRequest::default(),
+    );
+    let dir = d.results[0].log_dir.to_string();
+    for version in advertised(&mut s, ApiKey::AlterReplicaLogDirs) {
+        for (path, want) in [(dir.as_str(), 0i16), ("/elsewhere", 57)] {
+            let mut t = alter_replica_log_dirs_request::AlterReplicaLogDirTopic::default();
+            t.name = TopicName(StrBytes::from_static_str("dtp-a"));
+            t.partitions = vec![0, 1, 7];
+            let mut dreq = alter_replica_log_dirs_request::AlterReplicaLogDir::default();
+            dreq.path = StrBytes::from_string(path.to_string());
+            dreq.topics = vec![t];
+            let mut r = AlterReplicaLogDirsRequest::default();
+            r.dirs = vec![dreq];
+            let resp: AlterReplicaLogDirsResponse =
+                call(&mut s, ApiKey::AlterReplicaLogDirs, version, &r);
+            let codes: Vec<i16> = resp.results[0]
+                .partitions
+                .iter()
+                .map(|p| p.error_code)
+                .collect();
+            // Partitions 0 and 1: this broker's (NONE / LOG_DIR_NOT_FOUND) or another core's
+            // (REPLICA_NOT_AVAILABLE); 7 does not exist.
+            for c in &codes[..2] {
+                assert!(*c == want || *c == 9, "v{version} {path}: {codes:?}");
+            }
+            assert!(codes[..2].contains(&want), "v{version} {path}: {codes:?}");
+            assert_eq!(codes[2], 3, "v{version}: unknown partition");
+        }
+    }
+    api_versions_ok(&b);
 }

@@ -9,6 +9,7 @@ binary is built by scripts/test.sh; WEIR_BIN overrides the path), waits for its
     broker.restart()     SIGTERM, wait for a clean exit, start again on the same data dir
     broker.kill9()       SIGKILL, then start again on the same data dir
     broker.stop()        SIGTERM and wait (asserts a clean, timely exit)
+    broker.ssl_bootstrap "127.0.0.1:PORT" of the SSL listener, when settings["listeners"] has one
 
 `broker_factory(settings={...})` starts one with `--set key=value` settings.
 
@@ -43,6 +44,8 @@ TEST_TIMEOUT_S = 180
 LISTENING_RE = re.compile(rb"listening on (127\.0\.0\.1):(\d+)")
 # Printed before the "listening on" line when metrics.listen is not off.
 METRICS_RE = re.compile(rb"metrics on (http://\S+/metrics)")
+# Printed before the "listening on" line for an SSL listener (`listeners=...,SSL://...`).
+SSL_LISTENER_RE = re.compile(rb"SSL listener on 127\.0\.0\.1:(\d+)")
 LOG_TAIL_BYTES = 64 * 1024
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -67,6 +70,7 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
         self.metrics_url: str | None = None
+        self.ssl_port: int | None = None  # with an SSL listener in settings["listeners"]
         self.starts = 0
         self._stopped = False  # True once we stopped or killed it on purpose
         self._log = open(self.log_path, "ab", buffering=0)
@@ -75,7 +79,7 @@ class Broker:
 
     def command(self) -> list[str]:
         cmd = [str(WEIR_BIN), "serve"]
-        if not self.fixed_port:
+        if not self.fixed_port and "listeners" not in self.settings:
             cmd += ["--listen", "127.0.0.1:0"]
         if "metrics.listen" not in self.settings and not self.fixed_port:
             # Many test brokers run at once: a free port each, not the default 9644.
@@ -122,6 +126,10 @@ class Broker:
                     f.seek(offset)
                     mm = METRICS_RE.search(f.read())
                 self.metrics_url = mm.group(1).decode() if mm else None
+                with open(self.log_path, "rb") as f:
+                    f.seek(offset)
+                    ms = SSL_LISTENER_RE.search(f.read())
+                self.ssl_port = int(ms.group(1)) if ms else None
                 return int(m.group(2))
             if self.proc.poll() is not None:
                 self._stopped = True  # reported here, not again at teardown
@@ -211,6 +219,11 @@ class Broker:
     def bootstrap(self) -> str:
         assert self.port is not None, "broker not started"
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        assert self.ssl_port is not None, "broker has no SSL listener"
+        return f"127.0.0.1:{self.ssl_port}"
 
     @property
     def pid(self) -> int:

@@ -1,7 +1,7 @@
 """A few hand-encoded Kafka requests for tests that talk to weir over a raw socket.
 
 Only what the tests need: framing (int32 size prefix, request header v1), ApiVersions v0,
-Metadata v1, Fetch v4 and response framing. Encodings follow the Kafka protocol guide.
+Metadata v1, Fetch v4, ListGroups v0 and response framing. Encodings follow the Kafka protocol guide.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 API_PRODUCE = 0
 API_FETCH = 1
 API_METADATA = 3
+API_LIST_GROUPS = 16
 API_API_VERSIONS = 18
 
 ERROR_NONE = 0
@@ -88,6 +89,24 @@ def read_response(sock: socket.socket, timeout: float = 10.0) -> tuple[int, byte
     payload = recv_exact(sock, size, deadline)
     (corr,) = struct.unpack(">i", payload[:4])
     return corr, payload[4:]
+
+
+def list_groups(correlation_id: int) -> bytes:
+    """ListGroups v0 (an empty body)."""
+    return frame(API_LIST_GROUPS, 0, correlation_id)
+
+
+def parse_list_groups_v0(body: bytes) -> tuple[int, list[str]]:
+    """(error code, group ids)."""
+    (error, n) = struct.unpack(">hi", body[:6])
+    groups, pos = [], 6
+    for _ in range(max(n, 0)):
+        for field in range(2):  # group_id, protocol_type
+            (ln,) = struct.unpack(">h", body[pos:pos + 2])
+            if field == 0:
+                groups.append(body[pos + 2:pos + 2 + ln].decode())
+            pos += 2 + max(ln, 0)
+    return error, groups
 
 
 def parse_api_versions_v0(body: bytes) -> tuple[int, dict[int, tuple[int, int]]]:

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 
+import kafka
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
@@ -307,3 +308,36 @@ def test_new_group_starts_where_the_reset_policy_says(broker, topic_name, reset)
     offsets = [o for _, o, _ in got]
     assert offsets == (list(range(15)) if reset == "earliest" else list(range(10, 15))), offsets
     c.close()
+
+
+def test_kafka_python_pinned_to_kafka_4_0_uses_groups(broker, topic_name):
+    """kafka-python with `api_version=(4, 0)` (a common setting) uses Kafka 4.0's version table
+    rather than ApiVersions' and sends FindCoordinator v6 and DescribeGroups v6; weir spoke up
+    to v5 and closed the connection, so the consumer never joined its group (found running
+    kafka-python's own suite with KAFKA_VERSION=4.0.0)."""
+    rd_create_topic(broker.bootstrap, topic_name, partitions=2)
+    kp_produce(kp_producer(broker.bootstrap), topic_name,
+               [Msg(key=None, value=b"%d" % i, partition=i % 2) for i in range(20)])
+    group = f"kp40-{topic_name}"
+    c = kp_consumer(broker.bootstrap, group_id=group, api_version=(4, 0),
+                    session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500)
+    # Subscribing only once bootstrapped: kafka-python 3.0.12 loses a subscription made while
+    # its bootstrap Metadata request is in flight.
+    c.bootstrap(timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    c.subscribe([topic_name])
+    got = []
+    deadline = time.time() + CLIENT_TIMEOUT_S
+    while len(got) < 20 and time.time() < deadline:
+        for recs in c.poll(timeout_ms=200).values():
+            got.extend((r.partition, r.offset) for r in recs)
+    assert sorted(got) == sorted((p, o) for p in range(2) for o in range(10))
+    c.commit()
+    admin = kafka.KafkaAdminClient(bootstrap_servers=broker.bootstrap, api_version=(4, 0),
+                                   request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        [d] = admin.describe_groups([group]).values()
+        assert (d["group_id"], d.get("group_state"), len(d["members"])) == (group, "Stable", 1), sorted(d)
+        assert admin.list_group_offsets(group)[group][kafka.TopicPartition(topic_name, 0)].offset == 10
+    finally:
+        admin.close()
+        c.close()

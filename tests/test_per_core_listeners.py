@@ -12,12 +12,15 @@ forwarded), and `listeners.per.core=false` keeps the one-node view.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-from clients import (Msg, kcat, kp_consume, kp_produce, kp_producer, rd_consume, rd_consumer,
+import kafka_wire
+from clients import (Msg, kcat, kp_consume, kp_produce, kp_producer, rd_conf, rd_consume, rd_consumer,
                      rd_create_topic, rd_produce, rd_producer)
+from conftest import WEIR_BIN
 
 
 def metadata(broker, topic: str) -> dict:
@@ -92,3 +95,33 @@ def test_off_keeps_one_broker(broker_factory, topic_name, cores):
     msgs = [Msg(key=None, value=b"v%d" % i, partition=i % 4) for i in range(40)]
     rd_produce(rd_producer(broker.bootstrap), topic_name, msgs)
     assert len(rd_consume(broker.bootstrap, topic_name, range(4), 40)) == 40
+
+
+def test_list_groups_names_each_group_once(broker_factory, topic_name):
+    """Each core-broker lists only the groups it coordinates, as each Kafka broker lists its
+    own: clients ask every broker and concatenate the answers (librdkafka's
+    rd_kafka_list_groups, 0019_list_groups, saw every group once per core). The bootstrap
+    port, which tools use alone, still lists them all."""
+    broker = broker_factory(cores=2)
+    rd_create_topic(broker.bootstrap, topic_name, 1)
+    groups = [f"{topic_name}-g{i}" for i in range(8)]
+    for g in groups:
+        c = Consumer(rd_conf(broker.bootstrap, **{"group.id": g, "enable.auto.commit": False}))
+        c.commit(offsets=[TopicPartition(topic_name, 0, 1)], asynchronous=False)
+        c.close()
+
+    def listed(addr: str) -> list[str]:
+        with kafka_wire.connect(addr) as sock:
+            sock.sendall(kafka_wire.list_groups(7))
+            corr, body = kafka_wire.read_response(sock)
+        error, ids = kafka_wire.parse_list_groups_v0(body)
+        assert (corr, error) == (7, 0)
+        return [g for g in ids if g.startswith(topic_name)]
+
+    per_broker = {b["id"]: listed(b["name"]) for b in metadata(broker, topic_name)["brokers"]}
+    assert sorted(sum(per_broker.values(), [])) == groups, per_broker
+    assert all(per_broker.values()), f"8 groups land on both cores: {per_broker}"
+    assert sorted(listed(broker.bootstrap)) == groups
+    out = subprocess.run([str(WEIR_BIN), "group", "list", "--bootstrap", broker.bootstrap, "--json"],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    assert sorted(g["group"] for g in json.loads(out)["groups"] if g["group"].startswith(topic_name)) == groups

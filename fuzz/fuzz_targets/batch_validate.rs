@@ -1,4 +1,5 @@
 //! Record-batch decoding on arbitrary bytes: `check_framing`, `validate`, `validate_all`,
+//! their stored-batch variants, `records::raw_records` (compaction's splitter),
 //! `decode_records`, the `Batches` iterator and the header accessors must never panic, and
 //! whatever `validate` accepts must still validate after `assign_offset` (the base offset
 //! and leader epoch lie outside the CRC).
@@ -36,6 +37,18 @@ fn check(bytes: &[u8]) {
             framed.is_ok(),
             "validate accepted what check_framing refused"
         );
+        // The rule for stored (compacted) batches is laxer, never stricter.
+        assert!(batch::validate_stored(bytes).is_ok(), "validate_stored refused a valid batch");
+    }
+    if let Ok(h) = batch::check_framing_stored(bytes) {
+        // Compaction's record splitter never panics, and finds the records decode_records does.
+        let body = &bytes[batch::HEADER_BYTES..h.total_bytes()];
+        let raw = weir_storage::batch::records::raw_records(body, h.records_count.get());
+        if h.compression() == 0 {
+            if let (Some(raw), Some(Some(decoded))) = (&raw, weir_fuzz::decode_records_masked(bytes).ok()) {
+                assert_eq!(raw.len(), decoded.len(), "raw_records and decode_records disagree");
+            }
+        }
     }
     if let Ok(info) = validated {
         assert!(info.total_bytes <= bytes.len());

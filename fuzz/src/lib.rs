@@ -39,7 +39,9 @@ pub fn repair_batches(bytes: &mut [u8], fix_length: bool, mut next_offset: Optio
             }
             b[16] = batch::MAGIC_V2 as u8;
         }
-        let Ok(header) = batch::check_framing(b) else {
+        // The rule recovery applies to stored batches (compaction leaves batches with fewer
+        // records than offsets): what it accepts is what must be kept.
+        let Ok(header) = batch::check_framing_stored(b) else {
             break;
         };
         let total = header.total_bytes();
@@ -61,11 +63,20 @@ pub fn repair_batches(bytes: &mut [u8], fix_length: bool, mut next_offset: Optio
 pub enum KnownIssue {}
 
 /// Upper bound of the offsets the batches framed at the start of `bytes` claim (what a
-/// segment recovered from them can span).
+/// segment recovered from them can span, with base offsets made contiguous from 0). A stored
+/// batch may claim far more offsets than it holds records (compaction), so the sum stops
+/// before the first batch whose last offset would not fit a segment's 32-bit relative
+/// offsets: recovery cuts the segment there.
 pub fn offsets_claimed(bytes: &[u8]) -> u64 {
-    batch::Batches::new(bytes)
-        .map(|(h, _)| u64::from(h.last_offset_delta.get().max(0) as u32) + 1)
-        .sum()
+    let mut end = 0u64;
+    for (h, _) in batch::Batches::new(bytes) {
+        let span = u64::from(h.last_offset_delta.get().max(0) as u32) + 1;
+        if end + span - 1 > u64::from(u32::MAX) {
+            break;
+        }
+        end += span;
+    }
+    end
 }
 
 /// Whether a segment made of `bytes` could trip an open relative-offset bug: none is open

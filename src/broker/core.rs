@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use glommio::channels::channel_mesh::MeshBuilder;
 use tracing::info;
-use weir::config::BrokerConfig;
+use weir::config::{BrokerConfig, SecurityProtocol};
 use weir::metadata::Metadata;
 
 use super::shard::{Global, ReqMsg, RespMsg, Shard};
@@ -28,7 +28,9 @@ pub(super) async fn core_main(
         MeshBuilder<ReqMsg, glommio::channels::channel_mesh::Full>,
         MeshBuilder<RespMsg, glommio::channels::channel_mesh::Full>,
     ),
-    listen: std::net::SocketAddr,
+    // Each listener's resolved address (as in `config.listeners`), and the TLS
+    // configuration of SSL listeners.
+    (listens, tls): (Vec<std::net::SocketAddr>, Option<Arc<rustls::ServerConfig>>),
     watch: std::os::unix::net::UnixStream,
 ) -> Result<(), String> {
     // glommio's shared channels (the meshes, and joining them) wake a sleeping executor
@@ -82,25 +84,32 @@ pub(super) async fn core_main(
         .map_err(|e| e.to_string())?
         .detach();
     glommio::spawn_local(shard.clone().run_retention()).detach();
+    super::shard::spawn_cleaner(shard.clone());
 
-    // Core 0 binds first (port 0 → the kernel picks); the others bind the same port.
-    let listener = if id == 0 {
-        let l = glommio::net::TcpListener::bind(listen)
-            .map_err(|e| format!("binding {listen}: {e}"))?;
-        let port = l.local_addr().map_err(|e| e.to_string())?.port();
-        global.port.store(port, Ordering::SeqCst);
-        l
-    } else {
-        let started = Instant::now();
-        while global.port.load(Ordering::SeqCst) == 0 {
-            if started.elapsed() > Duration::from_secs(30) {
-                return Err("core 0 never bound its listener".into());
+    // Core 0 binds each listener first (port 0 → the kernel picks); the others bind the same
+    // ports.
+    let mut listeners = Vec::with_capacity(listens.len());
+    for (li, &listen) in listens.iter().enumerate() {
+        let l = if id == 0 {
+            let l = glommio::net::TcpListener::bind(listen)
+                .map_err(|e| format!("binding {listen}: {e}"))?;
+            let port = l.local_addr().map_err(|e| e.to_string())?.port();
+            global.ports[li].store(port, Ordering::SeqCst);
+            l
+        } else {
+            let started = Instant::now();
+            while global.ports[li].load(Ordering::SeqCst) == 0 {
+                if started.elapsed() > Duration::from_secs(30) {
+                    return Err("core 0 never bound its listener".into());
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
             }
-            glommio::timer::sleep(Duration::from_millis(1)).await;
-        }
-        let addr = std::net::SocketAddr::new(listen.ip(), global.port.load(Ordering::SeqCst));
-        glommio::net::TcpListener::bind(addr).map_err(|e| format!("binding {addr}: {e}"))?
-    };
+            let addr =
+                std::net::SocketAddr::new(listen.ip(), global.ports[li].load(Ordering::SeqCst));
+            glommio::net::TcpListener::bind(addr).map_err(|e| format!("binding {addr}: {e}"))?
+        };
+        listeners.push(l);
+    }
     // Core 0 serves the metrics endpoint (it asks every core over the mesh).
     if id == 0 {
         if let Some(m) = &config.metrics_listen {
@@ -114,28 +123,49 @@ pub(super) async fn core_main(
             glommio::spawn_local(metrics_endpoint::serve(shard.clone(), l)).detach();
         }
     }
-    // listeners.per.core: this core's own port (listen port + 1 + core, or kernel-picked).
-    let core_listener = if config.listeners_per_core {
-        let port = match listen.port() {
-            0 => 0,
-            p => u16::try_from(usize::from(p) + 1 + id)
-                .map_err(|_| format!("listeners.per.core: port {p} + 1 + {id} is past 65535"))?,
-        };
-        let addr = std::net::SocketAddr::new(listen.ip(), port);
-        let l = glommio::net::TcpListener::bind(addr)
-            .map_err(|e| format!("binding core {id}'s listener {addr}: {e}"))?;
-        let port = l.local_addr().map_err(|e| e.to_string())?.port();
-        global.core_ports[id].store(port, Ordering::SeqCst);
-        Some(l)
-    } else {
-        None
-    };
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
-    *shard.advertised.borrow_mut() = advertised(&config, &bound);
-    if global.bound.fetch_add(1, Ordering::SeqCst) + 1 == cores {
-        server::log_listening(&bound);
+    // listeners.per.core: this core's own port per listener (its port + 1 + core, or
+    // kernel-picked).
+    let mut core_listeners = Vec::new();
+    if config.listeners_per_core {
+        for (li, &listen) in listens.iter().enumerate() {
+            let port = match listen.port() {
+                0 => 0,
+                p => u16::try_from(usize::from(p) + 1 + id).map_err(|_| {
+                    format!("listeners.per.core: port {p} + 1 + {id} is past 65535")
+                })?,
+            };
+            let addr = std::net::SocketAddr::new(listen.ip(), port);
+            let l = glommio::net::TcpListener::bind(addr)
+                .map_err(|e| format!("binding core {id}'s listener {addr}: {e}"))?;
+            let port = l.local_addr().map_err(|e| e.to_string())?.port();
+            global.core_ports[li * cores + id].store(port, Ordering::SeqCst);
+            core_listeners.push(l);
+        }
     }
-    if let Some(l) = core_listener {
+    let bound = listeners
+        .iter()
+        .map(|l| l.local_addr().map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    *shard.advertised.borrow_mut() = (0..bound.len())
+        .map(|li| advertised(config.advertised_for(li), &bound[li]))
+        .collect();
+    if global.bound.fetch_add(1, Ordering::SeqCst) + 1 == cores {
+        for (l, addr) in config.listeners.iter().zip(&bound) {
+            server::log_listener(l.protocol.name(), addr);
+        }
+        server::log_listening(&bound[0]);
+    }
+    // Each core terminates the TLS of its own connections, with its own session cache.
+    let acceptor = tls.as_ref().map(super::tls::core_acceptor);
+    let endpoint = |li: usize, kind: server::Listener| server::Endpoint {
+        listener: li,
+        kind,
+        tls: match config.listeners[li].protocol {
+            SecurityProtocol::Plaintext => None,
+            SecurityProtocol::Ssl => acceptor.clone(),
+        },
+    };
+    if !core_listeners.is_empty() {
         // Every core's port is known once all have bound: then this core can advertise them.
         let started = Instant::now();
         while global.bound.load(Ordering::SeqCst) < cores {
@@ -144,8 +174,13 @@ pub(super) async fn core_main(
             }
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
-        *shard.core_endpoints.borrow_mut() = core_endpoints(&config, &bound, &global, cores);
-        glommio::spawn_local(server::accept_loop(shard.clone(), l)).detach();
+        *shard.core_endpoints.borrow_mut() = (0..bound.len())
+            .map(|li| core_endpoints(&config, li, &bound[li], &global, cores))
+            .collect();
+        for (li, l) in core_listeners.into_iter().enumerate() {
+            let ep = endpoint(li, server::Listener::Core);
+            glommio::spawn_local(server::accept_loop(shard.clone(), l, ep)).detach();
+        }
     }
 
     // Shutdown watcher: woken by the byte the signal thread writes to this core's socket.
@@ -162,7 +197,19 @@ pub(super) async fn core_main(
         .detach();
     }
 
-    server::accept_loop(shard.clone(), listener).await;
+    // The first listener's loop runs here; the others beside it (all end at shutdown).
+    let mut listeners = listeners.into_iter().enumerate();
+    let (_, first) = listeners.next().expect("at least one listener");
+    for (li, l) in listeners {
+        let ep = endpoint(li, server::Listener::Bootstrap);
+        glommio::spawn_local(server::accept_loop(shard.clone(), l, ep)).detach();
+    }
+    server::accept_loop(
+        shard.clone(),
+        first,
+        endpoint(0, server::Listener::Bootstrap),
+    )
+    .await;
 
     // Answer in-flight requests (parked fetches were fired by the wheel driver).
     let started = Instant::now();
@@ -188,17 +235,19 @@ pub(super) async fn core_main(
     Ok(())
 }
 
-/// `listeners.per.core`: the (host, port) advertised for each core. The host is the one
-/// advertised for the broker; the port is the core's own, or, when `advertised.listeners`
-/// names a port P (a proxy or NAT in front), P + 1 + core.
+/// `listeners.per.core`: the (host, port) advertised for each core on listener `li`. The
+/// host is the one advertised for the listener; the port is the core's own, or, when
+/// `advertised.listeners` names a port P for it (a proxy or NAT in front), P + 1 + core.
 fn core_endpoints(
     config: &BrokerConfig,
+    li: usize,
     bound: &std::net::SocketAddr,
     global: &Global,
     cores: usize,
 ) -> Vec<(String, i32)> {
-    let (host, port) = advertised(config, bound);
-    let explicit_port = config.advertised_listener.as_ref().is_some_and(|a| {
+    let given = config.advertised_for(li);
+    let (host, port) = advertised(given, bound);
+    let explicit_port = given.is_some_and(|a| {
         a.rsplit_once(':')
             .is_some_and(|(_, p)| p.parse::<i32>().is_ok())
     });
@@ -207,21 +256,21 @@ fn core_endpoints(
             let p = if explicit_port {
                 port + 1 + c as i32
             } else {
-                i32::from(global.core_ports[c].load(Ordering::SeqCst))
+                i32::from(global.core_ports[li * cores + c].load(Ordering::SeqCst))
             };
             (host.clone(), p)
         })
         .collect()
 }
 
-fn advertised(config: &BrokerConfig, bound: &std::net::SocketAddr) -> (String, i32) {
-    if let Some(a) = &config.advertised_listener {
+fn advertised(given: Option<&str>, bound: &std::net::SocketAddr) -> (String, i32) {
+    if let Some(a) = given {
         if let Some((h, p)) = a.rsplit_once(':') {
             if let Ok(p) = p.parse::<i32>() {
                 return (h.trim_matches(['[', ']']).to_string(), p);
             }
         }
-        return (a.clone(), i32::from(bound.port()));
+        return (a.to_string(), i32::from(bound.port()));
     }
     let host = if bound.ip().is_unspecified() {
         "127.0.0.1".to_string()

@@ -8,6 +8,7 @@ pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+pub const REPLICA_NOT_AVAILABLE: i16 = 9;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
@@ -22,6 +23,10 @@ pub const INVALID_REQUEST: i16 = 42;
 pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
+pub const LOG_DIR_NOT_FOUND: i16 = 57;
+pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
+/// A record a topic's config does not allow (a record without a key on a compacted topic).
+pub const INVALID_RECORD: i16 = 87;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
 /// Maps a storage error to the Kafka error code a client should see for that partition.

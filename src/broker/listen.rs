@@ -98,7 +98,7 @@ fn parse_local(s: &str) -> Option<SocketAddr> {
 
 /// Would binding `ours` collide with a listener on `theirs`? Same port, and the addresses
 /// are equal or either is the wildcard (an IPv6 wildcard is dual-stack by default).
-fn overlaps(theirs: SocketAddr, ours: SocketAddr) -> bool {
+pub fn overlaps(theirs: SocketAddr, ours: SocketAddr) -> bool {
     if theirs.port() != ours.port() {
         return false;
     }

@@ -36,6 +36,7 @@ pub struct CoreMetrics {
     pub connections_accepted: Cell<u64>,
     pub connections_refused: Cell<u64>,
     pub connections_closed_bad_input: Cell<u64>,
+    pub tls_handshake_failures: Cell<u64>,
 }
 
 impl CoreMetrics {
@@ -92,6 +93,7 @@ pub struct CoreSnapshot {
     pub connections_accepted: u64,
     pub connections_refused: u64,
     pub connections_closed_bad_input: u64,
+    pub tls_handshake_failures: u64,
     /// (destination core, cross-core calls in flight to it).
     pub queue_in_use: Vec<(usize, usize)>,
     pub cache_hits: u64,
@@ -115,6 +117,7 @@ impl CoreMetrics {
         snap.connections_accepted = self.connections_accepted.get();
         snap.connections_refused = self.connections_refused.get();
         snap.connections_closed_bad_input = self.connections_closed_bad_input.get();
+        snap.tls_handshake_failures = self.tls_handshake_failures.get();
     }
 }
 
@@ -295,7 +298,7 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             );
         }
     }
-    let per_core: [Family<CoreSnapshot>; 9] = [
+    let per_core: [Family<CoreSnapshot>; 10] = [
         (
             "weir_parked_fetches",
             "gauge",
@@ -337,6 +340,12 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             "counter",
             "Connections closed for malformed or oversized requests.",
             |c| c.connections_closed_bad_input,
+        ),
+        (
+            "weir_tls_handshake_failures_total",
+            "counter",
+            "SSL listener connections closed because the TLS handshake failed (a plaintext client, an untrusted or missing client certificate, a timeout).",
+            |c| c.tls_handshake_failures,
         ),
         (
             "weir_cache_hits_total",

@@ -22,6 +22,7 @@ mod server;
 mod shard;
 mod streaming;
 mod sync;
+mod tls;
 mod wheel;
 
 use std::net::ToSocketAddrs;
@@ -44,7 +45,8 @@ pub struct ServeArgs {
     /// Directory for partition logs and metadata [default: ./data]
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:9092]
+    /// Address to listen on (the `listeners` setting: `PLAINTEXT://host:port,SSL://host:port`
+    /// or a bare host:port); port 0 picks a free port [default: 127.0.0.1:9092]
     #[arg(long)]
     listen: Option<String>,
     /// host:port given to clients in Metadata responses [default: the bound address]
@@ -140,17 +142,33 @@ fn check_io_uring() -> Result<(), String> {
 pub fn serve(args: ServeArgs) -> Result<(), String> {
     check_io_uring()?;
     let mut config = build_config(&args)?;
+    config.check_listeners()?;
     // TcpListener::bind panics on an unresolvable address: check it here, with a message.
-    let listen_addr = config
-        .listen
-        .to_socket_addrs()
-        .map_err(|e| format!("--listen {}: {e}", config.listen))?
-        .next()
-        .ok_or_else(|| format!("--listen {}: no address", config.listen))?;
-    // SO_REUSEPORT (which every core's listener sets) would let a second broker share the
-    // port silently: refuse to start when a live process listens there (listen::check_free;
-    // a previous run's lingering connections do not count).
-    listen::check_free("--listen", listen_addr)?;
+    let mut listen_addrs = Vec::with_capacity(config.listeners.len());
+    for l in &config.listeners {
+        let what = format!("listeners {}://{}", l.protocol.name(), l.address);
+        let addr = l
+            .address
+            .to_socket_addrs()
+            .map_err(|e| format!("{what}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("{what}: no address"))?;
+        // SO_REUSEPORT (which every core's listener sets) would let a second broker share the
+        // port silently: refuse to start when a live process listens there (listen::check_free;
+        // a previous run's lingering connections do not count).
+        listen::check_free(&what, addr)?;
+        listen_addrs.push(addr);
+    }
+    // Read and checked once, before any core starts: a bad file stops the start here.
+    let tls = if config
+        .listeners
+        .iter()
+        .any(|l| l.protocol == config::SecurityProtocol::Ssl)
+    {
+        Some(tls::server_config(&config.ssl)?)
+    } else {
+        None
+    };
     // The metrics endpoint: resolved and checked for a listener already there, like --listen.
     let metrics_addr = match &config.metrics_listen {
         None => None,
@@ -172,12 +190,36 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     if cores > 1024 {
         return Err(format!("--cores {cores}: too many"));
     }
-    if config.listeners_per_core && listen_addr.port() != 0 {
-        for c in 0..cores {
-            let port = u16::try_from(usize::from(listen_addr.port()) + 1 + c)
-                .map_err(|_| format!("listeners.per.core: core {c}'s port is past 65535"))?;
-            let addr = std::net::SocketAddr::new(listen_addr.ip(), port);
-            listen::check_free(&format!("listeners.per.core (core {c})"), addr)?;
+    // Every fixed port this broker binds, by listener: none may be another's (SO_REUSEPORT
+    // would let two of our own listeners share a port, each getting half the connections).
+    let mut ours: Vec<(std::net::SocketAddr, String)> = Vec::new();
+    for (l, &addr) in config.listeners.iter().zip(&listen_addrs) {
+        if addr.port() == 0 {
+            continue;
+        }
+        ours.push((addr, format!("the {} listener", l.protocol.name())));
+        if config.listeners_per_core {
+            for c in 0..cores {
+                let port = u16::try_from(usize::from(addr.port()) + 1 + c)
+                    .map_err(|_| format!("listeners.per.core: core {c}'s port is past 65535"))?;
+                let core_addr = std::net::SocketAddr::new(addr.ip(), port);
+                let what = format!(
+                    "listeners.per.core ({} listener, core {c})",
+                    l.protocol.name()
+                );
+                listen::check_free(&what, core_addr)?;
+                ours.push((core_addr, what));
+            }
+        }
+    }
+    for (i, (a, what)) in ours.iter().enumerate() {
+        if let Some((_, other)) = ours[..i].iter().find(|(b, _)| listen::overlaps(*a, *b)) {
+            return Err(format!(
+                "{what} and {other} would both use port {}: give the listeners ports further \
+                 apart (listeners.per.core uses each listener's port + 1 + core, for {cores} \
+                 cores), or set listeners.per.core=false",
+                a.port()
+            ));
         }
     }
     shard::data_dir_ok(&config.data_dir)?;
@@ -227,7 +269,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let meta = Arc::new(meta);
     let config = Arc::new(config);
-    let global = Arc::new(Global::new(cores));
+    let global = Arc::new(Global::new(cores, listen_addrs.len()));
 
     // Signals: first SIGINT/SIGTERM starts a graceful shutdown, a second one exits at once.
     let mut signals = signal_hook::iterator::Signals::new([
@@ -276,6 +318,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         let cpu = cpus.get(i % cpus.len().max(1)).copied().unwrap_or(0);
         let (config, global, meta) = (config.clone(), global.clone(), meta.clone());
         let (req_mesh, resp_mesh) = (req_mesh.clone(), resp_mesh.clone());
+        let (listen_addrs, tls) = (listen_addrs.clone(), tls.clone());
         let watch = watch_fds.pop_front().expect("one watch socket per core");
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("weir-core-{i}"))
@@ -288,7 +331,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
                     global,
                     meta,
                     (req_mesh, resp_mesh),
-                    listen_addr,
+                    (listen_addrs, tls),
                     watch,
                 )
                 .await;

@@ -3,6 +3,9 @@
 //! order. Between them, each request is processed by its own task, so a connection may
 //! pipeline (`max_inflight_per_connection` requests read ahead) while a parked fetch or a
 //! slow append is still running.
+//!
+//! On an SSL listener the connection's task first runs the TLS handshake (rustls, on this
+//! core) and then the same loops over the encrypted stream.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -15,11 +18,23 @@ use glommio::net::{TcpListener, TcpStream};
 use glommio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+pub use crate::broker::kafka::Listener;
 use crate::broker::kafka::{self, ProtocolError, Response};
 use crate::broker::shard::Shard;
 
+/// What a listener's connections need to know: which listener (its index in `listeners`,
+/// for the endpoints Metadata answers with) and, on an SSL listener, this core's TLS acceptor.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub listener: usize,
+    /// The shared bootstrap port, or this core's own port (ListGroups answers for the one
+    /// broker the port stands for).
+    pub kind: Listener,
+    pub tls: Option<futures_rustls::TlsAcceptor>,
+}
+
 /// Accepts connections until shutdown.
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, endpoint: Endpoint) {
     let per_core_limit = shard.config.max_connections.div_ceil(shard.cores).max(1);
     let mut refused: u64 = 0;
     loop {
@@ -46,8 +61,8 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
                     continue;
                 }
                 crate::broker::metrics::CoreMetrics::bump(&shard.metrics.connections_accepted);
-                let sh = shard.clone();
-                glommio::spawn_local(async move { serve_connection(sh, stream).await }).detach();
+                let (sh, ep) = (shard.clone(), endpoint.clone());
+                glommio::spawn_local(async move { serve_tcp(sh, stream, ep).await }).detach();
             }
             Some(Err(e)) => {
                 warn!(core = shard.id, error = %e, "accept failed");
@@ -171,7 +186,9 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     }
 }
 
-async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
+/// One accepted connection, counted in `shard.connections` from accept to close (a TLS
+/// handshake in progress counts against `max.connections` too).
+async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
     shard.connections.set(shard.connections.get() + 1);
     let peer = stream
         .peer_addr()
@@ -179,6 +196,63 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         .unwrap_or_else(|_| "?".into());
     let _ = stream.set_nodelay(true);
     debug!(core = shard.id, %peer, "connection opened");
+    match &endpoint.tls {
+        None => serve_connection(&shard, stream, &peer, endpoint.listener, endpoint.kind).await,
+        Some(acceptor) => {
+            let handshake = futures_lite::future::or(
+                async { Some(acceptor.accept(stream).await) },
+                futures_lite::future::or(
+                    async {
+                        shard.shutdown.wait().await;
+                        None
+                    },
+                    async {
+                        glommio::timer::sleep(crate::broker::tls::HANDSHAKE_TIMEOUT).await;
+                        Some(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "no TLS handshake within 10 s",
+                        )))
+                    },
+                ),
+            )
+            .await;
+            match handshake {
+                None => {}
+                Some(Ok(tls)) => {
+                    debug!(core = shard.id, %peer, "TLS handshake done");
+                    serve_connection(&shard, tls, &peer, endpoint.listener, endpoint.kind).await
+                }
+                Some(Err(e)) => {
+                    // A plaintext client on the SSL port, an untrusted client certificate, a
+                    // client that refused ours: this connection only.
+                    crate::broker::metrics::CoreMetrics::bump(
+                        &shard.metrics.tls_handshake_failures,
+                    );
+                    let hint = if e.to_string().contains("InvalidContentType") {
+                        " (not TLS: a plaintext client on the SSL port?)"
+                    } else {
+                        ""
+                    };
+                    warn!(core = shard.id, %peer, error = %format!("{e}{hint}"),
+                        "TLS handshake failed; closing connection");
+                }
+            }
+        }
+    }
+    shard.connections.set(shard.connections.get() - 1);
+    debug!(core = shard.id, %peer, "connection closed");
+}
+
+async fn serve_connection<S>(
+    shard: &Rc<Shard>,
+    stream: S,
+    peer: &str,
+    listener: usize,
+    kind: Listener,
+) where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
+{
+    let peer = peer.to_string();
     let (mut rd, mut wr) = futures_lite::io::split(stream);
     let (tx, rx) = local_channel::new_bounded::<JoinHandle<Result<Response, ProtocolError>>>(
         shard.config.max_inflight_per_connection,
@@ -316,13 +390,13 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
         if let kafka::Body::StreamFetch(op) = req.body {
             // Answered (and then fed) through the push channel, not in line.
             activity.1.set(Instant::now());
-            streams.handle(&shard, req.correlation_id, op).await;
+            streams.handle(shard, req.correlation_id, op).await;
             continue;
         }
         activity.0.set(activity.0.get() + 1);
         activity.1.set(Instant::now());
         let sh = shard.clone();
-        let task = glommio::spawn_local(kafka::process(sh, req)).detach();
+        let task = glommio::spawn_local(kafka::process(sh, req, listener, kind)).detach();
         if tx.send(task).await.is_err() {
             break; // the writer stopped (client gone or protocol error)
         }
@@ -331,8 +405,6 @@ async fn serve_connection(shard: Rc<Shard>, stream: TcpStream) {
     drop(streams);
     drop(tx);
     writer.await;
-    shard.connections.set(shard.connections.get() - 1);
-    debug!(core = shard.id, %peer, "connection closed");
 }
 
 /// Resolves once the connection has had no request in flight and no traffic for `idle`
@@ -374,7 +446,16 @@ async fn write_pieces<W: futures_lite::AsyncWrite + Unpin>(
         wr.write_all(staged).await?;
         staged.clear();
     }
-    Ok(())
+    // On a TLS stream a write that would block leaves the last records in rustls's buffer
+    // (its `poll_write` has already accepted the bytes): flush sends them now rather than
+    // with the next response, which may never come (a hang seen with benches/tls.py). On a
+    // plain socket it returns at once.
+    wr.flush().await
+}
+
+/// One line per listener, before the "listening on" line (the SSL tests parse it).
+pub fn log_listener(protocol: &str, addr: &std::net::SocketAddr) {
+    println!("{protocol} listener on {addr}");
 }
 
 pub fn log_listening(addr: &std::net::SocketAddr) {

@@ -1,10 +1,14 @@
-//! `weir group ...`: list, describe, delete, reset-offsets, over Kafka's group APIs.
+//! `weir group ...`: list, describe, reset-offsets, delete-offsets, over Kafka's group APIs.
 
 use std::collections::BTreeMap;
 
 use clap::{Args, Subcommand};
+use kafka_protocol::error::ParseResponseErrorCode;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
 };
 use kafka_protocol::messages::*;
 use serde_json::{json, Value};
@@ -50,6 +54,19 @@ pub enum GroupCommand {
         /// Commit the new offsets (without it: only print them).
         #[arg(long)]
         execute: bool,
+    },
+    /// Delete a group's committed offsets of a topic (OffsetDelete, as
+    /// kafka-consumer-groups.sh --delete-offsets): refused for a topic an active member
+    /// subscribes to.
+    DeleteOffsets {
+        /// The consumer group.
+        group: String,
+        /// The topic whose offsets go.
+        #[arg(long)]
+        topic: String,
+        /// Only this partition (default: every partition of the topic).
+        #[arg(long)]
+        partition: Option<i32>,
     },
 }
 
@@ -245,6 +262,58 @@ async fn group_async(bootstrap: String, cmd: GroupCommand) -> Res<Value> {
                 .collect();
             Ok(json!({ "group": group, "executed": execute, "offsets": rows }))
         }
+        GroupCommand::DeleteOffsets {
+            group,
+            topic,
+            partition,
+        } => {
+            let cluster = Cluster::connect(ClusterConfig::new(bootstrap.clone()))
+                .await
+                .map_err(cerr)?;
+            let n = cluster.partitions(&topic).await.map_err(cerr)? as i32;
+            let parts: Vec<i32> = match partition {
+                Some(p) if p >= 0 && p < n => vec![p],
+                Some(p) => return Err(format!("{topic} has no partition {p} ({n} partitions)")),
+                None => (0..n).collect(),
+            };
+            let coord = coordinator(&conn, &group).await?;
+            let req = OffsetDeleteRequest::default()
+                .with_group_id(GroupId(sb(&group)))
+                .with_topics(vec![OffsetDeleteRequestTopic::default()
+                    .with_name(TopicName(sb(&topic)))
+                    .with_partitions(
+                        parts
+                            .iter()
+                            .map(|&p| {
+                                OffsetDeleteRequestPartition::default().with_partition_index(p)
+                            })
+                            .collect(),
+                    )]);
+            let resp = send(&coord, &req, 0).await?;
+            check(
+                resp.error_code,
+                None,
+                &format!("deleting offsets of {group} (a group with members of another kind than a consumer group cannot)"),
+            )?;
+            let mut rows = Vec::new();
+            for t in &resp.topics {
+                for p in &t.partitions {
+                    let error = p.error_code.err().map(|e| format!("{e:?}"));
+                    rows.push(json!({
+                        "topic": t.name.as_str(),
+                        "partition": p.partition_index,
+                        "error": error,
+                    }));
+                }
+            }
+            if let Some(failed) = rows.iter().find(|r| !r["error"].is_null()) {
+                return Err(format!(
+                    "deleting offsets of {group} {topic}-{}: {} (an active member subscribes to the topic?)",
+                    failed["partition"], s(&failed["error"])
+                ));
+            }
+            Ok(json!({ "group": group, "offsets": rows }))
+        }
     }
 }
 
@@ -281,6 +350,19 @@ fn render_group(cmd: &GroupCommand, v: &Value) -> String {
                 s(&v["state"]),
                 members,
                 table(&["TOPIC", "PARTITION", "COMMITTED", "END", "LAG"], &rows)
+            )
+        }
+        GroupCommand::DeleteOffsets { .. } => {
+            let rows: Vec<Vec<String>> = v["offsets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|o| vec![s(&o["topic"]), s(&o["partition"])])
+                .collect();
+            format!(
+                "{}\n\ncommitted offsets of {} deleted",
+                table(&["TOPIC", "PARTITION"], &rows),
+                s(&v["group"])
             )
         }
         GroupCommand::ResetOffsets { .. } => {

@@ -4,7 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
-use weir_storage::batch::{check_framing, HEADER_BYTES, LOG_OVERHEAD, MAX_BATCH_BYTES};
+use weir_storage::batch::{check_framing_stored, HEADER_BYTES, LOG_OVERHEAD, MAX_BATCH_BYTES};
 
 /// Byte offset of the big-endian `attributes` field in a v2 batch header; its low 3 bits
 /// are the codec.
@@ -15,7 +15,7 @@ const BATCH_LENGTH_AT: usize = 8;
 /// Returns `batch` rewritten as an uncompressed batch (same header, codec bits cleared,
 /// length fixed; the CRC is not recomputed). An error names the codec and what failed.
 pub fn decompress_batch(batch: &[u8]) -> Result<Bytes, String> {
-    let header = check_framing(batch).map_err(|e| format!("bad batch framing: {e:?}"))?;
+    let header = check_framing_stored(batch).map_err(|e| format!("bad batch framing: {e:?}"))?;
     let codec = header.compression();
     let mut body = Bytes::copy_from_slice(&batch[HEADER_BYTES..header.total_bytes()]);
     let plain = |b: &mut Bytes| Ok(b.clone());

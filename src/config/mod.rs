@@ -9,11 +9,15 @@ use std::path::PathBuf;
 
 use weir_storage::LogConfig;
 
+mod listeners;
 #[cfg(test)]
 mod tests;
 mod topic;
+mod types;
 
+pub use listeners::{ClientAuth, Listener, SecurityProtocol, SslConfig};
 pub use topic::*;
+pub use types::*;
 
 /// One broker setting, as documented in docs/configuration.md.
 pub struct Setting {
@@ -51,12 +55,20 @@ const fn setting(
 pub const SETTINGS: &[Setting] = &[
     setting("log.dirs", "./data", "path", None,
         "Directory of the partition logs, consumer-group offsets and `weir-metadata.json` (`log.dir` is an alias; flag `--data-dir`)."),
-    setting("listeners", "127.0.0.1:9092", "host:port", None,
-        "Address the broker listens on; port 0 picks a free one. A `PLAINTEXT://` prefix is accepted (flag `--listen`)."),
-    setting("advertised.listeners", "the bound address", "host:port", None,
-        "Address given to clients in Metadata responses (flag `--advertised-listener`)."),
+    setting("listeners", "PLAINTEXT://127.0.0.1:9092", "NAME://host:port,...", None,
+        "Where the broker listens: comma-separated `PLAINTEXT://host:port` and `SSL://host:port` (TLS, docs/security.md), each at most once; a bare `host:port` is PLAINTEXT; port 0 picks a free one (flag `--listen`). Clients are told the endpoints of the listener they came in on."),
+    setting("advertised.listeners", "the bound addresses", "NAME://host:port,...", None,
+        "Addresses given to clients in Metadata responses, per listener (`SSL://host:port`); a bare `host:port` is the first listener's (flag `--advertised-listener`)."),
+    setting("ssl.certificate.location", "none", "path", None,
+        "PEM file of the SSL listener's certificate chain, the server's certificate first (read at start-up; a change needs a restart)."),
+    setting("ssl.key.location", "none", "path", None,
+        "PEM file of the private key of `ssl.certificate.location` (PKCS#8, PKCS#1 or SEC1; not encrypted)."),
+    setting("ssl.truststore.location", "none", "path", None,
+        "PEM file of the CA certificates that sign client certificates (for `ssl.client.auth`)."),
+    setting("ssl.client.auth", "none", "", None,
+        "`required`: SSL clients must present a certificate signed by a CA of `ssl.truststore.location`, others are refused in the handshake; `requested`: a certificate is asked for and checked if given; `none`: not asked for."),
     setting("listeners.per.core", "true", "bool", None,
-        "Also listen on one port per core (the `listeners` port + 1 + core; kernel-picked when that port is 0) and advertise each core as its own broker in Metadata, the leader of the partitions it owns and the coordinator of its groups, so clients send produce and fetch straight to the owning core (no cross-core hop). The `listeners` port stays the bootstrap address."),
+        "Also listen on one port per core for each listener (that listener's port + 1 + core, so listeners' ports must be more than the core count apart; kernel-picked when the port is 0) and advertise each core as its own broker in Metadata, the leader of the partitions it owns and the coordinator of its groups, so clients send produce and fetch straight to the owning core (no cross-core hop). Each listener's own port stays its bootstrap address."),
     setting("offset.metadata.max.bytes", "4096", "bytes", None,
         "Largest metadata string an OffsetCommit may store with an offset; a larger one is refused with OFFSET_METADATA_TOO_LARGE (that partition's commit only)."),
     setting("num.partitions", "1", "partitions", None,
@@ -74,7 +86,21 @@ pub const SETTINGS: &[Setting] = &[
     setting("log.retention.bytes", "-1", "bytes", Some("retention.bytes"),
         "Oldest segments are deleted while a partition holds more; -1: no limit."),
     setting("log.cleanup.policy", "delete", "", Some("cleanup.policy"),
-        "Only `delete` (retention) is supported; compaction is not."),
+        "`delete` (retention deletes old segments), `compact` (keep the latest record per key), or `compact,delete` (both)."),
+    setting("log.cleaner.enable", "true", "bool", None,
+        "Run the log cleaner (compaction) on each core, for topics whose `cleanup.policy` has `compact`."),
+    setting("log.cleaner.backoff.ms", "15000", "ms", None,
+        "How often each core's cleaner looks for a log to clean (at least 10)."),
+    setting("log.cleaner.io.max.bytes.per.second", "-1", "bytes/s", None,
+        "Caps what one core's cleaner reads and writes per second, leaving the disk to produce and fetch; -1: no cap."),
+    setting("log.cleaner.min.cleanable.ratio", "0.5", "ratio", Some("min.cleanable.dirty.ratio"),
+        "A compacted log is cleaned once this share of its closed segments' bytes was written since its last cleaning."),
+    setting("log.cleaner.min.compaction.lag.ms", "0", "ms", Some("min.compaction.lag.ms"),
+        "A segment is cleaned only once its newest record is this old."),
+    setting("log.cleaner.max.compaction.lag.ms", "9223372036854775807", "ms", Some("max.compaction.lag.ms"),
+        "A log whose oldest uncleaned segment's newest record is older than this is cleaned whatever its dirty ratio."),
+    setting("log.cleaner.delete.retention.ms", "86400000", "ms", Some("delete.retention.ms"),
+        "How long a tombstone (null value) stays after a cleaning removed the older records of its key."),
     setting("message.max.bytes", "8388608", "bytes", Some("max.message.bytes"),
         "Largest record batch a produce may append."),
     setting("log.retention.check.interval.ms", "30000", "ms", None,
@@ -107,9 +133,14 @@ pub fn env_name(setting: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub data_dir: PathBuf,
-    pub listen: String,
-    /// host:port put in Metadata responses; the bound address when not given.
-    pub advertised_listener: Option<String>,
+    /// `listeners`: at least one; the first is the one `--listen` sets and the "listening
+    /// on" line names.
+    pub listeners: Vec<Listener>,
+    /// `advertised.listeners`: host:port put in Metadata responses, per listener (`None`:
+    /// the first listener's); a listener without one advertises its bound address.
+    pub advertised_listeners: Vec<(Option<SecurityProtocol>, String)>,
+    /// The `ssl.*` settings of SSL listeners.
+    pub ssl: SslConfig,
     pub segment_bytes: u64,
     pub segment_ms: Option<u64>,
     pub retention_ms: Option<u64>,
@@ -147,6 +178,21 @@ pub struct BrokerConfig {
     pub read_cache_bytes_per_core: usize,
     /// `metrics.listen`: address of the Prometheus endpoint; `None` ("off"): no endpoint.
     pub metrics_listen: Option<String>,
+    /// `log.cleanup.policy`: the default of topics' `cleanup.policy` (`delete`, `compact`,
+    /// `compact,delete`).
+    pub cleanup_policy: String,
+    /// `log.cleaner.enable`: each core runs a cleaner for its compacted logs.
+    pub cleaner_enable: bool,
+    /// `log.cleaner.backoff.ms`: how often the cleaner looks for work.
+    pub cleaner_backoff_ms: u64,
+    /// `log.cleaner.io.max.bytes.per.second`: a cleaning's I/O cap (`None`: no cap).
+    pub cleaner_io_max_bytes_per_second: Option<u64>,
+    /// Defaults of the topic configs `min.cleanable.dirty.ratio`, `min.compaction.lag.ms`,
+    /// `max.compaction.lag.ms` (`None`: no limit) and `delete.retention.ms`.
+    pub cleaner_min_cleanable_ratio: f64,
+    pub cleaner_min_compaction_lag_ms: u64,
+    pub cleaner_max_compaction_lag_ms: Option<u64>,
+    pub cleaner_delete_retention_ms: u64,
     /// Everything as given, for DescribeConfigs on the broker.
     pub raw: BTreeMap<String, String>,
 }
@@ -155,8 +201,12 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             data_dir: PathBuf::from("./data"),
-            listen: "127.0.0.1:9092".into(),
-            advertised_listener: None,
+            listeners: vec![Listener {
+                protocol: SecurityProtocol::Plaintext,
+                address: "127.0.0.1:9092".into(),
+            }],
+            advertised_listeners: Vec::new(),
+            ssl: SslConfig::default(),
             segment_bytes: 1 << 30,
             segment_ms: Some(7 * 24 * 3600 * 1000),
             retention_ms: Some(7 * 24 * 3600 * 1000),
@@ -177,6 +227,14 @@ impl Default for BrokerConfig {
             cache_bytes_per_core: 256 << 20,
             read_cache_bytes_per_core: weir_storage::DEFAULT_READ_CACHE_BYTES,
             metrics_listen: Some("127.0.0.1:9644".into()),
+            cleanup_policy: "delete".into(),
+            cleaner_enable: true,
+            cleaner_backoff_ms: 15_000,
+            cleaner_io_max_bytes_per_second: None,
+            cleaner_min_cleanable_ratio: 0.5,
+            cleaner_min_compaction_lag_ms: 0,
+            cleaner_max_compaction_lag_ms: None,
+            cleaner_delete_retention_ms: 86_400_000,
             raw: BTreeMap::new(),
         }
     }
@@ -277,9 +335,40 @@ impl BrokerConfig {
                 }
             }
             "log.cleanup.policy" => {
-                if value.trim() != "delete" {
-                    return Err("log.cleanup.policy: only 'delete' is supported".into());
+                topic::parse_cleanup_policy(key, value)?;
+                self.cleanup_policy = value.trim().replace(' ', "");
+            }
+            "log.cleaner.enable" => self.cleaner_enable = parse_bool(key, value)?,
+            "log.cleaner.backoff.ms" => {
+                self.cleaner_backoff_ms = parse_num::<u64>(key, value)?.max(10)
+            }
+            "log.cleaner.io.max.bytes.per.second" => {
+                // Kafka's default is a double (1.7976931348623157E308): any huge value is no cap.
+                let v: f64 = parse_num(key, value)?;
+                self.cleaner_io_max_bytes_per_second = match v {
+                    v if v == -1.0 || v >= i64::MAX as f64 => None,
+                    v if v >= 1.0 => Some(v as u64),
+                    _ => {
+                        return Err(format!(
+                            "{key}: '{}' must be -1 (no cap) or at least 1",
+                            value.trim()
+                        ))
+                    }
                 }
+            }
+            "log.cleaner.min.cleanable.ratio" => {
+                self.cleaner_min_cleanable_ratio = topic::parse_ratio(key, value)?
+            }
+            "log.cleaner.min.compaction.lag.ms" => {
+                self.cleaner_min_compaction_lag_ms =
+                    parse_bounded::<i64>(key, value, 0, i64::MAX)? as u64
+            }
+            "log.cleaner.max.compaction.lag.ms" => {
+                self.cleaner_max_compaction_lag_ms = topic::parse_max_lag(key, value)?
+            }
+            "log.cleaner.delete.retention.ms" => {
+                self.cleaner_delete_retention_ms =
+                    parse_bounded::<i64>(key, value, 0, i64::MAX)? as u64
             }
             "socket.request.max.bytes" => {
                 // A frame's size prefix is an i32.
@@ -298,8 +387,14 @@ impl BrokerConfig {
                 self.fetch_max_wait_ms = parse_bounded(key, value, 0, i32::MAX as u64)?
             }
             "log.dirs" | "log.dir" => self.data_dir = PathBuf::from(value.trim()),
-            "listeners" => self.listen = strip_scheme(value),
-            "advertised.listeners" => self.advertised_listener = Some(strip_scheme(value)),
+            "listeners" => self.listeners = listeners::parse_listeners(key, value)?,
+            "advertised.listeners" => {
+                self.advertised_listeners = listeners::parse_advertised(key, value)?
+            }
+            "ssl.certificate.location" => self.ssl.certificate = path_or_none(value),
+            "ssl.key.location" => self.ssl.key = path_or_none(value),
+            "ssl.truststore.location" => self.ssl.truststore = path_or_none(value),
+            "ssl.client.auth" => self.ssl.client_auth = Some(ClientAuth::parse(key, value)?),
             "cache.bytes.per.core" => self.cache_bytes_per_core = parse_num(key, value)?,
             "read.cache.bytes.per.core" => self.read_cache_bytes_per_core = parse_num(key, value)?,
             "metrics.listen" => self.metrics_listen = address_or_off(value),
@@ -357,11 +452,27 @@ impl BrokerConfig {
         let opt = |v: Option<u64>| v.map_or("-1".to_string(), |v| v.to_string());
         Some(match name {
             "log.dirs" => self.data_dir.display().to_string(),
-            "listeners" => self.listen.clone(),
-            "advertised.listeners" => self
-                .advertised_listener
-                .clone()
-                .unwrap_or_else(|| self.listen.clone()),
+            "listeners" => listeners::render(&self.listeners),
+            "advertised.listeners" => listeners::render(
+                &(0..self.listeners.len())
+                    .map(|i| Listener {
+                        protocol: self.listeners[i].protocol,
+                        address: self
+                            .advertised_for(i)
+                            .unwrap_or(&self.listeners[i].address)
+                            .to_string(),
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            "ssl.certificate.location" => show_path(&self.ssl.certificate),
+            "ssl.key.location" => show_path(&self.ssl.key),
+            "ssl.truststore.location" => show_path(&self.ssl.truststore),
+            "ssl.client.auth" => self
+                .ssl
+                .client_auth
+                .unwrap_or(ClientAuth::None)
+                .name()
+                .to_string(),
             "num.partitions" => self.num_partitions.to_string(),
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
             "listeners.per.core" => self.listeners_per_core.to_string(),
@@ -371,7 +482,17 @@ impl BrokerConfig {
             "log.retention.ms" => opt(self.retention_ms),
             "log.retention.hours" => opt(self.retention_ms.map(|ms| ms / 3_600_000)),
             "log.retention.bytes" => opt(self.retention_bytes),
-            "log.cleanup.policy" => "delete".to_string(),
+            "log.cleanup.policy" => self.cleanup_policy.clone(),
+            "log.cleaner.enable" => self.cleaner_enable.to_string(),
+            "log.cleaner.backoff.ms" => self.cleaner_backoff_ms.to_string(),
+            "log.cleaner.io.max.bytes.per.second" => opt(self.cleaner_io_max_bytes_per_second),
+            "log.cleaner.min.cleanable.ratio" => self.cleaner_min_cleanable_ratio.to_string(),
+            "log.cleaner.min.compaction.lag.ms" => self.cleaner_min_compaction_lag_ms.to_string(),
+            "log.cleaner.max.compaction.lag.ms" => self
+                .cleaner_max_compaction_lag_ms
+                .unwrap_or(i64::MAX as u64)
+                .to_string(),
+            "log.cleaner.delete.retention.ms" => self.cleaner_delete_retention_ms.to_string(),
             "message.max.bytes" => self.max_message_bytes.to_string(),
             "log.retention.check.interval.ms" => self.retention_check_interval_ms.to_string(),
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
@@ -399,7 +520,14 @@ impl BrokerConfig {
             "retention.ms" => opt(self.retention_ms),
             "retention.bytes" => opt(self.retention_bytes),
             "max.message.bytes" => self.max_message_bytes.to_string(),
-            "cleanup.policy" => "delete".to_string(),
+            "cleanup.policy" => self.cleanup_policy.clone(),
+            "min.cleanable.dirty.ratio" => self.cleaner_min_cleanable_ratio.to_string(),
+            "min.compaction.lag.ms" => self.cleaner_min_compaction_lag_ms.to_string(),
+            "max.compaction.lag.ms" => self
+                .cleaner_max_compaction_lag_ms
+                .unwrap_or(i64::MAX as u64)
+                .to_string(),
+            "delete.retention.ms" => self.cleaner_delete_retention_ms.to_string(),
             _ => return None,
         })
     }
@@ -412,8 +540,13 @@ impl BrokerConfig {
             retention_ms: self.retention_ms,
             retention_bytes: self.retention_bytes,
             max_batch_bytes: self.max_message_bytes,
+            min_cleanable_dirty_ratio: self.cleaner_min_cleanable_ratio,
+            min_compaction_lag_ms: self.cleaner_min_compaction_lag_ms,
+            max_compaction_lag_ms: self.cleaner_max_compaction_lag_ms,
+            delete_retention_ms: self.cleaner_delete_retention_ms,
             ..LogConfig::default()
         };
+        let _ = apply_topic_config(&mut c, "cleanup.policy", &self.cleanup_policy);
         for (k, v) in overrides {
             // Checked when set; one that fails today's checks (an older weir stored it) is
             // skipped, and reported at start-up (`invalid_overrides`).
@@ -431,6 +564,17 @@ fn address_or_off(v: &str) -> Option<String> {
     } else {
         Some(strip_scheme(v))
     }
+}
+
+/// A path, or `None` for `none` (or empty).
+fn path_or_none(v: &str) -> Option<PathBuf> {
+    let v = v.trim();
+    (!v.is_empty() && !v.eq_ignore_ascii_case("none")).then(|| PathBuf::from(v))
+}
+
+fn show_path(p: &Option<PathBuf>) -> String {
+    p.as_ref()
+        .map_or("none".to_string(), |p| p.display().to_string())
 }
 
 fn strip_scheme(v: &str) -> String {

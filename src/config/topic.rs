@@ -17,6 +17,13 @@ pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("retention.bytes", "log.retention.bytes"),
     ("max.message.bytes", "message.max.bytes"),
     ("cleanup.policy", "log.cleanup.policy"),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
+    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
 ];
 
 /// How the value of a Kafka topic config weir stores but does not act on is checked.
@@ -43,7 +50,6 @@ pub const IGNORED_TOPIC_CONFIGS: &[(&str, Kind)] = &[
         "compression.type",
         Kind::OneOf(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
     ),
-    ("delete.retention.ms", Kind::Long(0)),
     ("file.delete.delay.ms", Kind::Long(0)),
     ("flush.messages", Kind::Long(1)),
     ("flush.ms", Kind::Long(0)),
@@ -52,15 +58,12 @@ pub const IGNORED_TOPIC_CONFIGS: &[(&str, Kind)] = &[
     ("leader.replication.throttled.replicas", Kind::Replicas),
     ("local.retention.bytes", Kind::Long(-2)),
     ("local.retention.ms", Kind::Long(-2)),
-    ("max.compaction.lag.ms", Kind::Long(1)),
     ("message.downconversion.enable", Kind::Bool),
     ("message.format.version", Kind::Version),
     ("message.timestamp.after.max.ms", Kind::Long(0)),
     ("message.timestamp.before.max.ms", Kind::Long(0)),
     ("message.timestamp.difference.max.ms", Kind::Long(0)),
     ("message.timestamp.type", Kind::OneOf(&["CreateTime"])),
-    ("min.cleanable.dirty.ratio", Kind::Ratio),
-    ("min.compaction.lag.ms", Kind::Long(0)),
     ("min.insync.replicas", Kind::Long(1)),
     ("preallocate", Kind::Bool),
     ("remote.log.copy.disable", Kind::Bool),
@@ -147,18 +150,15 @@ pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(
         "retention.bytes" => c.retention_bytes = parse_limit(key, value)?,
         "max.message.bytes" => c.max_batch_bytes = parse_message_bytes(key, value)?,
         "cleanup.policy" => {
-            let v = value.trim();
-            let policies: Vec<&str> = v.split(',').map(str::trim).collect();
-            if !policies.iter().all(|p| *p == "delete" || *p == "compact") {
-                return Err(format!(
-                    "cleanup.policy: '{v}' is not a list of 'delete' and 'compact'"
-                ));
-            }
-            if policies.contains(&"compact") {
-                return Err(format!(
-                    "cleanup.policy={v}: compaction is not supported yet; only 'delete' is"
-                ));
-            }
+            (c.cleanup_delete, c.cleanup_compact) = parse_cleanup_policy(key, value)?;
+        }
+        "min.cleanable.dirty.ratio" => c.min_cleanable_dirty_ratio = parse_ratio(key, value)?,
+        "min.compaction.lag.ms" => {
+            c.min_compaction_lag_ms = parse_bounded::<i64>(key, value, 0, i64::MAX)? as u64
+        }
+        "max.compaction.lag.ms" => c.max_compaction_lag_ms = parse_max_lag(key, value)?,
+        "delete.retention.ms" => {
+            c.delete_retention_ms = parse_bounded::<i64>(key, value, 0, i64::MAX)? as u64
         }
         _ => match IGNORED_TOPIC_CONFIGS.iter().find(|(k, _)| *k == key) {
             Some(&(_, kind)) => check_kind(key, kind, value)?,
@@ -166,4 +166,34 @@ pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(
         },
     }
     Ok(())
+}
+
+/// `cleanup.policy`: a comma-separated list of `delete` and `compact`. Returns (delete,
+/// compact).
+pub(super) fn parse_cleanup_policy(key: &str, value: &str) -> Result<(bool, bool), String> {
+    let v = value.trim();
+    let policies: Vec<&str> = v.split(',').map(str::trim).collect();
+    if v.is_empty() || !policies.iter().all(|p| *p == "delete" || *p == "compact") {
+        return Err(format!(
+            "{key}: '{v}' is not a list of 'delete' and 'compact'"
+        ));
+    }
+    Ok((policies.contains(&"delete"), policies.contains(&"compact")))
+}
+
+/// A ratio in `0.0..=1.0`.
+pub(super) fn parse_ratio(key: &str, value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "{key}: '{}' is not a valid value (a ratio from 0 to 1)",
+            value.trim()
+        )),
+    }
+}
+
+/// `max.compaction.lag.ms`: at least 1; Kafka's default `Long.MAX_VALUE` means no limit.
+pub(super) fn parse_max_lag(key: &str, value: &str) -> Result<Option<u64>, String> {
+    let v = parse_bounded::<i64>(key, value, 1, i64::MAX)?;
+    Ok((v < i64::MAX).then_some(v as u64))
 }

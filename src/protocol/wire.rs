@@ -29,18 +29,25 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::InitProducerId, 0, 5),
-    (ApiKey::FindCoordinator, 0, 5),
+    (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::ListConfigResources, 0, 1),
 ];
 
 /// Produce versions advertised but not served (message format v0/v1, removed by KIP-896):
@@ -108,6 +115,13 @@ pub enum Body {
     StreamFetch(crate::protocol::stream_fetch::StreamOp),
     AlterConfigs(AlterConfigsRequest),
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    OffsetDelete(OffsetDeleteRequest),
+    DescribeProducers(DescribeProducersRequest),
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
+    ListPartitionReassignments(ListPartitionReassignmentsRequest),
+    AlterReplicaLogDirs(AlterReplicaLogDirsRequest),
+    DescribeTopicPartitions(DescribeTopicPartitionsRequest),
+    ListConfigResources(ListConfigResourcesRequest),
 }
 
 impl Request {
@@ -290,6 +304,19 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::IncrementalAlterConfigs => {
             Body::IncrementalAlterConfigs(decode(&mut frame, version)?)
         }
+        ApiKey::OffsetDelete => Body::OffsetDelete(decode(&mut frame, version)?),
+        ApiKey::DescribeProducers => Body::DescribeProducers(decode(&mut frame, version)?),
+        ApiKey::AlterPartitionReassignments => {
+            Body::AlterPartitionReassignments(decode(&mut frame, version)?)
+        }
+        ApiKey::ListPartitionReassignments => {
+            Body::ListPartitionReassignments(decode(&mut frame, version)?)
+        }
+        ApiKey::AlterReplicaLogDirs => Body::AlterReplicaLogDirs(decode(&mut frame, version)?),
+        ApiKey::DescribeTopicPartitions => {
+            Body::DescribeTopicPartitions(decode(&mut frame, version)?)
+        }
+        ApiKey::ListConfigResources => Body::ListConfigResources(decode(&mut frame, version)?),
         _ => return Err(perr(format!("unsupported api {key:?}"))),
     };
     Ok(Request {
@@ -351,6 +378,28 @@ mod tests {
                     IncrementalAlterConfigsRequest,
                     IncrementalAlterConfigsResponse
                 )
+            }
+            ApiKey::OffsetDelete => r!(OffsetDeleteRequest, OffsetDeleteResponse),
+            ApiKey::DescribeProducers => r!(DescribeProducersRequest, DescribeProducersResponse),
+            ApiKey::AlterPartitionReassignments => r!(
+                AlterPartitionReassignmentsRequest,
+                AlterPartitionReassignmentsResponse
+            ),
+            ApiKey::ListPartitionReassignments => r!(
+                ListPartitionReassignmentsRequest,
+                ListPartitionReassignmentsResponse
+            ),
+            ApiKey::AlterReplicaLogDirs => {
+                r!(AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse)
+            }
+            ApiKey::DescribeTopicPartitions => {
+                r!(
+                    DescribeTopicPartitionsRequest,
+                    DescribeTopicPartitionsResponse
+                )
+            }
+            ApiKey::ListConfigResources => {
+                r!(ListConfigResourcesRequest, ListConfigResourcesResponse)
             }
             other => panic!("{other:?} is advertised but has no codec range here"),
         }

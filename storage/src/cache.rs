@@ -144,6 +144,15 @@ impl LogCache {
         self.cache.admit(self.id, len);
     }
 
+    /// Drops the cached batches below `offset` (compaction rewrote them): reads there go to
+    /// the segment files.
+    pub(crate) fn forget_below(&self, offset: u64) {
+        let mut entries = self.entries.borrow_mut();
+        while entries.front().is_some_and(|e| e.next_offset <= offset) {
+            entries.pop_front();
+        }
+    }
+
     /// Whole batches from the one containing `offset`, below `visible_end`, up to `max_bytes`
     /// (at least one). `None` if `offset` is not cached.
     pub(crate) fn read(

@@ -43,6 +43,23 @@ pub struct LogConfig {
     pub read_chunk_bytes: usize,
     /// Bytes of sequential read-ahead kept in flight for catch-up readers.
     pub read_ahead_bytes: usize,
+    /// `cleanup.policy` contains `delete`: `retention.ms` and `retention.bytes` delete old
+    /// segments. Without it they are ignored.
+    pub cleanup_delete: bool,
+    /// `cleanup.policy` contains `compact`: [`crate::Log::clean`] keeps the latest record per
+    /// key (see `log/clean.rs`).
+    pub cleanup_compact: bool,
+    /// `min.cleanable.dirty.ratio`: a compacted log is worth cleaning once this share of its
+    /// closed segments' bytes was written since its last cleaning.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a segment is cleaned only once its newest record is this old.
+    pub min_compaction_lag_ms: u64,
+    /// `max.compaction.lag.ms`: a log whose oldest uncleaned segment's newest record is older
+    /// than this is cleaned whatever its dirty ratio.
+    pub max_compaction_lag_ms: Option<u64>,
+    /// `delete.retention.ms`: how long a tombstone (a record with a null value) is kept after
+    /// a cleaning has removed the older records of its key, so that consumers see it.
+    pub delete_retention_ms: u64,
 }
 
 impl Default for LogConfig {
@@ -59,6 +76,12 @@ impl Default for LogConfig {
             preallocate_bytes: 8 << 20,
             read_chunk_bytes: 1 << 20,
             read_ahead_bytes: 16 << 20,
+            cleanup_delete: true,
+            cleanup_compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: None,
+            delete_retention_ms: 24 * 3600 * 1000,
         }
     }
 }

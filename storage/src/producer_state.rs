@@ -45,6 +45,21 @@ struct Producer {
     last_offset: u64,
 }
 
+/// An idempotent producer as a log knows it: its epoch and its last batch appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its current epoch.
+    pub epoch: i16,
+    /// The sequence number of the last record of its last batch.
+    pub last_sequence: i32,
+    /// The offset of the first record of its last batch.
+    pub last_batch_base_offset: u64,
+    /// The offset of the last record of its last batch.
+    pub last_offset: u64,
+}
+
 /// What to do with a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Check {
@@ -100,6 +115,35 @@ pub(crate) struct ProducerState {
 impl ProducerState {
     pub(crate) fn len(&self) -> usize {
         self.producers.len()
+    }
+
+    /// The offset of each known producer's last batch's last record: compaction keeps that
+    /// batch (emptied if need be) so that the producer's state can be rebuilt from the log.
+    pub(crate) fn last_offsets(&self) -> HashMap<i64, u64> {
+        self.producers
+            .iter()
+            .map(|(&pid, p)| (pid, p.last_offset))
+            .collect()
+    }
+
+    /// Every producer the log remembers, by producer id: its epoch and its last batch.
+    pub(crate) fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .filter_map(|(&producer_id, p)| {
+                let last = p.batches.back()?;
+                Some(ActiveProducer {
+                    producer_id,
+                    epoch: p.epoch,
+                    last_sequence: last.last_seq,
+                    last_batch_base_offset: last.base_offset,
+                    last_offset: last.last_offset,
+                })
+            })
+            .collect();
+        out.sort_unstable_by_key(|a| a.producer_id);
+        out
     }
 
     /// Checks `b` against the state (does not change it).

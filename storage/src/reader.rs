@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::read_budget::Slot;
 use crate::segment::Segment;
 
-type Key = (u64, u64); // (segment base offset, chunk index)
+type Key = (u64, u64); // (segment uid, chunk index): a rewritten segment gets a new uid
 
 /// One log's chunks: weak references into the core's [`ReadBudget`].
 pub(crate) struct ReadCache {
@@ -56,9 +56,10 @@ impl ReadCache {
         }
     }
 
-    /// Forgets the chunks of a deleted segment (the budget releases them as they age out).
-    pub(crate) fn forget_segment(&self, base_offset: u64) {
-        self.slots.borrow_mut().retain(|k, _| k.0 != base_offset);
+    /// Forgets the chunks of a deleted or replaced segment (the budget releases them as they
+    /// age out).
+    pub(crate) fn forget_segment(&self, uid: u64) {
+        self.slots.borrow_mut().retain(|k, _| k.0 != uid);
     }
 
     /// Lets the core's budget release chunks nobody read for a while.
@@ -73,7 +74,7 @@ impl ReadCache {
     /// The chunk `idx` of `segment`, valid at least up to `need_to` (the caller guarantees
     /// `need_to <= limit`, the segment's visible size).
     fn slot(&self, segment: &Segment, idx: u64, need_to: u64, limit: u64) -> Rc<Slot> {
-        let key = (segment.base_offset, idx);
+        let key = (segment.uid, idx);
         if let Some(s) = self.live(key) {
             if s.valid_to >= need_to {
                 return s;
@@ -119,7 +120,7 @@ impl ReadCache {
             }
             let need = ((next + 1) * self.chunk_bytes).min(limit);
             let present = self
-                .live((segment.base_offset, next))
+                .live((segment.uid, next))
                 .is_some_and(|s| s.valid_to >= need);
             if !present {
                 self.slot(segment, next, need, limit);
@@ -133,7 +134,7 @@ impl ReadCache {
         while idx * self.chunk_bytes < to {
             let need_to = to.min((idx + 1) * self.chunk_bytes);
             let ok = self
-                .live((segment.base_offset, idx))
+                .live((segment.uid, idx))
                 .is_some_and(|s| s.valid_to >= need_to && s.data.borrow().is_some());
             if !ok {
                 return false;

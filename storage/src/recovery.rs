@@ -1,5 +1,5 @@
-//! Scanning a segment file: finds the last valid batch (length, magic, CRC-32C and offset
-//! continuity checked) and rebuilds the indexes on the way. Used when a segment's indexes
+//! Scanning a segment file: finds the last valid batch (length, magic, CRC-32C and offsets
+//! that only go up checked) and rebuilds the indexes on the way. Used when a segment's indexes
 //! cannot be trusted: after an unclean shutdown (always for the last segment) or when an
 //! index file is missing or damaged.
 
@@ -57,7 +57,7 @@ pub(crate) async fn scan_segment(
             };
         }
         let at = (pos - window_pos) as usize;
-        let header_ok = batch::check_framing(&window[at..]);
+        let header_ok = batch::check_framing_stored(&window[at..]);
         let total = match header_ok {
             Ok(h) => h.total_bytes() as u64,
             Err(BatchError::Truncated { need, .. }) if need > HEADER_BYTES => need as u64,
@@ -96,7 +96,7 @@ pub(crate) async fn scan_segment(
             };
         }
         let at = (pos - window_pos) as usize;
-        let info = match batch::validate(&window[at..at + total as usize]) {
+        let info = match batch::validate_stored(&window[at..at + total as usize]) {
             Ok(info) => info,
             Err(e) => {
                 break ScanStop {
@@ -105,7 +105,9 @@ pub(crate) async fn scan_segment(
                 }
             }
         };
-        if info.base_offset < 0 || info.base_offset as u64 != st.next_offset {
+        // Offsets only go up. They follow each other exactly, except where compaction
+        // removed whole batches from a segment it rewrote (`log/clean.rs`).
+        if info.base_offset < 0 || (info.base_offset as u64) < st.next_offset {
             break ScanStop {
                 position: pos,
                 reason: Some(BatchError::OffsetGap {

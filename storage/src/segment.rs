@@ -41,6 +41,9 @@ pub(crate) struct SegmentState {
 
 pub(crate) struct Segment {
     pub base_offset: u64,
+    /// Unique per `Segment` made on this thread: a segment compaction rewrites keeps its
+    /// base offset but not its uid, so nothing cached for the old file is taken for the new.
+    pub uid: u64,
     pub file: IoFile,
     pub log_path: PathBuf,
     pub state: RefCell<SegmentState>,
@@ -70,8 +73,11 @@ impl Segment {
         log_path: PathBuf,
         index_interval_bytes: u32,
     ) -> Segment {
+        thread_local!(static NEXT_UID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) });
+        let uid = NEXT_UID.with(|n| n.replace(n.get() + 1));
         Segment {
             base_offset,
+            uid,
             file,
             log_path,
             state: RefCell::new(SegmentState::empty(base_offset)),
@@ -99,6 +105,21 @@ impl Segment {
             st.time_index = time_index;
             st.bytes_since_index = 0;
         }
+        s
+    }
+
+    /// A segment of `file` whose batches were recorded into `state` as it was written (by
+    /// compaction, `log/clean.rs`).
+    pub(crate) fn with_state(
+        base_offset: u64,
+        file: IoFile,
+        log_path: PathBuf,
+        index_interval_bytes: u32,
+        mut state: SegmentState,
+    ) -> Segment {
+        let s = Segment::new(base_offset, file, log_path, index_interval_bytes);
+        state.visible_size = state.size;
+        *s.state.borrow_mut() = state;
         s
     }
 
@@ -147,10 +168,8 @@ impl Segment {
         max_ts: i64,
     ) {
         assert_eq!(position, st.size, "batches are appended contiguously");
-        assert_eq!(
-            base_offset, st.next_offset,
-            "offsets are assigned contiguously"
-        );
+        // Contiguous as appended; a compacted segment may skip offsets between batches.
+        assert!(base_offset >= st.next_offset, "offsets only go up");
         let rel = (base_offset - segment_base) as u32;
         let index_here = st.offset_index.is_empty() || st.bytes_since_index >= interval;
         if index_here {

@@ -1,6 +1,8 @@
-//! Committing and fetching offsets: checked against the group's members and generation on
-//! the group's core, then written to (or read from) its bucket's offset store.
+//! Committing, fetching and deleting offsets: checked against the group's members and
+//! generation (or, for a delete, its state and subscriptions) on the group's core, then
+//! written to (or read from) its bucket's offset store.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use super::coordinator::*;
@@ -120,4 +122,109 @@ impl Coordinator {
                 .collect()),
         }
     }
+
+    /// OffsetDelete: deletes `group_id`'s committed offsets of the given partitions, durably.
+    /// Kafka's rules: an unknown group is GROUP_ID_NOT_FOUND; a group with members that is
+    /// not a consumer group (e.g. Connect) is NON_EMPTY_GROUP; in a consumer group with
+    /// members, the partitions of topics a member subscribes to are refused with
+    /// GROUP_SUBSCRIBED_TO_TOPIC (and all of them when the subscriptions cannot be read) and
+    /// the others deleted. Answers one code per partition, in request order.
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        topics: Vec<(String, Vec<i32>)>,
+    ) -> Result<Vec<Vec<i16>>, i16> {
+        if !self.offsets.owns(group_id) {
+            return Err(codes::NOT_COORDINATOR);
+        }
+        if group_id.is_empty() {
+            return Err(codes::INVALID_GROUP_ID);
+        }
+        let store = self.offsets.store(group_id);
+        let in_memory = self.group(group_id);
+        if in_memory.is_none() && !store.as_ref().is_some_and(|s| s.has_group(group_id)) {
+            return Err(codes::GROUP_ID_NOT_FOUND);
+        }
+        // None: every topic may be deleted (no members).
+        let subscribed: Option<Option<HashSet<String>>> = match &in_memory {
+            Some(g) if !g.borrow().members.is_empty() => {
+                let g = g.borrow();
+                if g.protocol_type.as_deref() != Some("consumer") {
+                    return Err(codes::NON_EMPTY_GROUP);
+                }
+                Some(subscribed_topics(&g))
+            }
+            _ => None,
+        };
+        let is_subscribed = |topic: &str| match &subscribed {
+            None => false,
+            Some(None) => true,
+            Some(Some(set)) => set.contains(topic),
+        };
+        let mut out = Vec::with_capacity(topics.len());
+        let mut doomed = Vec::new();
+        for (topic, parts) in &topics {
+            let refused = is_subscribed(topic);
+            out.push(
+                parts
+                    .iter()
+                    .map(|&p| {
+                        if refused {
+                            codes::GROUP_SUBSCRIBED_TO_TOPIC
+                        } else {
+                            doomed.push((topic.clone(), p));
+                            codes::NONE
+                        }
+                    })
+                    .collect(),
+            );
+        }
+        if let Some(store) = store {
+            if let Err(e) = store.delete_partitions(group_id, &doomed).await {
+                tracing::warn!(group = group_id, error = %e, "deleting offsets failed");
+                return Err(codes::KAFKA_STORAGE_ERROR);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The topics the members of a consumer group subscribe to, read from their metadata for
+/// the group's protocol (ConsumerProtocolSubscription: `version i16, topics [string]`, the
+/// same start in every version); `None` when that is not known (no protocol chosen yet, or
+/// metadata that does not parse), which Kafka treats as "subscribed to everything".
+fn subscribed_topics(g: &Group) -> Option<HashSet<String>> {
+    let protocol = g.protocol.as_ref()?;
+    let mut topics = HashSet::new();
+    for m in g.members.values() {
+        let (_, md) = m.protocols.iter().find(|(p, _)| p == protocol)?;
+        topics.extend(subscription_topics(md)?);
+    }
+    Some(topics)
+}
+
+/// The topic list of a ConsumerProtocolSubscription.
+pub(super) fn subscription_topics(mut md: &[u8]) -> Option<Vec<String>> {
+    use bytes::Buf;
+    if md.remaining() < 6 {
+        return None;
+    }
+    let _version = md.get_i16();
+    let n = md.get_i32();
+    if n < 0 || n as usize > md.remaining() / 2 {
+        return None;
+    }
+    let mut topics = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        if md.remaining() < 2 {
+            return None;
+        }
+        let len = md.get_i16();
+        if len < 0 || len as usize > md.remaining() {
+            return None;
+        }
+        topics.push(String::from_utf8(md[..len as usize].to_vec()).ok()?);
+        md.advance(len as usize);
+    }
+    Some(topics)
 }

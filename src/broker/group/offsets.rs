@@ -263,6 +263,31 @@ impl OffsetStore {
             .filter(|(g, t, _)| group.is_none_or(|x| x == g) && topic.is_none_or(|x| x == t))
             .cloned()
             .collect();
+        self.tombstone(keys).await
+    }
+
+    /// Deletes the offsets of `group` for the given (topic, partition)s, durably (OffsetDelete);
+    /// partitions without an offset are skipped. Returns how many were deleted.
+    pub async fn delete_partitions(
+        &self,
+        group: &str,
+        parts: &[(String, i32)],
+    ) -> Result<usize, weir_storage::Error> {
+        let keys: Vec<Key> = {
+            let e = self.entries.borrow();
+            parts
+                .iter()
+                .map(|(t, p)| (group.to_owned(), t.clone(), *p))
+                .filter(|k| e.contains_key(k))
+                .collect()
+        };
+        self.tombstone(keys).await
+    }
+
+    /// Appends a tombstone for each key (one batch), flushes, then forgets them in memory.
+    async fn tombstone(&self, mut keys: Vec<Key>) -> Result<usize, weir_storage::Error> {
+        keys.sort();
+        keys.dedup();
         if keys.is_empty() {
             return Ok(0);
         }
@@ -295,6 +320,16 @@ impl OffsetStore {
             .filter(|((g, _, _), _)| g == group)
             .map(|((_, t, p), c)| (t.clone(), *p, c.clone()))
             .collect()
+    }
+
+    /// Whether `group` has committed offsets here.
+    pub fn has_group(&self, group: &str) -> bool {
+        let from = (group.to_owned(), String::new(), i32::MIN);
+        self.entries
+            .borrow()
+            .range(from..)
+            .next()
+            .is_some_and(|((g, _, _), _)| g == group)
     }
 
     /// Groups that have committed offsets here.

@@ -35,6 +35,11 @@ pub enum GroupReq {
         group: String,
         topics: Option<Vec<(String, Vec<i32>)>>,
     },
+    /// OffsetDelete: (topic, partitions) whose committed offsets to delete.
+    DeleteOffsets {
+        group: String,
+        topics: Vec<(String, Vec<i32>)>,
+    },
     Describe(String),
     List,
     Delete(String),
@@ -51,6 +56,8 @@ pub enum GroupResp {
     Leave(i16, Vec<i16>),
     Commit(Vec<i16>),
     Fetch(Result<Vec<(String, i32, Committed)>, i16>),
+    /// Per topic, per partition codes of an OffsetDelete, or the group's error.
+    DeleteOffsets(Result<Vec<Vec<i16>>, i16>),
     Describe(GroupDescription),
     List(Vec<(String, String, String)>),
     Done,
@@ -83,6 +90,9 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
                 .await,
         ),
         GroupReq::Fetch { group, topics } => GroupResp::Fetch(coord.fetch_offsets(&group, topics)),
+        GroupReq::DeleteOffsets { group, topics } => {
+            GroupResp::DeleteOffsets(coord.delete_offsets(&group, topics).await)
+        }
         GroupReq::Describe(g) => GroupResp::Describe(coord.describe(&g)),
         GroupReq::List => GroupResp::List(coord.list()),
         GroupReq::Delete(g) => GroupResp::Code(coord.delete_group(&g).await),

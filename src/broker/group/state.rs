@@ -28,6 +28,7 @@ pub mod codes {
     pub const GROUP_ID_NOT_FOUND: i16 = 69;
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const FENCED_INSTANCE_ID: i16 = 82;
+    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 }
 
 /// Group settings, with Kafka's names.

@@ -93,12 +93,9 @@ pub(super) fn elect_leaders(shard: &Rc<Shard>, e: &ElectLeadersRequest) -> Elect
 }
 
 /// DescribeCluster: the same brokers as Metadata (one per core with `listeners.per.core`).
-pub(super) fn describe_cluster(shard: &Rc<Shard>) -> DescribeClusterResponse {
+pub(super) fn describe_cluster(shard: &Rc<Shard>, listener: usize) -> DescribeClusterResponse {
     use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-    let mut endpoints = shard.core_endpoints.borrow().clone();
-    if endpoints.is_empty() {
-        endpoints.push(shard.advertised.borrow().clone());
-    }
+    let endpoints = shard.brokers(listener);
     let mut r = DescribeClusterResponse::default();
     r.endpoint_type = 1;
     r.cluster_id = s("weir");

@@ -41,6 +41,7 @@ pub(super) fn describe_configs(
             e.value = Some(s(&value));
             e.read_only = false;
             e.config_source = source;
+            e.config_type = weir::config::config_type(name) as i8;
             e.is_sensitive = false;
             e
         };
@@ -271,8 +272,49 @@ pub(super) async fn alter_configs(
 pub(super) const OP_SET: i8 = 0;
 pub(super) const OP_DELETE: i8 = 1;
 
-/// IncrementalAlterConfigs: SET and DELETE change only the configs named. APPEND and
-/// SUBTRACT apply to list-valued configs, which no weir topic config is.
+pub(super) const OP_APPEND: i8 = 2;
+pub(super) const OP_SUBTRACT: i8 = 3;
+
+/// Topic configs whose value is a comma-separated list (Kafka's `ConfigDef.Type.LIST`): the
+/// ones APPEND and SUBTRACT apply to.
+const LIST_CONFIGS: &[&str] = &[
+    "cleanup.policy",
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+];
+
+/// APPEND (add the items not there yet) or SUBTRACT (remove the items) `value`'s items to or
+/// from the topic's value of `name` now (its override, else the broker default).
+fn list_op(shard: &Shard, topic: &str, name: &str, op: i8, value: &str) -> String {
+    let current = shard
+        .metadata()
+        .topics
+        .get(topic)
+        .and_then(|t| t.configs.get(name).cloned())
+        .or_else(|| shard.config.topic_default(name))
+        .unwrap_or_default();
+    let mut items: Vec<String> = current
+        .split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .map(str::to_string)
+        .collect();
+    for v in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let at = items.iter().position(|i| i == v);
+        match (op, at) {
+            (OP_APPEND, None) => items.push(v.to_string()),
+            (OP_SUBTRACT, Some(k)) => {
+                items.remove(k);
+            }
+            _ => {}
+        }
+    }
+    items.join(",")
+}
+
+/// IncrementalAlterConfigs: SET and DELETE change only the configs named; APPEND and SUBTRACT
+/// add items to or remove them from a list-valued config (`cleanup.policy`, ...), starting from
+/// the topic's current value.
 pub(super) async fn incremental_alter_configs(
     shard: &Rc<Shard>,
     a: &IncrementalAlterConfigsRequest,
@@ -290,6 +332,19 @@ pub(super) async fn incremental_alter_configs(
                         Some(c.value.as_ref().map(|v| v.to_string()).unwrap_or_default()),
                     )),
                     OP_DELETE => Ok((c.name.to_string(), None)),
+                    op @ (OP_APPEND | OP_SUBTRACT) if LIST_CONFIGS.contains(&c.name.as_str()) => {
+                        let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+                        Ok((
+                            c.name.to_string(),
+                            Some(list_op(
+                                shard,
+                                r.resource_name.as_str(),
+                                c.name.as_str(),
+                                op,
+                                &value,
+                            )),
+                        ))
+                    }
                     op => Err((
                         errors::INVALID_REQUEST,
                         format!(

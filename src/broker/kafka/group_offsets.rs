@@ -261,3 +261,77 @@ pub async fn offset_fetch(
     }
     r
 }
+
+/// OffsetDelete: a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION before the
+/// group's core is asked (as for OffsetCommit); the group's core applies Kafka's rules
+/// (`Coordinator::delete_offsets`). A group-level error answers no partitions.
+pub async fn offset_delete(shard: &Rc<Shard>, req: &OffsetDeleteRequest) -> OffsetDeleteResponse {
+    use kafka_protocol::messages::offset_delete_response::{
+        OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+    };
+    let group = req.group_id.to_string();
+    let meta = shard.metadata();
+    let known: Vec<Vec<bool>> = req
+        .topics
+        .iter()
+        .map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| meta.owner(t.name.as_str(), p.partition_index).is_some())
+                .collect()
+        })
+        .collect();
+    let asked: Vec<(String, Vec<i32>)> = req
+        .topics
+        .iter()
+        .zip(&known)
+        .map(|(t, k)| {
+            let parts = t
+                .partitions
+                .iter()
+                .zip(k)
+                .filter(|(_, &k)| k)
+                .map(|(p, _)| p.partition_index)
+                .collect();
+            (t.name.to_string(), parts)
+        })
+        .collect();
+    let mut r = OffsetDeleteResponse::default();
+    let codes_out = match call(
+        shard,
+        &group,
+        GroupReq::DeleteOffsets {
+            group: group.clone(),
+            topics: asked,
+        },
+    )
+    .await
+    {
+        GroupResp::DeleteOffsets(Ok(c)) => c,
+        GroupResp::DeleteOffsets(Err(code)) | GroupResp::Code(code) => {
+            r.error_code = code;
+            return r;
+        }
+        _ => {
+            r.error_code = codes::UNKNOWN_SERVER_ERROR;
+            return r;
+        }
+    };
+    for ((t, k), topic_codes) in req.topics.iter().zip(&known).zip(codes_out) {
+        let mut tr = OffsetDeleteResponseTopic::default();
+        tr.name = t.name.clone();
+        let mut it = topic_codes.into_iter();
+        for (p, &k) in t.partitions.iter().zip(k) {
+            let mut pr = OffsetDeleteResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            pr.error_code = if k {
+                it.next().unwrap_or(codes::UNKNOWN_SERVER_ERROR)
+            } else {
+                crate::broker::errors::UNKNOWN_TOPIC_OR_PARTITION
+            };
+            tr.partitions.push(pr);
+        }
+        r.topics.push(tr);
+    }
+    r
+}

@@ -16,6 +16,7 @@ use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::Listener;
 use crate::broker::group::coordinator::{
     codes, Coordinator, GroupDescription, JoinRequest, JoinResponse, SyncRequest, SyncResponse,
 };
@@ -44,29 +45,31 @@ pub fn find_coordinator(
     shard: &Rc<Shard>,
     version: i16,
     req: &FindCoordinatorRequest,
+    listener: usize,
 ) -> FindCoordinatorResponse {
     // The group's core (its offsets bucket's owner) when each core is its own broker.
     let endpoint = |key: &str| -> (i32, String, i32) {
         let node = shard.node_of(Coordinator::core_of(key, shard.cores));
-        match shard.core_endpoints.borrow().get(node as usize) {
+        let brokers = shard.brokers(listener);
+        match brokers.get(node as usize) {
             Some((h, p)) => (node, h.clone(), *p),
-            None => {
-                let (h, p) = shard.advertised.borrow().clone();
-                (0, h, p)
-            }
+            None => (0, brokers[0].0.clone(), brokers[0].1),
         }
     };
     let mut r = FindCoordinatorResponse::default();
-    // key_type 0 = group; 1 = transaction (not supported).
-    let (code, msg) = if req.key_type == 0 {
-        (codes::NONE, None)
-    } else {
-        // Not COORDINATOR_NOT_AVAILABLE: clients retry that until their timeout and then
-        // report only the timeout. UNSUPPORTED_VERSION is fatal for them at once.
-        (
+    // key_type 0 = group; 1 = transaction, 2 = share group (v6, KIP-932): not supported.
+    // Not COORDINATOR_NOT_AVAILABLE: clients retry that until their timeout and then report
+    // only the timeout. UNSUPPORTED_VERSION is fatal for them at once.
+    let (code, msg) = match req.key_type {
+        0 => (codes::NONE, None),
+        1 => (
             crate::broker::errors::UNSUPPORTED_VERSION,
             Some(s("weir does not support transactions yet")),
-        )
+        ),
+        _ => (
+            crate::broker::errors::UNSUPPORTED_VERSION,
+            Some(s("weir does not support share groups")),
+        ),
     };
     if version >= 4 {
         r.coordinators = req
@@ -283,6 +286,7 @@ pub async fn leave_group(
 
 pub async fn describe_groups(
     shard: &Rc<Shard>,
+    version: i16,
     req: &DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
     let mut r = DescribeGroupsResponse::default();
@@ -300,6 +304,11 @@ pub async fn describe_groups(
         };
         let mut dg = DescribedGroup::default();
         dg.error_code = d.error;
+        // v6 (KIP-1043): a group that does not exist is GROUP_ID_NOT_FOUND, not a Dead one.
+        if version >= 6 && d.error == codes::NONE && d.state == "Dead" {
+            dg.error_code = codes::GROUP_ID_NOT_FOUND;
+            dg.error_message = Some(s(&format!("Group {group} not found.")));
+        }
         dg.group_id = g.clone();
         dg.group_state = s(&d.state);
         dg.protocol_type = s(&d.protocol_type);
@@ -324,9 +333,21 @@ pub async fn describe_groups(
     r
 }
 
-pub async fn list_groups(shard: &Rc<Shard>, req: &ListGroupsRequest) -> ListGroupsResponse {
+/// On the bootstrap port: every group of the broker. On a core's own port (that core is
+/// advertised as a broker of its own): only the groups that core coordinates, as a Kafka
+/// broker lists only its own groups — clients ask every broker and concatenate the
+/// answers, so listing all groups everywhere would show each group once per core.
+pub async fn list_groups(
+    shard: &Rc<Shard>,
+    req: &ListGroupsRequest,
+    via: Listener,
+) -> ListGroupsResponse {
     let mut r = ListGroupsResponse::default();
-    for core in 0..shard.cores {
+    let cores = match via {
+        Listener::Core => shard.id..shard.id + 1,
+        Listener::Bootstrap => 0..shard.cores,
+    };
+    for core in cores {
         if let Resp::Group(GroupResp::List(gs)) = shard.call(core, Req::Group(GroupReq::List)).await
         {
             for (id, ptype, state) in gs {

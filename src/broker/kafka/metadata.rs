@@ -55,6 +55,7 @@ pub(super) async fn metadata(
     shard: &Rc<Shard>,
     version: i16,
     req: &MetadataRequest,
+    listener: usize,
 ) -> MetadataResponse {
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let requested: Option<Vec<String>> = match &req.topics {
@@ -78,10 +79,8 @@ pub(super) async fn metadata(
         auto_create(shard, missing).await;
     }
     let meta = shard.metadata();
-    let mut endpoints = shard.core_endpoints.borrow().clone();
-    if endpoints.is_empty() {
-        endpoints.push(shard.advertised.borrow().clone());
-    }
+    // The endpoints of the listener the client came in on: SSL clients get SSL ports.
+    let endpoints = shard.brokers(listener);
     let mut r = MetadataResponse::default();
     r.brokers = endpoints
         .iter()

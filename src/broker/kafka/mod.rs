@@ -17,6 +17,7 @@ use tracing::debug;
 
 mod cluster;
 mod configs;
+mod describe;
 mod fetch;
 mod fetch_budget;
 mod fetch_response;
@@ -25,6 +26,8 @@ mod groups;
 mod metadata;
 mod offsets;
 mod produce;
+mod producers;
+mod reassign;
 mod topics;
 
 use self::cluster::*;
@@ -88,18 +91,39 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
-/// Processes one request on the connection's core.
-/// Processes one request, counting it (and its time) in the core's metrics.
-pub async fn process(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
+/// Which of a core's listeners a connection came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listener {
+    /// The shared bootstrap port (SO_REUSEPORT on every core): the whole broker.
+    Bootstrap,
+    /// The core's own port (listeners.per.core): the core as a broker of its own.
+    Core,
+}
+
+/// Processes one request on the connection's core, counting it (and its time) in the core's
+/// metrics. `listener`: the index in `listeners` of the listener the connection came in on
+/// (Metadata, DescribeCluster and FindCoordinator answer with that listener's endpoints);
+/// `via`: its bootstrap port or a core's own port (ListGroups answers for that broker).
+pub async fn process(
+    shard: Rc<Shard>,
+    req: Request,
+    listener: usize,
+    via: Listener,
+) -> Result<Response, ProtocolError> {
     let started = std::time::Instant::now();
     let key = req.raw_key();
     let sh = shard.clone();
-    let r = process_request(shard, req).await;
+    let r = process_request(shard, req, listener, via).await;
     sh.metrics.request(key, started.elapsed());
     r
 }
 
-async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, ProtocolError> {
+async fn process_request(
+    shard: Rc<Shard>,
+    req: Request,
+    listener: usize,
+    via: Listener,
+) -> Result<Response, ProtocolError> {
     match &req.body {
         Body::ApiVersions(a) => {
             debug!(
@@ -131,7 +155,7 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
             )?]))
         }
         Body::Metadata(m) => {
-            let resp = metadata(&shard, req.version, m).await;
+            let resp = metadata(&shard, req.version, m, listener).await;
             one(&req, &resp)
         }
         Body::Produce(p) => produce(&shard, &req, p).await,
@@ -162,7 +186,7 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
             one(&req, &resp)
         }
         Body::DescribeCluster(_) => {
-            let resp = describe_cluster(&shard);
+            let resp = describe_cluster(&shard, listener);
             one(&req, &resp)
         }
         Body::CreatePartitions(c) => {
@@ -184,7 +208,10 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
             one(&req, &resp)
         }
         Body::InitProducerId(i) => one(&req, &init_producer_id(&shard, i)),
-        Body::FindCoordinator(f) => one(&req, &group::find_coordinator(&shard, req.version, f)),
+        Body::FindCoordinator(f) => one(
+            &req,
+            &group::find_coordinator(&shard, req.version, f, listener),
+        ),
         Body::JoinGroup(j) => {
             let client = group::Client {
                 client_id: &req.client_id,
@@ -203,9 +230,26 @@ async fn process_request(shard: Rc<Shard>, req: Request) -> Result<Response, Pro
             &req,
             &group_offsets::offset_fetch(&shard, req.version, f).await,
         ),
-        Body::DescribeGroups(d) => one(&req, &group::describe_groups(&shard, d).await),
-        Body::ListGroups(l) => one(&req, &group::list_groups(&shard, l).await),
+        Body::DescribeGroups(d) => one(&req, &group::describe_groups(&shard, req.version, d).await),
+        Body::ListGroups(l) => one(&req, &group::list_groups(&shard, l, via).await),
         Body::DeleteGroups(d) => one(&req, &group::delete_groups(&shard, d).await),
+        Body::OffsetDelete(d) => one(&req, &group_offsets::offset_delete(&shard, d).await),
+        Body::DescribeProducers(d) => one(&req, &producers::describe_producers(&shard, d).await),
+        Body::AlterPartitionReassignments(a) => one(
+            &req,
+            &reassign::alter_partition_reassignments(&shard, req.version, a),
+        ),
+        Body::ListPartitionReassignments(l) => {
+            one(&req, &reassign::list_partition_reassignments(l))
+        }
+        Body::AlterReplicaLogDirs(a) => one(&req, &describe::alter_replica_log_dirs(&shard, a)),
+        Body::DescribeTopicPartitions(d) => {
+            one(&req, &describe::describe_topic_partitions(&shard, d))
+        }
+        Body::ListConfigResources(l) => one(
+            &req,
+            &describe::list_config_resources(&shard, req.version, l),
+        ),
     }
 }
 

@@ -50,6 +50,7 @@ pub(super) async fn produce(
                 error: errors::NONE,
                 base_offset: -1,
                 log_start_offset: -1,
+                record_errors: Vec::new(),
             };
             if !valid_acks {
                 res.error = errors::INVALID_REQUIRED_ACKS;
@@ -110,6 +111,19 @@ pub(super) async fn produce(
             pr.base_offset = r.base_offset;
             pr.log_append_time_ms = -1;
             pr.log_start_offset = r.log_start_offset;
+            if !r.record_errors.is_empty() {
+                pr.error_message = Some(s(&r.record_errors[0].1));
+                pr.record_errors = r
+                    .record_errors
+                    .iter()
+                    .map(|(i, why)| {
+                        let mut e = produce_response::BatchIndexAndErrorMessage::default();
+                        e.batch_index = *i;
+                        e.batch_index_error_message = Some(s(why));
+                        e
+                    })
+                    .collect();
+            }
             tr.partition_responses.push(pr);
         }
         resp.responses.push(tr);

@@ -384,6 +384,20 @@ impl Shard {
         results
     }
 
+    /// The brokers a client that came in on `listener` is told about, (host, port) by broker
+    /// id: one per core with `listeners.per.core`, else the one node 0.
+    pub fn brokers(&self, listener: usize) -> Vec<(String, i32)> {
+        match self.core_endpoints.borrow().get(listener) {
+            Some(e) => e.clone(),
+            None => vec![self
+                .advertised
+                .borrow()
+                .get(listener)
+                .cloned()
+                .unwrap_or_default()],
+        }
+    }
+
     /// The broker id that leads a partition owned by `core` (and coordinates a group living
     /// there): the core itself with `listeners.per.core`, else the one node 0.
     pub fn node_of(&self, core: usize) -> i32 {

@@ -133,10 +133,7 @@ impl Shard {
             if self.shutdown.is_fired() {
                 return;
             }
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0);
+            let now_ms = wall_clock_ms();
             let parts: Vec<((String, i32), Rc<Partition>)> = self
                 .partitions
                 .borrow()
@@ -247,4 +244,13 @@ pub(super) fn remove_stale_dirs(data_dir: &Path, prefix: &str) {
             }
         }
     }
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it): the "now" retention and
+/// the cleaner compare record timestamps with.
+pub(super) fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

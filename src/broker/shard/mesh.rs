@@ -139,6 +139,9 @@ impl Shard {
             }
             Req::Metrics => Resp::Metrics(Box::new(self.metrics_snapshot())),
             Req::PartitionSizes => Resp::PartitionSizes(self.partition_sizes()),
+            Req::DescribeProducers(parts) => {
+                Resp::Producers(self.describe_producers_local(parts).await)
+            }
             Req::Apply(meta) => Resp::Applied(self.apply_metadata(meta).await),
             Req::CreateTopics {
                 topics,

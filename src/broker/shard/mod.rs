@@ -11,6 +11,7 @@
 //! topic names, `bytes::Bytes` records, `Arc<Metadata>` snapshots.
 
 mod admin;
+mod cleaner;
 mod fetch;
 mod lifecycle;
 mod mesh;
@@ -30,6 +31,8 @@ use glommio::sync::Semaphore;
 use tracing::{debug, warn};
 use weir_storage::{BatchCache, Log};
 
+pub use cleaner::spawn_cleaner;
+
 use crate::broker::errors::{self};
 use crate::broker::group::Coordinator;
 use crate::broker::sync::{Event, FifoLock, Notify, Slot};
@@ -47,21 +50,24 @@ pub struct Global {
     pub drained: AtomicUsize,
     /// Cores whose listener is bound (the "listening on" line is printed when all are).
     pub bound: AtomicUsize,
-    /// The port every core binds (set by core 0).
-    pub port: std::sync::atomic::AtomicU16,
-    /// `listeners.per.core`: the port of each core's own listener (set by that core).
+    /// The port every core binds, per listener (set by core 0).
+    pub ports: Vec<std::sync::atomic::AtomicU16>,
+    /// `listeners.per.core`: the port of each core's own listener, per listener
+    /// (`listener * cores + core`; set by that core).
     pub core_ports: Vec<std::sync::atomic::AtomicU16>,
     pub exited: AtomicUsize,
 }
 
 impl Global {
-    pub fn new(cores: usize) -> Global {
+    pub fn new(cores: usize, listeners: usize) -> Global {
         Global {
             shutdown: AtomicBool::new(false),
             drained: AtomicUsize::new(0),
             bound: AtomicUsize::new(0),
-            port: std::sync::atomic::AtomicU16::new(0),
-            core_ports: (0..cores)
+            ports: (0..listeners)
+                .map(|_| std::sync::atomic::AtomicU16::new(0))
+                .collect(),
+            core_ports: (0..cores * listeners)
                 .map(|_| std::sync::atomic::AtomicU16::new(0))
                 .collect(),
             exited: AtomicUsize::new(0),
@@ -133,11 +139,11 @@ pub struct Shard {
     pub id: usize,
     pub cores: usize,
     pub config: Arc<BrokerConfig>,
-    /// host and port put in Metadata responses.
-    pub advertised: RefCell<(String, i32)>,
-    /// `listeners.per.core`: every core's advertised (host, port), indexed by core = broker
-    /// id in Metadata. Empty: the broker is advertised as one node, id 0.
-    pub core_endpoints: RefCell<Vec<(String, i32)>>,
+    /// host and port put in Metadata responses, per listener (index in `listeners`).
+    pub advertised: RefCell<Vec<(String, i32)>>,
+    /// `listeners.per.core`: per listener, every core's advertised (host, port), indexed by
+    /// core = broker id in Metadata. Empty: the broker is advertised as one node, id 0.
+    pub core_endpoints: RefCell<Vec<Vec<(String, i32)>>>,
     meta: RefCell<Arc<Metadata>>,
     /// Topic id → name for the current snapshot (Produce v13+, Fetch v13+, DeleteTopics v6+
     /// name topics by id), rebuilt whenever a snapshot is installed.
@@ -218,7 +224,7 @@ impl Shard {
                 config.cache_bytes_per_core,
                 config.read_cache_bytes_per_core,
             ),
-            advertised: RefCell::new((String::new(), 0)),
+            advertised: RefCell::new(Vec::new()),
             core_endpoints: RefCell::new(Vec::new()),
             config,
             topic_ids: RefCell::new(index_topic_ids(&meta)),

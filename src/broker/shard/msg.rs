@@ -17,11 +17,15 @@ pub struct ProducePart {
     pub records: Bytes,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ProduceResult {
     pub error: i16,
     pub base_offset: i64,
     pub log_start_offset: i64,
+    /// Produce v8+ (KIP-467): the records that made the batch fail, by index in the
+    /// partition's record set, with why; the client fails the others of the batch with
+    /// INVALID_DIFFERENT_RECORD and may retry them.
+    pub record_errors: Vec<(i32, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +64,17 @@ pub struct DeletePart {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
+}
+
+/// An idempotent producer of a partition (DescribeProducers): its id and epoch, the last
+/// sequence and the max timestamp of its last batch (-1 when that batch is no longer
+/// readable).
+#[derive(Debug, Clone, Copy)]
+pub struct ProducerInfo {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -154,6 +169,8 @@ pub enum Req {
     Metrics,
     /// This core's partitions and their sizes (DescribeLogDirs).
     PartitionSizes,
+    /// → the owner: the active idempotent producers of each (topic, partition).
+    DescribeProducers(Vec<(String, i32)>),
 }
 
 #[derive(Debug)]
@@ -169,6 +186,8 @@ pub enum Resp {
     Applied(Vec<OpenFailure>),
     Metrics(Box<crate::broker::metrics::CoreSnapshot>),
     PartitionSizes(Vec<(String, i32, u64)>),
+    /// Per partition of a `Req::DescribeProducers`: its producers, or an error code.
+    Producers(Vec<Result<Vec<ProducerInfo>, i16>>),
     Done,
 }
 

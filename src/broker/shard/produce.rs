@@ -1,5 +1,6 @@
 //! Produce on the owning core: append each partition's batches (CRC, idempotence and
-//! sequence checks in the engine), flush for acks=all, count for the metrics.
+//! sequence checks in the engine), flush for acks=all, count for the metrics; and the
+//! idempotent producers a partition remembers (DescribeProducers).
 
 use std::rc::Rc;
 
@@ -38,6 +39,7 @@ impl Shard {
                 error,
                 base_offset: -1,
                 log_start_offset: -1,
+                record_errors: Vec::new(),
             }
         };
         let Some(part) = self.partition(&p.topic, p.partition) else {
@@ -45,6 +47,23 @@ impl Shard {
         };
         if p.records.is_empty() {
             return fail(errors::CORRUPT_MESSAGE);
+        }
+        if part.log.config().cleanup_compact {
+            let keyless = super::cleaner::keyless_records(&p.records);
+            if !keyless.is_empty() {
+                debug!(topic = %p.topic, partition = p.partition, records = keyless.len(), "records without a key refused on a compacted topic");
+                let mut r = fail(errors::INVALID_RECORD);
+                r.record_errors = keyless
+                    .into_iter()
+                    .map(|i| {
+                        (
+                            i,
+                            "Compacted topic cannot accept message without key".to_string(),
+                        )
+                    })
+                    .collect();
+                return r;
+            }
         }
         let bytes = p.records.len() as u64;
         match part.log.append(p.records).await {
@@ -67,6 +86,7 @@ impl Shard {
                     error: errors::NONE,
                     base_offset: info.base_offset as i64,
                     log_start_offset: info.log_start_offset as i64,
+                    record_errors: Vec::new(),
                 }
             }
             Err(e) => {
@@ -78,5 +98,42 @@ impl Shard {
                 fail(storage_error_code(&e))
             }
         }
+    }
+
+    // ---- DescribeProducers ----
+
+    /// The idempotent producers each partition's log remembers. The last timestamp is the
+    /// max timestamp of the producer's last batch, read back from the log (-1 if retention
+    /// or DeleteRecords removed it).
+    pub(super) async fn describe_producers_local(
+        &self,
+        parts: Vec<(String, i32)>,
+    ) -> Vec<Result<Vec<ProducerInfo>, i16>> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (topic, partition) in parts {
+            let Some(part) = self.partition(&topic, partition) else {
+                out.push(Err(errors::UNKNOWN_TOPIC_OR_PARTITION));
+                continue;
+            };
+            let mut producers = Vec::new();
+            for a in part.log.active_producers() {
+                let last_timestamp = match part.log.read(a.last_batch_base_offset, 1).await {
+                    Ok(r) => r
+                        .batches()
+                        .find(|(h, _)| h.base_offset.get() as u64 == a.last_batch_base_offset)
+                        .map(|(h, _)| h.max_timestamp.get())
+                        .unwrap_or(-1),
+                    Err(_) => -1,
+                };
+                producers.push(ProducerInfo {
+                    producer_id: a.producer_id,
+                    epoch: a.epoch,
+                    last_sequence: a.last_sequence,
+                    last_timestamp,
+                });
+            }
+            out.push(Ok(producers));
+        }
+        out
     }
 }

@@ -105,10 +105,22 @@ impl Vfs {
                 Err(e) => Err(Error::io("remove", path, None, e)),
             },
             #[cfg(feature = "sim")]
-            Vfs::Sim(disk) => {
-                disk.remove(path);
-                Ok(())
+            Vfs::Sim(disk) => disk.remove(path),
+        }
+    }
+
+    /// Renames `from` to `to` (atomically replacing `to`); durable once the directory is
+    /// synced (`sync_dir`).
+    pub async fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        match self {
+            Vfs::Real => {
+                let (f, t) = (from.to_owned(), to.to_owned());
+                off_reactor(move || std::fs::rename(f, t))
+                    .await
+                    .map_err(|e| Error::io("rename", from, None, e))
             }
+            #[cfg(feature = "sim")]
+            Vfs::Sim(disk) => disk.rename(from, to),
         }
     }
 

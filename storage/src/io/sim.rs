@@ -48,6 +48,8 @@ pub struct SimDisk {
     faults: RefCell<Vec<SimFault>>,
     syncs: Cell<u64>,
     dir_syncs: Cell<u64>,
+    /// Set by [`SimDisk::stop_after`]: how many more changes the disk makes.
+    changes_left: Cell<Option<u64>>,
 }
 
 /// One simulated file.
@@ -154,6 +156,35 @@ impl SimDisk {
     /// How many fdatasyncs have been issued.
     pub fn sync_count(&self) -> u64 {
         self.syncs.get()
+    }
+
+    /// Lets the disk make `changes` more changes (writes, fdatasyncs, removes, renames), then
+    /// fails every further one with EIO without making it: a crash test stops an operation
+    /// at each of its steps in turn this way, then crashes the disk and reopens.
+    pub fn stop_after(&self, changes: u64) {
+        self.changes_left.set(Some(changes));
+    }
+
+    /// Changes the disk made since [`SimDisk::stop_after`] minus those it refused: how many of
+    /// the allowed changes are left (`None` without a limit).
+    pub fn changes_left(&self) -> Option<u64> {
+        self.changes_left.get()
+    }
+
+    fn change(&self, what: &'static str, path: &Path) -> Result<()> {
+        match self.changes_left.get() {
+            Some(0) => Err(Error::io(
+                what,
+                path,
+                None,
+                std::io::Error::from_raw_os_error(5),
+            )),
+            Some(n) => {
+                self.changes_left.set(Some(n - 1));
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 
     fn check(&self, op: SimOp, path: &Path, pos: u64) -> Result<()> {
@@ -283,8 +314,27 @@ impl SimDisk {
         self.files.borrow().contains_key(path)
     }
 
-    pub(super) fn remove(&self, path: &Path) {
+    pub(super) fn remove(&self, path: &Path) -> Result<()> {
+        if self.exists(path) {
+            self.change("remove", path)?;
+        }
         self.files.borrow_mut().remove(path);
+        Ok(())
+    }
+
+    pub(super) fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        self.change("rename", from)?;
+        let mut files = self.files.borrow_mut();
+        let Some(f) = files.remove(from) else {
+            return Err(Error::io(
+                "rename",
+                from,
+                None,
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        };
+        files.insert(to.to_owned(), f);
+        Ok(())
     }
 
     pub(super) fn remove_dir_all(&self, dir: &Path) {
@@ -304,6 +354,7 @@ impl SimDisk {
     ) -> Result<usize> {
         futures_lite::future::yield_now().await;
         self.check(SimOp::Write, path, pos)?;
+        self.change("write", path)?;
         file.write(pos, bytes);
         Ok(bytes.len())
     }
@@ -322,6 +373,7 @@ impl SimDisk {
     pub(super) async fn fdatasync(&self, file: &SimFile, path: &Path) -> Result<()> {
         futures_lite::future::yield_now().await;
         self.check(SimOp::Sync, path, 0)?;
+        self.change("fdatasync", path)?;
         self.syncs.set(self.syncs.get() + 1);
         file.sync();
         Ok(())

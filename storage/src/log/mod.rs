@@ -7,6 +7,8 @@
 //!   direct writes in flight and the high watermark they move.
 //! - `read.rs` — [`Log::read`], [`Log::read_available`], and the timestamp lookups.
 //! - `retention.rs` — [`Log::enforce_retention`], [`Log::set_log_start_offset`].
+//! - `clean.rs` — compaction: [`Log::clean`], [`Log::dirty_info`], finishing an interrupted
+//!   swap on open.
 //! - `markers.rs` — the small files `clean_shutdown` and `log_start_offset`.
 //!
 //! This file holds the [`Log`] itself, its state, the accessors, and closing and deleting.
@@ -18,6 +20,8 @@
 //! the high watermark passes them.
 
 mod append;
+mod clean;
+mod clean_files;
 mod markers;
 mod open;
 mod read;
@@ -33,12 +37,15 @@ use crate::cache::LogCache;
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
 use crate::io::Vfs;
+pub use crate::producer_state::ActiveProducer;
 use crate::producer_state::ProducerState;
 use crate::reader::ReadCache;
 use crate::segment::Segment;
 use crate::watermark::{FifoLock, Watch, Watermarks};
 
 pub use append::{AppendInfo, FlushStats, FLUSH_BUCKETS};
+pub use clean::{CleanOptions, CleanStats, Codecs, DirtyInfo, MAP_BUDGET_BYTES};
+pub use clean_files::CLEANER_CHECKPOINT_FILE;
 pub use markers::{CLEAN_SHUTDOWN_FILE, LOG_START_FILE};
 pub use read::ReadOutcome;
 
@@ -76,6 +83,13 @@ struct Inner {
     idle_mark: Cell<u64>,
     /// Idempotent producers' last batches (`producer_state.rs`).
     producers: RefCell<ProducerState>,
+    /// Orders changes to the set of closed segments: retention and DeleteRecords deleting
+    /// them, a cleaning swapping them, close and delete.
+    layout_lock: FifoLock,
+    /// How far the log is cleaned (`clean.rs`).
+    checkpoint: Cell<clean_files::Checkpoint>,
+    /// A cleaning is running.
+    cleaning: Cell<bool>,
 }
 
 /// One partition's log. Lives on one glommio executor (it is `!Send`).
@@ -131,6 +145,11 @@ impl Log {
         self.inner.flush_stats.borrow().clone()
     }
 
+    /// The idempotent producers this log remembers (Kafka's DescribeProducers), by id.
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        self.inner.producers.borrow().active()
+    }
+
     /// Number of segments and their total bytes.
     pub fn size(&self) -> (usize, u64) {
         let segs = self.inner.segments.borrow();
@@ -145,6 +164,7 @@ impl Log {
     pub async fn close(self) -> Result<()> {
         let inner = &self.inner;
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
+        let layout = inner.layout_lock.lock().await.ok_or(Error::Closed)?;
         inner.drain_writes().await?;
         inner.flush_to(inner.hw.get()).await?;
         inner.active().seal(&inner.vfs).await?;
@@ -157,6 +177,8 @@ impl Log {
         inner.vfs.sync_dir(&inner.dir).await?;
         inner.closed.set(true);
         inner.append_lock.close();
+        inner.layout_lock.close();
+        drop(layout);
         drop(permit);
         let segs: Vec<Rc<Segment>> = std::mem::take(&mut *inner.segments.borrow_mut())
             .into_values()
@@ -173,9 +195,12 @@ impl Log {
     pub async fn delete(self) -> Result<()> {
         let inner = &self.inner;
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
+        let layout = inner.layout_lock.lock().await.ok_or(Error::Closed)?;
         let _ = inner.drain_writes().await;
         inner.closed.set(true);
         inner.append_lock.close();
+        inner.layout_lock.close();
+        drop(layout);
         drop(permit);
         inner.segments.borrow_mut().clear();
         inner.vfs.remove_dir_all(&inner.dir).await

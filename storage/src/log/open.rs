@@ -75,7 +75,16 @@ impl Log {
             vfs.sync_dir(dir).await?;
         }
         let interval = config.index_interval_bytes;
+        super::clean_files::complete_swaps(&vfs, dir, interval).await?;
         let (mut segments, scanned) = recover_segments(&vfs, dir, interval, clean).await?;
+        let checkpoint = vfs
+            .read_small(&dir.join(super::CLEANER_CHECKPOINT_FILE))
+            .await?
+            .and_then(|b| super::clean_files::Checkpoint::decode(&b))
+            .unwrap_or(super::clean_files::Checkpoint {
+                offset: 0,
+                tombstones_due_ms: None,
+            });
 
         let persisted_start = vfs
             .read_small(&dir.join(LOG_START_FILE))
@@ -144,6 +153,12 @@ impl Log {
             next_offset,
             prealloc,
         );
+        // A checkpoint never vouches for more than the log holds (the tombstone rule relies
+        // on it: see `clean.rs`).
+        let checkpoint = super::clean_files::Checkpoint {
+            offset: checkpoint.offset.min(next_offset),
+            ..checkpoint
+        };
         let first_base = segments.keys().next().copied().unwrap_or(0);
         let log_start = persisted_start.map_or(first_base, |p| p.clamp(first_base, next_offset));
         let reader = ReadCache::new(
@@ -178,6 +193,9 @@ impl Log {
             closed: Cell::new(false),
             producers: RefCell::new(producers),
             idle_mark: Cell::new(next_offset),
+            layout_lock: FifoLock::default(),
+            checkpoint: Cell::new(checkpoint),
+            cleaning: Cell::new(false),
         });
         Ok(Log { inner })
     }

@@ -319,7 +319,7 @@ impl Inner {
                     .bytes(seg, pos, pos + HEADER_BYTES as u64, limit)
                     .await?,
             );
-            let header = match batch::check_framing(&header_bytes) {
+            let header = match batch::check_framing_stored(&header_bytes) {
                 Ok(h) => *h,
                 Err(crate::error::BatchError::Truncated { .. }) => {
                     match BatchHeader::parse(&header_bytes) {
@@ -356,7 +356,7 @@ impl Inner {
             // A batch that spans read chunks stays in pieces (the response carries them back
             // to back): no copy to join them.
             let valid = match parts.as_slice() {
-                [one] => batch::validate(one),
+                [one] => batch::validate_stored(one),
                 _ => batch::validate_pieces(&parts),
             };
             if let Err(reason) = valid {

@@ -44,12 +44,14 @@ impl Log {
                 let st = oldest.state.borrow();
                 (st.size, st.max_timestamp)
             };
-            let by_time = config
-                .retention_ms
-                .is_some_and(|ms| max_ts < now_ms - ms as i64);
-            let by_size = config
-                .retention_bytes
-                .is_some_and(|max| total_bytes - size >= max);
+            let by_time = config.cleanup_delete
+                && config
+                    .retention_ms
+                    .is_some_and(|ms| max_ts < now_ms - ms as i64);
+            let by_size = config.cleanup_delete
+                && config
+                    .retention_bytes
+                    .is_some_and(|max| total_bytes - size >= max);
             if !(by_time || by_size) {
                 break;
             }
@@ -114,6 +116,7 @@ impl Inner {
     }
 
     async fn delete_oldest_segment(&self) -> Result<()> {
+        let _permit = self.layout_lock.lock().await.ok_or(Error::Closed)?;
         let seg = {
             let mut segs = self.segments.borrow_mut();
             if segs.len() <= 1 {
@@ -130,7 +133,7 @@ impl Inner {
             .copied()
             .unwrap_or(seg.base_offset);
         self.log_start.set(self.log_start.get().max(next_base));
-        self.reader.forget_segment(seg.base_offset);
+        self.reader.forget_segment(seg.uid);
         seg.remove_files(&self.vfs).await?;
         tracing::debug!(dir = %self.dir.display(), base = seg.base_offset, "retention deleted a segment");
         Ok(())

@@ -24,11 +24,15 @@
 //! Because the CRC starts at `attributes`, the base offset and leader epoch can be set in
 //! place without touching the records or recomputing the checksum.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use zerocopy::big_endian::{I16, I32, I64, U32};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use crate::error::BatchError;
+
+pub mod records;
+
+pub use records::{decode_records, Record, RecordBatchBuilder};
 
 /// Size of the v2 batch header.
 pub const HEADER_BYTES: usize = 61;
@@ -129,10 +133,42 @@ pub struct BatchInfo {
     pub records_count: i32,
 }
 
+impl BatchInfo {
+    fn of(header: &BatchHeader, total_bytes: usize) -> BatchInfo {
+        BatchInfo {
+            base_offset: header.base_offset.get(),
+            last_offset_delta: header.last_offset_delta.get(),
+            total_bytes,
+            max_timestamp: header.max_timestamp.get(),
+            records_count: header.records_count.get(),
+        }
+    }
+}
+
+/// Which record-count rule a batch is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CountRule {
+    /// What producers send: one offset per record, at least one record.
+    Produced,
+    /// What a log may hold once compaction has removed records: fewer records than offsets
+    /// (`records_count <= last_offset_delta + 1`), possibly none.
+    Stored,
+}
+
 /// Checks length fields, magic and counts of the batch at the front of `bytes`, without the
-/// CRC. Returns its size.
+/// CRC, by the rule for batches producers send (one record per offset). Returns its header.
 pub fn check_framing(bytes: &[u8]) -> Result<&BatchHeader, BatchError> {
-    let header = check_header(bytes)?;
+    check_framing_as(bytes, CountRule::Produced)
+}
+
+/// [`check_framing`] for batches read back from a log: a compacted batch may hold fewer
+/// records than offsets, or none.
+pub fn check_framing_stored(bytes: &[u8]) -> Result<&BatchHeader, BatchError> {
+    check_framing_as(bytes, CountRule::Stored)
+}
+
+fn check_framing_as(bytes: &[u8], rule: CountRule) -> Result<&BatchHeader, BatchError> {
+    let header = check_header(bytes, rule)?;
     let total = header.total_bytes();
     if bytes.len() < total {
         return Err(BatchError::Truncated {
@@ -144,7 +180,7 @@ pub fn check_framing(bytes: &[u8]) -> Result<&BatchHeader, BatchError> {
 }
 
 /// `check_framing` of the header alone: `bytes` need not hold the whole batch.
-fn check_header(bytes: &[u8]) -> Result<&BatchHeader, BatchError> {
+fn check_header(bytes: &[u8], rule: CountRule) -> Result<&BatchHeader, BatchError> {
     let Some(header) = BatchHeader::parse(bytes) else {
         return Err(BatchError::Truncated {
             have: bytes.len(),
@@ -158,10 +194,15 @@ fn check_header(bytes: &[u8]) -> Result<&BatchHeader, BatchError> {
     if header.magic != MAGIC_V2 {
         return Err(BatchError::BadMagic(header.magic));
     }
-    // Kafka's rule for batches producers send: one offset per record, at least one record.
+    // Kafka's rule for batches producers send: one offset per record, at least one record;
+    // compaction leaves batches with fewer records than offsets.
     let records = header.records_count.get();
     let delta = header.last_offset_delta.get();
-    if records < 1 || delta != records - 1 {
+    let bad = match rule {
+        CountRule::Produced => records < 1 || delta != records - 1,
+        CountRule::Stored => records < 0 || delta < 0 || delta < records - 1,
+    };
+    if bad {
         return Err(BatchError::BadCount {
             records,
             last_offset_delta: delta,
@@ -178,8 +219,8 @@ fn check_header(bytes: &[u8]) -> Result<&BatchHeader, BatchError> {
     Ok(header)
 }
 
-/// [`validate`] for one batch held in several pieces, in order (a read that spans read
-/// chunks): the CRC runs over the pieces as they are, so they need not be joined (copied).
+/// [`validate_stored`] for one batch held in several pieces, in order (a read that spans
+/// read chunks): the CRC runs over the pieces as they are, so they need not be joined.
 pub fn validate_pieces(pieces: &[Bytes]) -> Result<BatchInfo, BatchError> {
     let have: usize = pieces.iter().map(Bytes::len).sum();
     let mut head = [0u8; HEADER_BYTES];
@@ -192,7 +233,7 @@ pub fn validate_pieces(pieces: &[Bytes]) -> Result<BatchInfo, BatchError> {
             break;
         }
     }
-    let header = check_header(&head[..filled])?;
+    let header = check_header(&head[..filled], CountRule::Stored)?;
     let total = header.total_bytes();
     if have < total {
         return Err(BatchError::Truncated { have, need: total });
@@ -209,31 +250,30 @@ pub fn validate_pieces(pieces: &[Bytes]) -> Result<BatchInfo, BatchError> {
     if crc != expected {
         return Err(BatchError::ChecksumMismatch { expected, got: crc });
     }
-    Ok(BatchInfo {
-        base_offset: header.base_offset.get(),
-        last_offset_delta: header.last_offset_delta.get(),
-        total_bytes: total,
-        max_timestamp: header.max_timestamp.get(),
-        records_count: header.records_count.get(),
-    })
+    Ok(BatchInfo::of(header, total))
 }
 
-/// Fully validates the batch at the front of `bytes`: framing, magic, counts and CRC-32C.
+/// Fully validates the batch at the front of `bytes` as a producer sent it: framing, magic,
+/// counts (one record per offset) and CRC-32C.
 pub fn validate(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
-    let header = check_framing(bytes)?;
+    validate_as(bytes, CountRule::Produced)
+}
+
+/// [`validate`] for a batch read back from a log, which compaction may have left with fewer
+/// records than offsets (recovery, reads).
+pub fn validate_stored(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
+    validate_as(bytes, CountRule::Stored)
+}
+
+fn validate_as(bytes: &[u8], rule: CountRule) -> Result<BatchInfo, BatchError> {
+    let header = check_framing_as(bytes, rule)?;
     let total = header.total_bytes();
     let got = crc32c::crc32c(&bytes[CRC_START..total]);
     let expected = header.crc.get();
     if got != expected {
         return Err(BatchError::ChecksumMismatch { expected, got });
     }
-    Ok(BatchInfo {
-        base_offset: header.base_offset.get(),
-        last_offset_delta: header.last_offset_delta.get(),
-        total_bytes: total,
-        max_timestamp: header.max_timestamp.get(),
-        records_count: header.records_count.get(),
-    })
+    Ok(BatchInfo::of(header, total))
 }
 
 /// Validates every batch in `bytes` (a produce request's record set): they must tile it
@@ -278,235 +318,11 @@ impl<'a> Iterator for Batches<'a> {
     type Item = (&'a BatchHeader, &'a [u8]);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let header = check_framing(self.bytes).ok()?;
+        let header = check_framing_stored(self.bytes).ok()?;
         let total = header.total_bytes();
         let (batch, rest) = self.bytes.split_at(total);
         self.bytes = rest;
         Some((header, batch))
-    }
-}
-
-/// One decoded record (uncompressed batches only); used by tests, examples and tools.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// Its offset (the batch's base offset plus its offset delta).
-    pub offset: i64,
-    /// Its timestamp in ms (the batch's base timestamp plus its timestamp delta).
-    pub timestamp: i64,
-    /// Its key; `None` for a null key.
-    pub key: Option<Bytes>,
-    /// Its value; `None` for a null value (a tombstone).
-    pub value: Option<Bytes>,
-    /// Its headers, in order: name and value (`None` for a null value).
-    pub headers: Vec<(String, Option<Bytes>)>,
-}
-
-/// Decodes the records of an uncompressed batch. Returns `None` for compressed batches or
-/// malformed records.
-pub fn decode_records(batch: &[u8]) -> Option<Vec<Record>> {
-    let header = check_framing(batch).ok()?;
-    if header.compression() != 0 {
-        return None;
-    }
-    let base_offset = header.base_offset.get();
-    let base_ts = header.base_timestamp.get();
-    let mut buf = &batch[HEADER_BYTES..header.total_bytes()];
-    // A record takes at least 7 bytes: never reserve more than the bytes can hold.
-    let plausible = (header.records_count.get().max(0) as usize).min(buf.len() / 7);
-    let mut out = Vec::with_capacity(plausible);
-    for _ in 0..header.records_count.get() {
-        let len = read_varint(&mut buf)?;
-        if len < 0 || len as usize > buf.len() {
-            return None;
-        }
-        let (mut rec, rest) = buf.split_at(len as usize);
-        buf = rest;
-        let _attributes = *rec.first()?;
-        rec = &rec[1..];
-        let ts_delta = read_varlong(&mut rec)?;
-        let offset_delta = read_varint(&mut rec)?;
-        let key = read_bytes(&mut rec)?;
-        let value = read_bytes(&mut rec)?;
-        let n_headers = read_varint(&mut rec)?;
-        let mut headers = Vec::new();
-        for _ in 0..n_headers.max(0) {
-            let k = read_bytes(&mut rec)??;
-            let v = read_bytes(&mut rec)?;
-            headers.push((String::from_utf8(k.to_vec()).ok()?, v));
-        }
-        out.push(Record {
-            offset: base_offset.checked_add(i64::from(offset_delta))?,
-            timestamp: base_ts.checked_add(ts_delta)?,
-            key,
-            value,
-            headers,
-        });
-    }
-    Some(out)
-}
-
-fn read_varlong(buf: &mut &[u8]) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for shift in (0..70).step_by(7) {
-        let (&b, rest) = buf.split_first()?;
-        *buf = rest;
-        raw |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
-        }
-    }
-    None
-}
-
-fn read_varint(buf: &mut &[u8]) -> Option<i32> {
-    read_varlong(buf).and_then(|v| i32::try_from(v).ok())
-}
-
-fn read_bytes(buf: &mut &[u8]) -> Option<Option<Bytes>> {
-    let len = read_varint(buf)?;
-    if len < 0 {
-        return Some(None);
-    }
-    let len = len as usize;
-    if len > buf.len() {
-        return None;
-    }
-    let (b, rest) = buf.split_at(len);
-    *buf = rest;
-    Some(Some(Bytes::copy_from_slice(b)))
-}
-
-fn put_varlong(out: &mut BytesMut, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.put_u8((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.put_u8(z as u8);
-}
-
-/// Builds uncompressed v2 batches: for tests, examples, benchmarks and the native client.
-pub struct RecordBatchBuilder {
-    base_timestamp: i64,
-    max_timestamp: i64,
-    attributes: i16,
-    producer_id: i64,
-    producer_epoch: i16,
-    base_sequence: i32,
-    count: i32,
-    records: BytesMut,
-}
-
-impl RecordBatchBuilder {
-    /// A builder whose records are stamped relative to `base_timestamp` (ms since epoch).
-    pub fn new(base_timestamp: i64) -> Self {
-        RecordBatchBuilder {
-            base_timestamp,
-            max_timestamp: base_timestamp,
-            attributes: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            base_sequence: -1,
-            count: 0,
-            records: BytesMut::new(),
-        }
-    }
-
-    /// Stamps the batch as an idempotent producer's: its id, epoch and the sequence number
-    /// of its first record.
-    pub fn producer(mut self, producer_id: i64, epoch: i16, base_sequence: i32) -> Self {
-        self.producer_id = producer_id;
-        self.producer_epoch = epoch;
-        self.base_sequence = base_sequence;
-        self
-    }
-
-    /// Marks the batch as compressed with `codec` (1 gzip, 2 snappy, 3 lz4, 4 zstd) without
-    /// compressing anything: the engine stores compressed batches as they come, so tests
-    /// only need the flag.
-    pub fn compression_flag(mut self, codec: u8) -> Self {
-        self.attributes =
-            (self.attributes & !COMPRESSION_MASK) | (i16::from(codec) & COMPRESSION_MASK);
-        self
-    }
-
-    /// Adds a record stamped with the base timestamp.
-    pub fn record(
-        self,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: &[(&str, &[u8])],
-    ) -> Self {
-        let ts = self.base_timestamp;
-        self.record_at(ts, key, value, headers)
-    }
-
-    /// Adds a record stamped with `timestamp` (ms).
-    pub fn record_at(
-        mut self,
-        timestamp: i64,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: &[(&str, &[u8])],
-    ) -> Self {
-        let mut body = BytesMut::new();
-        body.put_u8(0);
-        put_varlong(&mut body, timestamp - self.base_timestamp);
-        put_varlong(&mut body, i64::from(self.count));
-        for field in [key, value] {
-            match field {
-                Some(b) => {
-                    put_varlong(&mut body, b.len() as i64);
-                    body.put_slice(b);
-                }
-                None => put_varlong(&mut body, -1),
-            }
-        }
-        put_varlong(&mut body, headers.len() as i64);
-        for (k, v) in headers {
-            put_varlong(&mut body, k.len() as i64);
-            body.put_slice(k.as_bytes());
-            put_varlong(&mut body, v.len() as i64);
-            body.put_slice(v);
-        }
-        put_varlong(&mut self.records, body.len() as i64);
-        self.records.put_slice(&body);
-        self.max_timestamp = self.max_timestamp.max(timestamp);
-        self.count += 1;
-        self
-    }
-
-    /// Number of records added so far.
-    pub fn len(&self) -> i32 {
-        self.count
-    }
-
-    /// True if no record was added.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// The encoded batch, base offset 0, CRC filled in.
-    pub fn build(self) -> Bytes {
-        let mut out = BytesMut::with_capacity(HEADER_BYTES + self.records.len());
-        let batch_length = (HEADER_BYTES - LOG_OVERHEAD + self.records.len()) as i32;
-        out.put_i64(0);
-        out.put_i32(batch_length);
-        out.put_i32(-1);
-        out.put_i8(MAGIC_V2);
-        out.put_u32(0);
-        out.put_i16(self.attributes);
-        out.put_i32((self.count - 1).max(0));
-        out.put_i64(self.base_timestamp);
-        out.put_i64(self.max_timestamp);
-        out.put_i64(self.producer_id);
-        out.put_i16(self.producer_epoch);
-        out.put_i32(self.base_sequence);
-        out.put_i32(self.count);
-        out.put_slice(&self.records);
-        let crc = crc32c::crc32c(&out[CRC_START..]);
-        out[17..21].copy_from_slice(&crc.to_be_bytes());
-        out.freeze()
     }
 }
 

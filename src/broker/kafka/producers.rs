@@ -1,0 +1,71 @@
+//! DescribeProducers (KIP-664): the idempotent producers each partition remembers, asked of
+//! the partitions' owner cores. weir has no transactions, so every producer's coordinator
+//! epoch is -1 and it has no open transaction (current transaction start offset -1).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::*;
+
+use super::*;
+use crate::broker::errors;
+use crate::broker::shard::{Req, Resp, Shard};
+
+pub(super) async fn describe_producers(
+    shard: &Rc<Shard>,
+    d: &DescribeProducersRequest,
+) -> DescribeProducersResponse {
+    let meta = shard.metadata();
+    let mut resp = DescribeProducersResponse::default();
+    let mut groups: Groups<(String, i32)> = BTreeMap::new();
+    for (ti, t) in d.topics.iter().enumerate() {
+        let name = t.name.to_string();
+        let mut tr = TopicResponse::default();
+        tr.name = t.name.clone();
+        for (pi, &p) in t.partition_indexes.iter().enumerate() {
+            let mut pr = PartitionResponse::default();
+            pr.partition_index = p;
+            match meta.owner(&name, p) {
+                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(owner) => {
+                    let g = groups.entry(owner).or_default();
+                    g.0.push((name.clone(), p));
+                    g.1.push((ti, pi));
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    for (owner, (parts, slots)) in groups {
+        let answers = match shard.call(owner, Req::DescribeProducers(parts)).await {
+            Resp::Producers(rs) if rs.len() == slots.len() => rs,
+            _ => vec![Err(errors::NOT_LEADER_OR_FOLLOWER); slots.len()],
+        };
+        for (r, (ti, pi)) in answers.into_iter().zip(slots) {
+            let pr = &mut resp.topics[ti].partitions[pi];
+            match r {
+                Ok(producers) => {
+                    pr.active_producers = producers
+                        .into_iter()
+                        .map(|p| {
+                            let mut s = ProducerState::default();
+                            s.producer_id = ProducerId(p.producer_id);
+                            s.producer_epoch = i32::from(p.epoch);
+                            s.last_sequence = p.last_sequence;
+                            s.last_timestamp = p.last_timestamp;
+                            s.coordinator_epoch = -1;
+                            s.current_txn_start_offset = -1;
+                            s
+                        })
+                        .collect()
+                }
+                Err(code) => pr.error_code = code,
+            }
+        }
+    }
+    resp
+}
