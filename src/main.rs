@@ -30,6 +30,10 @@ enum Command {
     Topic(weir::cli::TopicArgs),
     /// Consumer groups on any Kafka-protocol broker: list, describe, reset-offsets.
     Group(weir::cli::GroupArgs),
+    /// SASL users on any Kafka-protocol broker: add (or change the password), delete, list.
+    User(weir::cli::UserArgs),
+    /// ACLs on any Kafka-protocol broker: add, list, remove.
+    Acl(weir::cli::AclArgs),
 }
 
 fn main() {
@@ -46,6 +50,8 @@ fn main() {
         },
         Command::Topic(args) => weir::cli::topic(args),
         Command::Group(args) => weir::cli::group(args),
+        Command::User(args) => weir::cli::user(args),
+        Command::Acl(args) => weir::cli::acl(args),
         Command::Bench(args) => {
             if weir::cli::bench::run(args) == std::process::ExitCode::SUCCESS {
                 0

@@ -1,5 +1,5 @@
-//! Durable cluster metadata: topics, their partition counts, config overrides, and which
-//! core owns each partition.
+//! Durable cluster metadata: topics, their partition counts, config overrides, which core
+//! owns each partition, the SASL users' SCRAM credentials, and the ACLs.
 //!
 //! One JSON file, `DATA_DIR/weir-metadata.json`, replaced atomically (write a temp file,
 //! fsync it, rename over the old one, fsync the directory), so a crash leaves either the old
@@ -11,6 +11,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::acl::{check_binding, AclBinding};
+use crate::sasl::{valid_user_name, Mechanism, ScramCredential};
 
 pub const METADATA_FILE: &str = "weir-metadata.json";
 const FORMAT_VERSION: u32 = 1;
@@ -35,6 +38,13 @@ pub struct Metadata {
     /// The number of cores the owners were spread over.
     pub cores: usize,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// SASL users: user name → SCRAM mechanism name (`SCRAM-SHA-256`, `SCRAM-SHA-512`) → the
+    /// salted, hashed credential (never the password). Absent in files written before SASL.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub users: BTreeMap<String, BTreeMap<String, ScramCredential>>,
+    /// ACLs (CreateAcls / DeleteAcls), in a stable order without duplicates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acls: Vec<AclBinding>,
 }
 
 impl Metadata {
@@ -44,6 +54,8 @@ impl Metadata {
             epoch: 0,
             cores,
             topics: BTreeMap::new(),
+            users: BTreeMap::new(),
+            acls: Vec::new(),
         }
     }
 
@@ -105,7 +117,28 @@ impl Metadata {
                 ));
             }
         }
+        for (name, creds) in &m.users {
+            if !valid_user_name(name) {
+                return Err(format!("invalid user name {name:?}"));
+            }
+            for (mech, c) in creds {
+                if Mechanism::parse(mech).and_then(Mechanism::scram).is_none() {
+                    return Err(format!("user {name}: {mech:?} is not a SCRAM mechanism"));
+                }
+                if !c.valid() {
+                    return Err(format!("user {name}: corrupt {mech} credential"));
+                }
+            }
+        }
+        for b in &m.acls {
+            check_binding(b).map_err(|e| format!("invalid ACL {b:?}: {e}"))?;
+        }
         Ok(m)
+    }
+
+    /// The stored SCRAM credential of `user` for `mechanism`, if any.
+    pub fn scram_credential(&self, user: &str, mechanism: Mechanism) -> Option<&ScramCredential> {
+        self.users.get(user)?.get(mechanism.name())
     }
 
     /// Writes atomically: temp file, fsync, rename, fsync of the directory.

@@ -44,8 +44,9 @@ TEST_TIMEOUT_S = 180
 LISTENING_RE = re.compile(rb"listening on (127\.0\.0\.1):(\d+)")
 # Printed before the "listening on" line when metrics.listen is not off.
 METRICS_RE = re.compile(rb"metrics on (http://\S+/metrics)")
-# Printed before the "listening on" line for an SSL listener (`listeners=...,SSL://...`).
-SSL_LISTENER_RE = re.compile(rb"SSL listener on 127\.0\.0\.1:(\d+)")
+# Printed before the "listening on" line, one per listener (`listeners=...,SSL://...`):
+# "SSL listener on 127.0.0.1:PORT", "SASL_PLAINTEXT listener on ...".
+LISTENER_RE = re.compile(rb"\b([A-Z_]+) listener on 127\.0\.0\.1:(\d+)")
 LOG_TAIL_BYTES = 64 * 1024
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -71,6 +72,8 @@ class Broker:
         self.port: int | None = None
         self.metrics_url: str | None = None
         self.ssl_port: int | None = None  # with an SSL listener in settings["listeners"]
+        # Bound port of each listener by its name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
+        self.listener_ports: dict[str, int] = {}
         self.starts = 0
         self._stopped = False  # True once we stopped or killed it on purpose
         self._log = open(self.log_path, "ab", buffering=0)
@@ -128,8 +131,9 @@ class Broker:
                 self.metrics_url = mm.group(1).decode() if mm else None
                 with open(self.log_path, "rb") as f:
                     f.seek(offset)
-                    ms = SSL_LISTENER_RE.search(f.read())
-                self.ssl_port = int(ms.group(1)) if ms else None
+                    self.listener_ports = {name.decode(): int(port)
+                                           for name, port in LISTENER_RE.findall(f.read())}
+                self.ssl_port = self.listener_ports.get("SSL")
                 return int(m.group(2))
             if self.proc.poll() is not None:
                 self._stopped = True  # reported here, not again at teardown
@@ -224,6 +228,11 @@ class Broker:
     def ssl_bootstrap(self) -> str:
         assert self.ssl_port is not None, "broker has no SSL listener"
         return f"127.0.0.1:{self.ssl_port}"
+
+    def listener_bootstrap(self, name: str) -> str:
+        """"127.0.0.1:PORT" of the listener `name` (e.g. "SASL_SSL")."""
+        assert name in self.listener_ports, f"broker has no {name} listener: {self.listener_ports}"
+        return f"127.0.0.1:{self.listener_ports[name]}"
 
     @property
     def pid(self) -> int:

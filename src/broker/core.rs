@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use glommio::channels::channel_mesh::MeshBuilder;
 use tracing::info;
-use weir::config::{BrokerConfig, SecurityProtocol};
+use weir::config::BrokerConfig;
 use weir::metadata::Metadata;
 
 use super::shard::{Global, ReqMsg, RespMsg, Shard};
@@ -160,10 +160,12 @@ pub(super) async fn core_main(
     let endpoint = |li: usize, kind: server::Listener| server::Endpoint {
         listener: li,
         kind,
-        tls: match config.listeners[li].protocol {
-            SecurityProtocol::Plaintext => None,
-            SecurityProtocol::Ssl => acceptor.clone(),
-        },
+        tls: config.listeners[li]
+            .protocol
+            .tls()
+            .then(|| acceptor.clone())
+            .flatten(),
+        sasl: config.listeners[li].protocol.sasl(),
     };
     if !core_listeners.is_empty() {
         // Every core's port is known once all have bound: then this core can advertise them.

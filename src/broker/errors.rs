@@ -12,6 +12,11 @@ pub const REPLICA_NOT_AVAILABLE: i16 = 9;
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
+pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+pub const ILLEGAL_SASL_STATE: i16 = 34;
 pub const UNSUPPORTED_VERSION: i16 = 35;
 pub const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub const INVALID_PARTITIONS: i16 = 37;
@@ -24,9 +29,13 @@ pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const LOG_DIR_NOT_FOUND: i16 = 57;
+pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 /// A record a topic's config does not allow (a record without a key on a compacted topic).
 pub const INVALID_RECORD: i16 = 87;
+pub const RESOURCE_NOT_FOUND: i16 = 91;
+pub const DUPLICATE_RESOURCE: i16 = 92;
+pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
 /// Maps a storage error to the Kafka error code a client should see for that partition.

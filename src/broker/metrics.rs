@@ -37,6 +37,9 @@ pub struct CoreMetrics {
     pub connections_refused: Cell<u64>,
     pub connections_closed_bad_input: Cell<u64>,
     pub tls_handshake_failures: Cell<u64>,
+    pub sasl_authentications: Cell<u64>,
+    pub sasl_reauthentications: Cell<u64>,
+    pub sasl_authentication_failures: Cell<u64>,
 }
 
 impl CoreMetrics {
@@ -94,6 +97,9 @@ pub struct CoreSnapshot {
     pub connections_refused: u64,
     pub connections_closed_bad_input: u64,
     pub tls_handshake_failures: u64,
+    pub sasl_authentications: u64,
+    pub sasl_reauthentications: u64,
+    pub sasl_authentication_failures: u64,
     /// (destination core, cross-core calls in flight to it).
     pub queue_in_use: Vec<(usize, usize)>,
     pub cache_hits: u64,
@@ -118,6 +124,9 @@ impl CoreMetrics {
         snap.connections_refused = self.connections_refused.get();
         snap.connections_closed_bad_input = self.connections_closed_bad_input.get();
         snap.tls_handshake_failures = self.tls_handshake_failures.get();
+        snap.sasl_authentications = self.sasl_authentications.get();
+        snap.sasl_reauthentications = self.sasl_reauthentications.get();
+        snap.sasl_authentication_failures = self.sasl_authentication_failures.get();
     }
 }
 
@@ -298,7 +307,7 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             );
         }
     }
-    let per_core: [Family<CoreSnapshot>; 10] = [
+    let per_core: [Family<CoreSnapshot>; 13] = [
         (
             "weir_parked_fetches",
             "gauge",
@@ -346,6 +355,24 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             "counter",
             "SSL listener connections closed because the TLS handshake failed (a plaintext client, an untrusted or missing client certificate, a timeout).",
             |c| c.tls_handshake_failures,
+        ),
+        (
+            "weir_sasl_authentications_total",
+            "counter",
+            "Successful SASL logins on SASL_PLAINTEXT and SASL_SSL listeners (first authentications of a connection).",
+            |c| c.sasl_authentications,
+        ),
+        (
+            "weir_sasl_reauthentications_total",
+            "counter",
+            "Successful SASL re-authentications on an open connection (KIP-368, connections.max.reauth.ms).",
+            |c| c.sasl_reauthentications,
+        ),
+        (
+            "weir_sasl_authentication_failures_total",
+            "counter",
+            "Failed SASL logins (unknown user, wrong password, malformed or out-of-order tokens, a disabled mechanism); each closes its connection.",
+            |c| c.sasl_authentication_failures,
         ),
         (
             "weir_cache_hits_total",

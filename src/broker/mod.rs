@@ -18,6 +18,7 @@ mod kafka;
 mod listen;
 mod metrics;
 mod metrics_endpoint;
+mod sasl;
 mod server;
 mod shard;
 mod streaming;
@@ -160,11 +161,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         listen_addrs.push(addr);
     }
     // Read and checked once, before any core starts: a bad file stops the start here.
-    let tls = if config
-        .listeners
-        .iter()
-        .any(|l| l.protocol == config::SecurityProtocol::Ssl)
-    {
+    let tls = if config.listeners.iter().any(|l| l.protocol.tls()) {
         Some(tls::server_config(&config.ssl)?)
     } else {
         None

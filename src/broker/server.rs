@@ -5,7 +5,9 @@
 //! slow append is still running.
 //!
 //! On an SSL listener the connection's task first runs the TLS handshake (rustls, on this
-//! core) and then the same loops over the encrypted stream.
+//! core) and then the same loops over the encrypted stream. On a SASL listener the read loop
+//! passes each request through the connection's `sasl::ConnAuth` first: nothing but
+//! ApiVersions and the SASL exchange is processed before the client has authenticated.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -31,6 +33,8 @@ pub struct Endpoint {
     /// broker the port stands for).
     pub kind: Listener,
     pub tls: Option<futures_rustls::TlsAcceptor>,
+    /// SASL_PLAINTEXT / SASL_SSL: clients must authenticate first.
+    pub sasl: bool,
 }
 
 /// Accepts connections until shutdown.
@@ -197,7 +201,7 @@ async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
     let _ = stream.set_nodelay(true);
     debug!(core = shard.id, %peer, "connection opened");
     match &endpoint.tls {
-        None => serve_connection(&shard, stream, &peer, endpoint.listener, endpoint.kind).await,
+        None => serve_connection(&shard, stream, &peer, &endpoint).await,
         Some(acceptor) => {
             let handshake = futures_lite::future::or(
                 async { Some(acceptor.accept(stream).await) },
@@ -220,7 +224,7 @@ async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
                 None => {}
                 Some(Ok(tls)) => {
                     debug!(core = shard.id, %peer, "TLS handshake done");
-                    serve_connection(&shard, tls, &peer, endpoint.listener, endpoint.kind).await
+                    serve_connection(&shard, tls, &peer, &endpoint).await
                 }
                 Some(Err(e)) => {
                     // A plaintext client on the SSL port, an untrusted client certificate, a
@@ -243,16 +247,23 @@ async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
     debug!(core = shard.id, %peer, "connection closed");
 }
 
-async fn serve_connection<S>(
-    shard: &Rc<Shard>,
-    stream: S,
-    peer: &str,
-    listener: usize,
-    kind: Listener,
-) where
+async fn serve_connection<S>(shard: &Rc<Shard>, stream: S, peer: &str, endpoint: &Endpoint)
+where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
 {
     let peer = peer.to_string();
+    let (listener, kind) = (endpoint.listener, endpoint.kind);
+    let mut auth = endpoint.sasl.then(crate::broker::sasl::ConnAuth::new);
+    // Who sends this connection's requests, for ACLs: the SASL user once logged in, else
+    // Kafka's User:ANONYMOUS; and the client's address.
+    let host = peer
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_matches(|c| c == '[' || c == ']').to_string())
+        .unwrap_or_default();
+    let mut session = Rc::new(weir::acl::Session {
+        principal: weir::acl::ANONYMOUS.to_string(),
+        host,
+    });
     let (mut rd, mut wr) = futures_lite::io::split(stream);
     let (tx, rx) = local_channel::new_bounded::<JoinHandle<Result<Response, ProtocolError>>>(
         shard.config.max_inflight_per_connection,
@@ -377,6 +388,29 @@ async fn serve_connection<S>(
                 break;
             }
         };
+        if let Some(a) = auth.as_mut().filter(|a| a.expects_raw_token()) {
+            // After a SaslHandshake v0 the token comes without a request header.
+            let (answer, close) = a.raw_token(shard, frame, &peer).await;
+            if let Some(bytes) = answer {
+                activity.0.set(activity.0.get() + 1);
+                activity.1.set(Instant::now());
+                let task = glommio::spawn_local(async move { Ok(Some(vec![bytes])) }).detach();
+                if tx.send(task).await.is_err() {
+                    break;
+                }
+            }
+            if let Some(why) = close {
+                info!(core = shard.id, %peer, reason = %why, "closing connection");
+                break;
+            }
+            if let Some(user) = a.user() {
+                session = Rc::new(weir::acl::Session {
+                    principal: format!("User:{user}"),
+                    host: session.host.clone(),
+                });
+            }
+            continue;
+        }
         let req = match kafka::decode_request(frame) {
             Ok(r) => r,
             Err(e) => {
@@ -387,16 +421,54 @@ async fn serve_connection<S>(
                 break;
             }
         };
+        if let Some(auth) = auth.as_mut() {
+            use crate::broker::sasl::Admit;
+            let (answer, close) = match auth.admit(shard, &req, &peer).await {
+                Ok(Admit::Pass) => (None, None),
+                Ok(Admit::Answer(b)) => (Some(b), None),
+                Ok(Admit::AnswerAndClose(b, why)) => (Some(b), Some(why)),
+                Ok(Admit::Close(why)) => (None, Some(why)),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            let answered = answer.is_some();
+            if let Some(bytes) = answer {
+                // Answered in its turn, after the responses to the requests before it.
+                activity.0.set(activity.0.get() + 1);
+                activity.1.set(Instant::now());
+                let task = glommio::spawn_local(async move { Ok(Some(vec![bytes])) }).detach();
+                if tx.send(task).await.is_err() {
+                    break;
+                }
+            }
+            if let Some(why) = close {
+                info!(core = shard.id, %peer, reason = %why, "closing connection");
+                break;
+            }
+            if let Some(user) = auth.user() {
+                if session.principal.strip_prefix("User:") != Some(user) {
+                    session = Rc::new(weir::acl::Session {
+                        principal: format!("User:{user}"),
+                        host: session.host.clone(),
+                    });
+                }
+            }
+            if answered {
+                continue; // a SASL request, answered by `admit`
+            }
+        }
         if let kafka::Body::StreamFetch(op) = req.body {
             // Answered (and then fed) through the push channel, not in line.
             activity.1.set(Instant::now());
-            streams.handle(shard, req.correlation_id, op).await;
+            streams
+                .handle(shard, req.correlation_id, op, &session)
+                .await;
             continue;
         }
         activity.0.set(activity.0.get() + 1);
         activity.1.set(Instant::now());
         let sh = shard.clone();
-        let task = glommio::spawn_local(kafka::process(sh, req, listener, kind)).detach();
+        let task =
+            glommio::spawn_local(kafka::process(sh, req, listener, kind, session.clone())).detach();
         if tx.send(task).await.is_err() {
             break; // the writer stopped (client gone or protocol error)
         }

@@ -59,7 +59,13 @@ impl ConnStreams {
     }
 
     /// Applies one StreamFetch request (in arrival order).
-    pub async fn handle(&self, shard: &Rc<Shard>, correlation_id: i32, op: StreamOp) {
+    pub async fn handle(
+        &self,
+        shard: &Rc<Shard>,
+        correlation_id: i32,
+        op: StreamOp,
+        session: &weir::acl::Session,
+    ) {
         match op {
             StreamOp::Open {
                 stream_id,
@@ -68,23 +74,34 @@ impl ConnStreams {
                 deadline_ms,
                 partitions,
             } => {
+                let bad = errors::INVALID_REQUEST;
                 let refuse = if self.streams.borrow().contains_key(&stream_id) {
-                    Some("stream id in use")
+                    Some((bad, "stream id in use"))
                 } else if self.streams.borrow().len() >= MAX_STREAMS_PER_CONNECTION {
-                    Some("too many streams on this connection")
+                    Some((bad, "too many streams on this connection"))
                 } else if credit <= 0 || max_push_bytes <= 0 || deadline_ms <= 0 {
-                    Some("credit, max push bytes and deadline must be positive")
+                    Some((bad, "credit, max push bytes and deadline must be positive"))
                 } else if partitions.is_empty() || partitions.iter().any(|p| p.offset < 0) {
-                    Some("no partitions, or a negative offset")
+                    Some((bad, "no partitions, or a negative offset"))
+                } else if partitions.iter().any(|p| {
+                    !crate::broker::kafka::allowed(
+                        shard,
+                        session,
+                        weir::acl::Operation::Read,
+                        weir::acl::ResourceType::Topic,
+                        &p.topic,
+                    )
+                }) {
+                    Some((
+                        errors::TOPIC_AUTHORIZATION_FAILED,
+                        "not authorized to read a topic of the stream (ACLs)",
+                    ))
                 } else {
                     None
                 };
-                if let Some(why) = refuse {
+                if let Some((error, why)) = refuse {
                     debug!(stream_id, why, "stream refused");
-                    let ack = StreamMsg::Ack {
-                        stream_id,
-                        error: errors::INVALID_REQUEST,
-                    };
+                    let ack = StreamMsg::Ack { stream_id, error };
                     let _ = self.push.send(ack.response_pieces(correlation_id)).await;
                     return;
                 }
@@ -201,7 +218,7 @@ impl StreamTask {
             }
             let max = credit.min(i64::from(self.max_push_bytes)) as i32;
             let wait = (self.deadline - now).min(PARK);
-            let replies = gather_fetch(&self.shard, &self.request(max, wait), false).await;
+            let replies = gather_fetch(&self.shard, &self.request(max, wait), false, None).await;
             let mut pushed = Vec::new();
             let mut total = 0usize;
             let mut failed = None;

@@ -1,4 +1,4 @@
-//! `weir topic ...` and `weir group ...`: an admin CLI over Kafka's Admin APIs, so it works
+//! `weir topic ...`, `weir group ...` and `weir user ...`: an admin CLI over Kafka's Admin APIs, so it works
 //! against any Kafka-protocol broker (`--bootstrap`). Human-readable tables by default,
 //! `--json` for scripts. Each command runs on one glommio executor with the native client.
 

@@ -1,12 +1,16 @@
 //! The command-line tools other than `weir serve`, all built on the native client: the admin
-//! commands (`weir topic`, `weir group`, sharing `admin`) and the benchmark harness
+//! commands (`weir topic`, `weir group`, `weir user`, `weir acl`, sharing `admin`) and the benchmark harness
 //! (`weir bench`).
 
+mod acl;
 mod admin;
 pub mod bench;
 mod group;
 mod topic;
+mod user;
 
+pub use acl::{acl, AclArgs, AclCommand};
 pub use admin::Common;
 pub use group::{group, GroupArgs, GroupCommand};
 pub use topic::{topic, TopicArgs, TopicCommand};
+pub use user::{user, UserArgs, UserCommand};

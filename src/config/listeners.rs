@@ -1,9 +1,9 @@
 //! `listeners`, `advertised.listeners` and the `ssl.*` settings: where the broker listens,
 //! with which security protocol, and what it tells clients.
 //!
-//! Kafka's form: `listeners=PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9192`. A listener's
-//! name is its security protocol (PLAINTEXT or SSL; Kafka's custom names through
-//! `listener.security.protocol.map`, and SASL, are not supported yet). A bare `host:port` is a
+//! Kafka's form: `listeners=PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9192`. A listener's
+//! name is its security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; Kafka's custom
+//! names through `listener.security.protocol.map` are not supported). A bare `host:port` is a
 //! PLAINTEXT listener, as `--listen` has always been.
 
 use std::path::PathBuf;
@@ -13,27 +13,52 @@ use std::path::PathBuf;
 pub enum SecurityProtocol {
     Plaintext,
     Ssl,
+    /// SASL authentication, no TLS.
+    SaslPlaintext,
+    /// SASL authentication inside TLS.
+    SaslSsl,
 }
 
 impl SecurityProtocol {
+    pub const ALL: [SecurityProtocol; 4] = [
+        SecurityProtocol::Plaintext,
+        SecurityProtocol::Ssl,
+        SecurityProtocol::SaslPlaintext,
+        SecurityProtocol::SaslSsl,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",
             SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
         }
     }
 
+    /// Whether connections are TLS (SSL, SASL_SSL).
+    pub fn tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether clients must authenticate with SASL first (SASL_PLAINTEXT, SASL_SSL).
+    pub fn sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
     fn parse(key: &str, name: &str) -> Result<SecurityProtocol, String> {
-        match name.to_ascii_uppercase().as_str() {
-            "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
-            "SSL" => Ok(SecurityProtocol::Ssl),
-            "SASL_SSL" | "SASL_PLAINTEXT" => Err(format!(
-                "{key}: {name} is not supported yet (PLAINTEXT and SSL are)"
-            )),
-            _ => Err(format!(
-                "{key}: unknown listener '{name}' (PLAINTEXT or SSL)"
-            )),
-        }
+        let upper = name.to_ascii_uppercase();
+        SecurityProtocol::ALL
+            .into_iter()
+            .find(|p| p.name() == upper)
+            .ok_or_else(|| {
+                format!(
+                    "{key}: unknown listener '{name}' (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)"
+                )
+            })
     }
 }
 
@@ -137,6 +162,58 @@ pub(super) fn parse_advertised(
     Ok(out)
 }
 
+/// `sasl.enabled.mechanisms`: a non-empty list of mechanisms weir speaks, each once.
+pub(super) fn parse_mechanisms(
+    key: &str,
+    value: &str,
+) -> Result<Vec<crate::sasl::Mechanism>, String> {
+    let mut out = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let m = crate::sasl::Mechanism::parse(name).ok_or_else(|| {
+            format!("{key}: unknown SASL mechanism '{name}' (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)")
+        })?;
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("{key}: no mechanism given"));
+    }
+    Ok(out)
+}
+
+/// `authorizer.class.name`: Kafka's authorizers or `weir` turn ACL checks on; `none` or
+/// empty leaves them off.
+pub(super) fn parse_authorizer(key: &str, value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "" | "none" => Ok(false),
+        "weir"
+        | "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        | "kafka.security.authorizer.AclAuthorizer" => Ok(true),
+        v => Err(format!(
+            "{key}: '{v}' is not an authorizer weir has (weir, \
+             org.apache.kafka.metadata.authorizer.StandardAuthorizer, \
+             kafka.security.authorizer.AclAuthorizer, or none)"
+        )),
+    }
+}
+
+/// `super.users`: `;`-separated principals, each `TYPE:NAME`.
+pub(super) fn parse_principals(key: &str, value: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for p in value
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && *p != "none")
+    {
+        match p.split_once(':') {
+            Some((t, n)) if !t.is_empty() && !n.is_empty() => out.push(p.to_string()),
+            _ => return Err(format!("{key}: '{p}' is not a principal like User:alice")),
+        }
+    }
+    Ok(out)
+}
+
 /// `name://addr,...` as Kafka prints it.
 pub(super) fn render(listeners: &[Listener]) -> String {
     listeners
@@ -176,15 +253,13 @@ impl super::BrokerConfig {
                 }
             }
         }
-        if self
-            .listeners
-            .iter()
-            .any(|l| l.protocol == SecurityProtocol::Ssl)
-        {
+        if let Some(l) = self.listeners.iter().find(|l| l.protocol.tls()) {
             if self.ssl.certificate.is_none() || self.ssl.key.is_none() {
-                return Err("an SSL listener needs ssl.certificate.location and \
-                            ssl.key.location (PEM files; docs/security.md)"
-                    .into());
+                return Err(format!(
+                    "an {} listener needs ssl.certificate.location and ssl.key.location \
+                     (PEM files; docs/security.md)",
+                    l.protocol.name()
+                ));
             }
             if self.ssl.client_auth.is_some_and(|c| c != ClientAuth::None)
                 && self.ssl.truststore.is_none()
@@ -220,8 +295,12 @@ mod tests {
         assert_eq!(bare[0].protocol, SecurityProtocol::Plaintext);
         let e = parse_listeners("listeners", "SSL://a:1,ssl://b:2").unwrap_err();
         assert!(e.contains("twice"), "{e}");
-        let e = parse_listeners("listeners", "SASL_SSL://a:1").unwrap_err();
-        assert!(e.contains("not supported yet"), "{e}");
+        let s = parse_listeners("listeners", "SASL_SSL://a:1,sasl_plaintext://b:2").unwrap();
+        assert_eq!(s[0].protocol, SecurityProtocol::SaslSsl);
+        assert!(s[0].protocol.tls() && s[0].protocol.sasl());
+        assert!(!s[1].protocol.tls() && s[1].protocol.sasl());
+        let e = parse_listeners("listeners", "SASL_GSSAPI://a:1").unwrap_err();
+        assert!(e.contains("unknown listener"), "{e}");
         assert!(parse_listeners("listeners", "SSL://nohost").is_err());
     }
 

@@ -2,7 +2,8 @@
 //! command-line flags (`--set`, `--data-dir`, `--listen`, ...), then environment variables
 //! (`WEIR_` + the name upper-cased with dots as underscores), each overriding the one before;
 //! defaults for the rest; and the per-topic overrides that turn them into a `LogConfig`.
-//! `SETTINGS` is the one reference table (docs/configuration.md is checked against it).
+//! `SETTINGS` is the one reference table (docs/configuration.md is checked against it); this
+//! file is long because that table documents every setting in one place.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -56,7 +57,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("log.dirs", "./data", "path", None,
         "Directory of the partition logs, consumer-group offsets and `weir-metadata.json` (`log.dir` is an alias; flag `--data-dir`)."),
     setting("listeners", "PLAINTEXT://127.0.0.1:9092", "NAME://host:port,...", None,
-        "Where the broker listens: comma-separated `PLAINTEXT://host:port` and `SSL://host:port` (TLS, docs/security.md), each at most once; a bare `host:port` is PLAINTEXT; port 0 picks a free one (flag `--listen`). Clients are told the endpoints of the listener they came in on."),
+        "Where the broker listens: comma-separated `PLAINTEXT://host:port`, `SSL://host:port` (TLS), `SASL_PLAINTEXT://host:port` and `SASL_SSL://host:port` (SASL authentication, without or inside TLS; docs/security.md), each at most once; a bare `host:port` is PLAINTEXT; port 0 picks a free one (flag `--listen`). Clients are told the endpoints of the listener they came in on."),
     setting("advertised.listeners", "the bound addresses", "NAME://host:port,...", None,
         "Addresses given to clients in Metadata responses, per listener (`SSL://host:port`); a bare `host:port` is the first listener's (flag `--advertised-listener`)."),
     setting("ssl.certificate.location", "none", "path", None,
@@ -67,6 +68,16 @@ pub const SETTINGS: &[Setting] = &[
         "PEM file of the CA certificates that sign client certificates (for `ssl.client.auth`)."),
     setting("ssl.client.auth", "none", "", None,
         "`required`: SSL clients must present a certificate signed by a CA of `ssl.truststore.location`, others are refused in the handshake; `requested`: a certificate is asked for and checked if given; `none`: not asked for."),
+    setting("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN", "list", None,
+        "SASL mechanisms SASL_PLAINTEXT and SASL_SSL listeners accept (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN). Users and their SCRAM credentials are managed with `weir user` (AlterUserScramCredentials); PLAIN checks the password against them."),
+    setting("connections.max.reauth.ms", "0", "ms", None,
+        "When above 0, a SASL session lasts this long: clients are told so (SaslAuthenticate v1+) and must re-authenticate on the same connection (KIP-368), or the connection is closed at its next request after that. 0: sessions never expire."),
+    setting("authorizer.class.name", "none", "", None,
+        "Turns ACL checks on: any of Kafka's authorizer class names (`org.apache.kafka.metadata.authorizer.StandardAuthorizer`, `kafka.security.authorizer.AclAuthorizer`) or `weir`; `none` or empty: every client may do everything. ACLs are stored (CreateAcls, `weir acl`) either way."),
+    setting("super.users", "none", "list", None,
+        "Principals allowed everything whatever the ACLs say, separated by `;` (`User:admin;User:ops`), as in Kafka."),
+    setting("allow.everyone.if.no.acl.found", "false", "bool", None,
+        "With the authorizer on: a resource that no ACL names is open to everyone (true) or to super users only (false, Kafka's default)."),
     setting("listeners.per.core", "true", "bool", None,
         "Also listen on one port per core for each listener (that listener's port + 1 + core, so listeners' ports must be more than the core count apart; kernel-picked when the port is 0) and advertise each core as its own broker in Metadata, the leader of the partitions it owns and the coordinator of its groups, so clients send produce and fetch straight to the owning core (no cross-core hop). Each listener's own port stays its bootstrap address."),
     setting("offset.metadata.max.bytes", "4096", "bytes", None,
@@ -141,6 +152,12 @@ pub struct BrokerConfig {
     pub advertised_listeners: Vec<(Option<SecurityProtocol>, String)>,
     /// The `ssl.*` settings of SSL listeners.
     pub ssl: SslConfig,
+    /// `sasl.enabled.mechanisms`: what SASL listeners accept.
+    pub sasl_mechanisms: Vec<crate::sasl::Mechanism>,
+    /// `connections.max.reauth.ms`: SASL session lifetime (0: none).
+    pub connections_max_reauth_ms: u64,
+    /// `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
+    pub authorizer: crate::acl::AuthorizerConfig,
     pub segment_bytes: u64,
     pub segment_ms: Option<u64>,
     pub retention_ms: Option<u64>,
@@ -207,6 +224,13 @@ impl Default for BrokerConfig {
             }],
             advertised_listeners: Vec::new(),
             ssl: SslConfig::default(),
+            sasl_mechanisms: vec![
+                crate::sasl::Mechanism::ScramSha256,
+                crate::sasl::Mechanism::ScramSha512,
+                crate::sasl::Mechanism::Plain,
+            ],
+            connections_max_reauth_ms: 0,
+            authorizer: crate::acl::AuthorizerConfig::default(),
             segment_bytes: 1 << 30,
             segment_ms: Some(7 * 24 * 3600 * 1000),
             retention_ms: Some(7 * 24 * 3600 * 1000),
@@ -395,6 +419,19 @@ impl BrokerConfig {
             "ssl.key.location" => self.ssl.key = path_or_none(value),
             "ssl.truststore.location" => self.ssl.truststore = path_or_none(value),
             "ssl.client.auth" => self.ssl.client_auth = Some(ClientAuth::parse(key, value)?),
+            "sasl.enabled.mechanisms" => {
+                self.sasl_mechanisms = listeners::parse_mechanisms(key, value)?
+            }
+            "connections.max.reauth.ms" => {
+                self.connections_max_reauth_ms = parse_bounded(key, value, 0, i64::MAX as u64)?
+            }
+            "authorizer.class.name" => {
+                self.authorizer.enabled = listeners::parse_authorizer(key, value)?
+            }
+            "super.users" => self.authorizer.super_users = listeners::parse_principals(key, value)?,
+            "allow.everyone.if.no.acl.found" => {
+                self.authorizer.allow_if_no_acl = parse_bool(key, value)?
+            }
             "cache.bytes.per.core" => self.cache_bytes_per_core = parse_num(key, value)?,
             "read.cache.bytes.per.core" => self.read_cache_bytes_per_core = parse_num(key, value)?,
             "metrics.listen" => self.metrics_listen = address_or_off(value),
@@ -498,6 +535,21 @@ impl BrokerConfig {
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
             "max.connections" => self.max_connections.to_string(),
             "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
+            "connections.max.reauth.ms" => self.connections_max_reauth_ms.to_string(),
+            "authorizer.class.name" => if self.authorizer.enabled {
+                "weir"
+            } else {
+                "none"
+            }
+            .into(),
+            "super.users" => self.authorizer.super_users.join(";"),
+            "allow.everyone.if.no.acl.found" => self.authorizer.allow_if_no_acl.to_string(),
+            "sasl.enabled.mechanisms" => self
+                .sasl_mechanisms
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(","),
             "fetch.max.parked" => self.max_parked_fetches.to_string(),
             "fetch.max.wait.ms" => self.fetch_max_wait_ms.to_string(),
             "cache.bytes.per.core" => self.cache_bytes_per_core.to_string(),

@@ -48,6 +48,17 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::ListConfigResources, 0, 1),
+    // SASL (docs/security.md): the handshake names the mechanism; after v1 SaslAuthenticate
+    // carries its tokens (v1+ tells the session lifetime, KIP-368), after v0 they come as raw
+    // frames (before KIP-152). librdkafka enables SASL only when v0 is advertised.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    // ACLs (docs/security.md): stored in the metadata, enforced with `authorizer.class.name`.
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// Produce versions advertised but not served (message format v0/v1, removed by KIP-896):
@@ -122,6 +133,13 @@ pub enum Body {
     AlterReplicaLogDirs(AlterReplicaLogDirsRequest),
     DescribeTopicPartitions(DescribeTopicPartitionsRequest),
     ListConfigResources(ListConfigResourcesRequest),
+    SaslHandshake(SaslHandshakeRequest),
+    SaslAuthenticate(SaslAuthenticateRequest),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
+    DescribeAcls(DescribeAclsRequest),
+    CreateAcls(CreateAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
 }
 
 impl Request {
@@ -317,6 +335,17 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
             Body::DescribeTopicPartitions(decode(&mut frame, version)?)
         }
         ApiKey::ListConfigResources => Body::ListConfigResources(decode(&mut frame, version)?),
+        ApiKey::SaslHandshake => Body::SaslHandshake(decode(&mut frame, version)?),
+        ApiKey::SaslAuthenticate => Body::SaslAuthenticate(decode(&mut frame, version)?),
+        ApiKey::DescribeUserScramCredentials => {
+            Body::DescribeUserScramCredentials(decode(&mut frame, version)?)
+        }
+        ApiKey::AlterUserScramCredentials => {
+            Body::AlterUserScramCredentials(decode(&mut frame, version)?)
+        }
+        ApiKey::DescribeAcls => Body::DescribeAcls(decode(&mut frame, version)?),
+        ApiKey::CreateAcls => Body::CreateAcls(decode(&mut frame, version)?),
+        ApiKey::DeleteAcls => Body::DeleteAcls(decode(&mut frame, version)?),
         _ => return Err(perr(format!("unsupported api {key:?}"))),
     };
     Ok(Request {
@@ -401,6 +430,19 @@ mod tests {
             ApiKey::ListConfigResources => {
                 r!(ListConfigResourcesRequest, ListConfigResourcesResponse)
             }
+            ApiKey::SaslHandshake => r!(SaslHandshakeRequest, SaslHandshakeResponse),
+            ApiKey::SaslAuthenticate => r!(SaslAuthenticateRequest, SaslAuthenticateResponse),
+            ApiKey::DescribeUserScramCredentials => r!(
+                DescribeUserScramCredentialsRequest,
+                DescribeUserScramCredentialsResponse
+            ),
+            ApiKey::AlterUserScramCredentials => r!(
+                AlterUserScramCredentialsRequest,
+                AlterUserScramCredentialsResponse
+            ),
+            ApiKey::DescribeAcls => r!(DescribeAclsRequest, DescribeAclsResponse),
+            ApiKey::CreateAcls => r!(CreateAclsRequest, CreateAclsResponse),
+            ApiKey::DeleteAcls => r!(DeleteAclsRequest, DeleteAclsResponse),
             other => panic!("{other:?} is advertised but has no codec range here"),
         }
     }

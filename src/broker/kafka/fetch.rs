@@ -16,9 +16,10 @@ pub(super) async fn fetch(
     shard: &Rc<Shard>,
     req: &Request,
     f: &FetchRequest,
+    session: &weir::acl::Session,
 ) -> Result<Response, ProtocolError> {
     // v13+ names topics by id (KIP-516).
-    let replies = gather_fetch(shard, f, req.version >= 13).await;
+    let replies = gather_fetch(shard, f, req.version >= 13, Some(session)).await;
     let body = super::fetch_response::encode(req.version, req.correlation_id, &replies);
     Ok(Some(body))
 }
@@ -27,7 +28,13 @@ pub(super) async fn fetch(
 /// `min_bytes` are there or `max_wait_ms` passes: the per-partition results, by topic.
 /// Also the data path of streaming fetch (`streaming.rs`). `by_id`: the request names its
 /// topics by id (Fetch v13+); an id this broker does not know gets UNKNOWN_TOPIC_ID.
-pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest, by_id: bool) -> Vec<FetchReply> {
+/// `session`: whose READ to check per topic (ACLs); `None` when already checked (streams).
+pub async fn gather_fetch(
+    shard: &Rc<Shard>,
+    f: &FetchRequest,
+    by_id: bool,
+    session: Option<&weir::acl::Session>,
+) -> Vec<FetchReply> {
     let meta = shard.metadata();
     // (topic index, partition index) of every part, grouped by owner.
     let mut replies: Vec<FetchReply> = Vec::new();
@@ -40,6 +47,15 @@ pub async fn gather_fetch(shard: &Rc<Shard>, f: &FetchRequest, by_id: bool) -> V
             }
         } else {
             (t.topic.to_string(), errors::NONE)
+        };
+        let unknown = match session {
+            Some(s)
+                if unknown == errors::NONE
+                    && !super::authz::topic(shard, s, weir::acl::Operation::Read, &name) =>
+            {
+                errors::TOPIC_AUTHORIZATION_FAILED
+            }
+            _ => unknown,
         };
         let mut reply = FetchReply {
             topic: name.clone(),

@@ -56,6 +56,7 @@ pub(super) async fn metadata(
     version: i16,
     req: &MetadataRequest,
     listener: usize,
+    may_create: bool,
 ) -> MetadataResponse {
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let requested: Option<Vec<String>> = match &req.topics {
@@ -67,8 +68,9 @@ pub(super) async fn metadata(
                 .collect(),
         ),
     };
-    let allow_auto =
-        shard.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    let allow_auto = may_create
+        && shard.config.auto_create_topics
+        && (version < 4 || req.allow_auto_topic_creation);
     if let (Some(names), true) = (&requested, allow_auto) {
         let meta = shard.metadata();
         let missing: Vec<String> = names

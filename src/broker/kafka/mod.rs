@@ -15,6 +15,8 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use tracing::debug;
 
+mod acls;
+mod authz;
 mod cluster;
 mod configs;
 mod describe;
@@ -29,6 +31,7 @@ mod produce;
 mod producers;
 mod reassign;
 mod topics;
+mod users;
 
 use self::cluster::*;
 use self::configs::*;
@@ -41,6 +44,7 @@ use crate::broker::errors;
 use crate::broker::shard::Shard;
 use groups as group;
 
+pub use self::authz::allowed;
 pub use self::fetch::gather_fetch;
 
 pub use weir::protocol::wire::{
@@ -109,11 +113,16 @@ pub async fn process(
     req: Request,
     listener: usize,
     via: Listener,
+    session: Rc<weir::acl::Session>,
 ) -> Result<Response, ProtocolError> {
     let started = std::time::Instant::now();
     let key = req.raw_key();
     let sh = shard.clone();
-    let r = process_request(shard, req, listener, via).await;
+    let r = match authz::gate(&shard, &req, &session) {
+        Ok(Some(refused)) => Ok(refused),
+        Ok(None) => process_request(shard, req, listener, via, &session).await,
+        Err(e) => Err(e),
+    };
     sh.metrics.request(key, started.elapsed());
     r
 }
@@ -123,8 +132,13 @@ async fn process_request(
     req: Request,
     listener: usize,
     via: Listener,
+    session: &weir::acl::Session,
 ) -> Result<Response, ProtocolError> {
-    match &req.body {
+    // ACLs: the topics or groups of a changing request the principal may not touch are taken
+    // out here and answered with the error below (`authz`).
+    let (allowed_body, denied) = authz::split(&shard, &req, session);
+    let body = allowed_body.as_ref().unwrap_or(&req.body);
+    match body {
         Body::ApiVersions(a) => {
             debug!(
                 client = %a.client_software_name.as_str(),
@@ -155,26 +169,36 @@ async fn process_request(
             )?]))
         }
         Body::Metadata(m) => {
-            let resp = metadata(&shard, req.version, m, listener).await;
+            let asked_all = m.topics.is_none()
+                || (req.version == 0 && m.topics.iter().flatten().next().is_none());
+            let may_create = authz::metadata_may_create(&shard, session, m);
+            let mut resp = metadata(&shard, req.version, m, listener, may_create).await;
+            authz::patch_metadata(&shard, session, asked_all, &mut resp);
             one(&req, &resp)
         }
-        Body::Produce(p) => produce(&shard, &req, p).await,
+        Body::Produce(p) => produce(&shard, &req, p, session).await,
         Body::LegacyProduce(p) => Ok(legacy_produce(&req, p)),
-        Body::Fetch(f) => fetch(&shard, &req, f).await,
+        Body::Fetch(f) => fetch(&shard, &req, f, session).await,
         Body::ListOffsets(l) => {
-            let resp = list_offsets(&shard, req.version, l).await;
+            let mut resp = list_offsets(&shard, req.version, l).await;
+            authz::patch_list_offsets(&shard, session, &mut resp);
             one(&req, &resp)
         }
         Body::CreateTopics(c) => {
-            let resp = create_topics(&shard, req.version, c).await;
+            let mut resp = create_topics(&shard, req.version, c).await;
+            authz::patch_create_topics(&mut resp, &denied);
             one(&req, &resp)
         }
         Body::DeleteTopics(d) => {
-            let resp = delete_topics(&shard, req.version, d).await;
+            let mut resp = delete_topics(&shard, req.version, d).await;
+            authz::patch_delete_topics(&mut resp, &denied);
             one(&req, &resp)
         }
         Body::DeleteRecords(d) => {
-            let resp = delete_records(&shard, d).await;
+            let mut resp = delete_records(&shard, d).await;
+            if let Body::DeleteRecords(all) = &req.body {
+                authz::patch_delete_records(&mut resp, all, &denied);
+            }
             one(&req, &resp)
         }
         Body::DescribeLogDirs(d) => {
@@ -190,28 +214,45 @@ async fn process_request(
             one(&req, &resp)
         }
         Body::CreatePartitions(c) => {
-            let resp = create_partitions(&shard, c).await;
+            let mut resp = create_partitions(&shard, c).await;
+            authz::patch_create_partitions(&mut resp, &denied);
             one(&req, &resp)
         }
         Body::DescribeConfigs(d) => {
-            let resp = describe_configs(&shard, d);
+            let mut resp = describe_configs(&shard, d);
+            authz::patch_describe_configs(&shard, session, &mut resp);
             one(&req, &resp)
         }
         // server.rs hands these to the connection's streams, never here.
         Body::StreamFetch(_) => Err(perr("StreamFetch outside a connection")),
         Body::AlterConfigs(a) => {
-            let resp = alter_configs(&shard, a).await;
+            let mut resp = alter_configs(&shard, a).await;
+            if let Body::AlterConfigs(all) = &req.body {
+                let names = all
+                    .resources
+                    .iter()
+                    .map(|r| (r.resource_type, r.resource_name.to_string()));
+                authz::patch_alter_configs(&mut resp.responses, names, &denied);
+            }
             one(&req, &resp)
         }
         Body::IncrementalAlterConfigs(a) => {
-            let resp = incremental_alter_configs(&shard, a).await;
+            let mut resp = incremental_alter_configs(&shard, a).await;
+            if let Body::IncrementalAlterConfigs(all) = &req.body {
+                let names = all
+                    .resources
+                    .iter()
+                    .map(|r| (r.resource_type, r.resource_name.to_string()));
+                authz::patch_incremental_alter_configs(&mut resp.responses, names, &denied);
+            }
             one(&req, &resp)
         }
         Body::InitProducerId(i) => one(&req, &init_producer_id(&shard, i)),
-        Body::FindCoordinator(f) => one(
-            &req,
-            &group::find_coordinator(&shard, req.version, f, listener),
-        ),
+        Body::FindCoordinator(f) => {
+            let mut resp = group::find_coordinator(&shard, req.version, f, listener);
+            authz::patch_find_coordinator(&shard, session, f, &mut resp);
+            one(&req, &resp)
+        }
         Body::JoinGroup(j) => {
             let client = group::Client {
                 client_id: &req.client_id,
@@ -225,16 +266,45 @@ async fn process_request(
         Body::SyncGroup(g) => one(&req, &group::sync_group(&shard, g).await),
         Body::Heartbeat(h) => one(&req, &group::heartbeat(&shard, h).await),
         Body::LeaveGroup(l) => one(&req, &group::leave_group(&shard, req.version, l).await),
-        Body::OffsetCommit(c) => one(&req, &group_offsets::offset_commit(&shard, c).await),
-        Body::OffsetFetch(f) => one(
-            &req,
-            &group_offsets::offset_fetch(&shard, req.version, f).await,
-        ),
-        Body::DescribeGroups(d) => one(&req, &group::describe_groups(&shard, req.version, d).await),
-        Body::ListGroups(l) => one(&req, &group::list_groups(&shard, l, via).await),
-        Body::DeleteGroups(d) => one(&req, &group::delete_groups(&shard, d).await),
-        Body::OffsetDelete(d) => one(&req, &group_offsets::offset_delete(&shard, d).await),
-        Body::DescribeProducers(d) => one(&req, &producers::describe_producers(&shard, d).await),
+        Body::OffsetCommit(c) => {
+            let mut resp = group_offsets::offset_commit(&shard, c).await;
+            if let Body::OffsetCommit(all) = &req.body {
+                authz::patch_offset_commit(&mut resp, all, &denied);
+            }
+            one(&req, &resp)
+        }
+        Body::OffsetFetch(f) => {
+            let mut resp = group_offsets::offset_fetch(&shard, req.version, f).await;
+            authz::patch_offset_fetch(&shard, session, f, &mut resp);
+            one(&req, &resp)
+        }
+        Body::DescribeGroups(d) => {
+            let mut resp = group::describe_groups(&shard, req.version, d).await;
+            authz::patch_describe_groups(&shard, session, &mut resp);
+            one(&req, &resp)
+        }
+        Body::ListGroups(l) => {
+            let mut resp = group::list_groups(&shard, l, via).await;
+            authz::patch_list_groups(&shard, session, &mut resp);
+            one(&req, &resp)
+        }
+        Body::DeleteGroups(d) => {
+            let mut resp = group::delete_groups(&shard, d).await;
+            authz::patch_delete_groups(&mut resp, &denied);
+            one(&req, &resp)
+        }
+        Body::OffsetDelete(d) => {
+            let mut resp = group_offsets::offset_delete(&shard, d).await;
+            if let Body::OffsetDelete(all) = &req.body {
+                authz::patch_offset_delete(&mut resp, all, &denied);
+            }
+            one(&req, &resp)
+        }
+        Body::DescribeProducers(d) => {
+            let mut resp = producers::describe_producers(&shard, d).await;
+            authz::patch_describe_producers(&shard, session, &mut resp);
+            one(&req, &resp)
+        }
         Body::AlterPartitionReassignments(a) => one(
             &req,
             &reassign::alter_partition_reassignments(&shard, req.version, a),
@@ -244,12 +314,36 @@ async fn process_request(
         }
         Body::AlterReplicaLogDirs(a) => one(&req, &describe::alter_replica_log_dirs(&shard, a)),
         Body::DescribeTopicPartitions(d) => {
-            one(&req, &describe::describe_topic_partitions(&shard, d))
+            let mut resp = describe::describe_topic_partitions(&shard, d);
+            authz::patch_describe_topic_partitions(&shard, session, &mut resp);
+            one(&req, &resp)
         }
         Body::ListConfigResources(l) => one(
             &req,
             &describe::list_config_resources(&shard, req.version, l),
         ),
+        Body::DescribeUserScramCredentials(d) => {
+            one(&req, &users::describe_user_scram_credentials(&shard, d))
+        }
+        Body::AlterUserScramCredentials(a) => {
+            one(&req, &users::alter_user_scram_credentials(&shard, a).await)
+        }
+        Body::DescribeAcls(d) => one(&req, &acls::describe_acls(&shard, d)),
+        Body::CreateAcls(c) => one(&req, &acls::create_acls(&shard, c).await),
+        Body::DeleteAcls(d) => one(&req, &acls::delete_acls(&shard, d).await),
+        // On a SASL listener server.rs (`broker::sasl`) runs the exchange and these never come
+        // here; on the others there is nothing to authenticate, and Kafka answers the same.
+        Body::SaslHandshake(_) => {
+            let mut r = SaslHandshakeResponse::default();
+            r.error_code = errors::ILLEGAL_SASL_STATE;
+            one(&req, &r)
+        }
+        Body::SaslAuthenticate(_) => {
+            let mut r = SaslAuthenticateResponse::default();
+            r.error_code = errors::ILLEGAL_SASL_STATE;
+            r.error_message = Some(s("SaslAuthenticate on a listener without SASL"));
+            one(&req, &r)
+        }
     }
 }
 

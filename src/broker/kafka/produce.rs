@@ -16,6 +16,7 @@ pub(super) async fn produce(
     shard: &Rc<Shard>,
     req: &Request,
     p: &ProduceRequest,
+    session: &weir::acl::Session,
 ) -> Result<Response, ProtocolError> {
     let acks = p.acks;
     let valid_acks = matches!(acks, -1..=1);
@@ -27,6 +28,7 @@ pub(super) async fn produce(
             .filter(|_| req.version < 13) // an id names a topic that exists
             .map(|t| t.name.to_string())
             .filter(|n| !meta.topics.contains_key(n) && valid_topic_name(n))
+            .filter(|n| super::authz::may_create(shard, session, n))
             .collect();
         auto_create(shard, missing).await;
     }
@@ -44,6 +46,9 @@ pub(super) async fn produce(
         } else {
             (t.name.to_string(), errors::NONE)
         };
+        // ACLs: WRITE on the topic, or nothing of it is written.
+        let denied = unknown == errors::NONE
+            && !super::authz::topic(shard, session, weir::acl::Operation::Write, &name);
         let mut row = Vec::with_capacity(t.partition_data.len());
         for (pi, pd) in t.partition_data.iter().enumerate() {
             let mut res = crate::broker::shard::ProduceResult {
@@ -56,6 +61,8 @@ pub(super) async fn produce(
                 res.error = errors::INVALID_REQUIRED_ACKS;
             } else if unknown != errors::NONE {
                 res.error = unknown;
+            } else if denied {
+                res.error = errors::TOPIC_AUTHORIZATION_FAILED;
             } else {
                 match meta.owner(&name, pd.index) {
                     None => res.error = errors::UNKNOWN_TOPIC_OR_PARTITION,

@@ -1,5 +1,5 @@
-//! Topic administration on core 0 (under the admin lock): create and delete topics, add
-//! partitions, alter topic configs; each change is saved (`Metadata::save`) and then applied
+//! Topic and user administration on core 0 (under the admin lock): create and delete topics,
+//! add partitions, alter topic configs, store SASL users' credentials; each change is saved (`Metadata::save`) and then applied
 //! on every core (`Req::Apply`) before it is answered.
 
 use std::rc::Rc;
@@ -382,6 +382,108 @@ impl Shard {
             }
         }
         results
+    }
+
+    /// Stores or deletes SASL users' SCRAM credentials (checked in form by the connection's
+    /// core): saved in the metadata and applied by every core before the answer.
+    pub(super) async fn admin_alter_users(
+        self: &Rc<Self>,
+        changes: Vec<UserChange>,
+    ) -> Vec<(String, i16, Option<String>)> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let mut meta = (*self.metadata()).clone();
+        let mut results = Vec::new();
+        for c in changes {
+            let mech = c.mechanism.name().to_string();
+            match c.credential {
+                Some(cred) => {
+                    info!(user = %c.user, mechanism = %mech, "SCRAM credential stored");
+                    meta.users
+                        .entry(c.user.clone())
+                        .or_default()
+                        .insert(mech, cred);
+                    results.push((c.user, errors::NONE, None));
+                }
+                None => {
+                    let creds = meta.users.get_mut(&c.user);
+                    if creds.and_then(|m| m.remove(&mech)).is_none() {
+                        results.push((
+                            c.user,
+                            errors::RESOURCE_NOT_FOUND,
+                            Some("Attempt to delete a user credential that does not exist".into()),
+                        ));
+                        continue;
+                    }
+                    if meta.users.get(&c.user).is_some_and(|m| m.is_empty()) {
+                        meta.users.remove(&c.user);
+                    }
+                    info!(user = %c.user, mechanism = %mech, "SCRAM credential deleted");
+                    results.push((c.user, errors::NONE, None));
+                }
+            }
+        }
+        if results.iter().any(|r| r.1 == errors::NONE) {
+            if let Err(e) = self.commit_metadata(meta).await {
+                for r in results.iter_mut().filter(|r| r.1 == errors::NONE) {
+                    r.1 = errors::KAFKA_STORAGE_ERROR;
+                    r.2 = Some(e.clone());
+                }
+            }
+        }
+        results
+    }
+
+    /// Adds ACLs (already checked in form): kept sorted and without duplicates, saved in the
+    /// metadata and applied by every core before the answer.
+    pub(super) async fn admin_create_acls(
+        self: &Rc<Self>,
+        acls: Vec<weir::acl::AclBinding>,
+    ) -> Result<(), String> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Err("shutting down".into());
+        };
+        let mut meta = (*self.metadata()).clone();
+        let before = meta.acls.len();
+        meta.acls.extend(acls);
+        meta.acls.sort();
+        meta.acls.dedup();
+        if meta.acls.len() == before {
+            return Ok(()); // all of them were there already
+        }
+        info!(
+            added = meta.acls.len() - before,
+            total = meta.acls.len(),
+            "ACLs created"
+        );
+        self.commit_metadata(meta).await
+    }
+
+    /// Deletes the ACLs each filter matches (an ACL goes to the first filter that matches it).
+    pub(super) async fn admin_delete_acls(
+        self: &Rc<Self>,
+        filters: Vec<weir::acl::AclFilter>,
+    ) -> Result<Vec<Vec<weir::acl::AclBinding>>, String> {
+        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
+            return Err("shutting down".into());
+        };
+        let mut meta = (*self.metadata()).clone();
+        let mut deleted = vec![Vec::new(); filters.len()];
+        meta.acls
+            .retain(|b| match filters.iter().position(|f| f.matches(b)) {
+                Some(i) => {
+                    deleted[i].push(b.clone());
+                    false
+                }
+                None => true,
+            });
+        let n: usize = deleted.iter().map(Vec::len).sum();
+        if n > 0 {
+            info!(deleted = n, total = meta.acls.len(), "ACLs deleted");
+            self.commit_metadata(meta).await?;
+        }
+        Ok(deleted)
     }
 
     /// The brokers a client that came in on `listener` is told about, (host, port) by broker

@@ -163,6 +163,9 @@ impl Shard {
                 changes,
                 validate_only,
             } => Resp::Topics(self.admin_alter_configs(changes, validate_only).await),
+            Req::AlterUsers(changes) => Resp::Users(self.admin_alter_users(changes).await),
+            Req::CreateAcls(acls) => Resp::Stored(self.admin_create_acls(acls).await),
+            Req::DeleteAcls(filters) => Resp::AclsDeleted(self.admin_delete_acls(filters).await),
             Req::Group(g) => {
                 let coordinator = self.groups.borrow().clone();
                 match coordinator {

@@ -112,6 +112,15 @@ pub struct ConfigChange {
     pub ops: Vec<(String, Option<String>)>,
 }
 
+/// A change to one user's SCRAM credential (AlterUserScramCredentials), checked in form.
+#[derive(Debug, Clone)]
+pub struct UserChange {
+    pub user: String,
+    pub mechanism: weir::sasl::Mechanism,
+    /// The new credential, or `None` to delete this mechanism's credential.
+    pub credential: Option<weir::sasl::ScramCredential>,
+}
+
 #[derive(Debug, Clone)]
 pub struct TopicResult {
     pub name: String,
@@ -163,6 +172,12 @@ pub enum Req {
         changes: Vec<ConfigChange>,
         validate_only: bool,
     },
+    /// → core 0: SASL users' credentials.
+    AlterUsers(Vec<UserChange>),
+    /// → core 0: store these ACLs (checked in form).
+    CreateAcls(Vec<weir::acl::AclBinding>),
+    /// → core 0: delete the ACLs each filter matches.
+    DeleteAcls(Vec<weir::acl::AclFilter>),
     /// → the core owning the group (`Coordinator::core_of`).
     Group(GroupReq),
     /// This core's figures for the metrics endpoint.
@@ -181,6 +196,13 @@ pub enum Resp {
     /// (error, low watermark) per partition of a `Req::DeleteRecords`.
     LowWatermarks(Vec<(i16, i64)>),
     Topics(Vec<TopicResult>),
+    /// (user, error code, message) per user of a `Req::AlterUsers`.
+    Users(Vec<(String, i16, Option<String>)>),
+    /// Reply to `Req::CreateAcls`: saved and applied, or why not.
+    Stored(Result<(), String>),
+    /// Reply to `Req::DeleteAcls`: the ACLs each filter deleted (each ACL once, to the first
+    /// filter that matched it), or why nothing was.
+    AclsDeleted(Result<Vec<Vec<weir::acl::AclBinding>>, String>),
     Group(GroupResp),
     /// Reply to `Req::Apply`: the partitions this core could not open.
     Applied(Vec<OpenFailure>),
