@@ -2,10 +2,12 @@
 # Runs librdkafka's own integration tests (its tests/ test-runner) against fresh weir brokers.
 #
 #   scripts/librdkafka-suite.sh 0030 0102 0113:commit_during   # chosen tests, one after another
+#   scripts/librdkafka-suite.sh sasl/0135 sasl/0142:message    # against a SASL_PLAINTEXT broker
 #   scripts/librdkafka-suite.sh --all [--jobs N] [--local]     # the whole list, in parallel
 #
-# TEST[:SUBTEST]: a test number, optionally with a substring of the subtest names (librdkafka's
-# SUBTESTS). --all runs every `run` entry of tests/librdkafka-suite.txt, the list that gives
+# [sasl/]TEST[:SUBTEST]: a test number, optionally with a substring of the subtest names
+# (librdkafka's SUBTESTS); sasl/ runs it against a broker whose clients log in with
+# SCRAM-SHA-256 on a SASL_PLAINTEXT listener, with connections.max.reauth.ms=10000. --all runs every `run` entry of tests/librdkafka-suite.txt, the list that gives
 # every test of librdkafka's test table a verdict (run / na / known-fail / local, with the
 # reason), N test-runner processes at a time (default $WEIR_LIBRDKAFKA_JOBS or 4), and prints
 # pass / fail / na / known-fail / local counts; --local also runs the `local` entries (tests
@@ -106,6 +108,31 @@ start_weir() {
     printf 'bootstrap.servers=%s\nbroker.address.family=v4\n' "$addr" >"$WORK/$name.conf"
 }
 
+# start_weir_sasl NAME: a broker whose test-runner clients log in (SCRAM-SHA-256 on a
+# SASL_PLAINTEXT listener; the user is made over its loopback PLAINTEXT listener).
+start_weir_sasl() {
+    local name="$1"
+    : >"$WORK/$name.out"
+    "$WEIR_BIN" serve --data-dir "$WORK/$name" --set metrics.listen=127.0.0.1:0 \
+        --set listeners=SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0 \
+        --set connections.max.reauth.ms=10000 \
+        --set num.partitions=4 >"$WORK/$name.out" 2>"$LOGS/weir-$name.log" &
+    BROKER_PIDS+=($!)
+    local addr="" admin=""
+    for _ in $(seq 100); do
+        addr="$(sed -n 's/^listening on //p' "$WORK/$name.out")"
+        [ -n "$addr" ] && break
+        sleep 0.1
+    done
+    [ -n "$addr" ] || { echo "weir did not start:" >&2; cat "$LOGS/weir-$name.log" >&2; exit 1; }
+    admin="$(sed -n 's/^PLAINTEXT listener on //p' "$WORK/$name.out")"
+    echo "librdkafka-test-pw" | "$WEIR_BIN" user add librdkafka --password-stdin \
+        --bootstrap "$admin" >/dev/null
+    printf '%s\n' "bootstrap.servers=$addr" broker.address.family=v4 \
+        security.protocol=SASL_PLAINTEXT sasl.mechanism=SCRAM-SHA-256 \
+        sasl.username=librdkafka sasl.password=librdkafka-test-pw >"$WORK/$name.conf"
+}
+
 # runner CONF LOG ARGS...: one test-runner process.
 runner() {
     local conf="$1" log="$2"
@@ -119,11 +146,17 @@ if [ "$ALL" = 0 ]; then
     start_weir default
     pass=0 fail=0
     for spec in "${SPECS[@]}"; do
-        t="${spec%%:*}" sub=""
-        [ "$spec" != "$t" ] && sub="${spec#*:}"
-        log="$LOGS/librdkafka-$t${sub:+-$sub}.log"
+        conf="$WORK/default.conf" plain="$spec"
+        if [ "${spec#sasl/}" != "$spec" ]; then
+            plain="${spec#sasl/}" conf="$WORK/sasl.conf"
+            [ -f "$conf" ] || start_weir_sasl sasl
+        fi
+        t="${plain%%:*}" sub=""
+        [ "$plain" != "$t" ] && sub="${plain#*:}"
+        log="$LOGS/librdkafka-${spec//\//-}.log"
+        log="${log//:/-}"
         # -D: delete the test topics after the test (one test at a time here).
-        if SUBTESTS="$sub" runner "$WORK/default.conf" "$log" -D "$t"; then
+        if SUBTESTS="$sub" runner "$conf" "$log" -D "$t"; then
             echo "PASS $spec"; pass=$((pass + 1))
         else
             echo "FAIL $spec (log: $log)"; grep -a -A2 "TEST FAILURE" "$log" | head -8 | sed 's/^/    /'

@@ -207,3 +207,35 @@ def test_acls_off_by_default_and_everyone_if_no_acl(broker_factory, topic_name):
     p.produce(topic_name, b"z", partition=0, on_delivery=lambda err, msg: errors.append(err))
     p.flush(10)
     assert [e.code() for e in errors] == [confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_client_certificate_names_the_principal(broker_factory, tmp_path, topic_name):
+    """With ssl.client.auth=required, a client's principal is its certificate's subject in
+    RFC 2253 form (Kafka's default), so ACLs can be written for certificate holders."""
+    from tls_certs import Ca
+    ca = Ca(tmp_path / "certs", "weir-test-ca")
+    clients = Ca(tmp_path / "clients", "weir-clients-ca")
+    server = ca.issue("server", server=True)
+    broker = broker_factory(settings={
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+        "ssl.certificate.location": server.cert, "ssl.key.location": server.key,
+        "ssl.client.auth": "required", "ssl.truststore.location": clients.pem,
+        "authorizer.class.name": "weir", "super.users": "User:ANONYMOUS"})
+    rd_create_topic(broker.bootstrap, topic_name, 1)
+    alice = clients.issue("alice", server=False, org="weir")
+    bob = clients.issue("bob", server=False, org="weir")
+    principal = "User:CN=alice,OU=unit\\, 1,O=weir"
+    acl_add(broker, "--principal", principal, "--operation", "write", "--topic", topic_name)
+
+    def conf(who) -> dict:
+        return {"security.protocol": "SSL", "ssl.ca.location": str(ca.pem),
+                "ssl.certificate.location": str(who.cert), "ssl.key.location": str(who.key)}
+
+    rd_produce(rd_producer(broker.ssl_bootstrap, acks="all", **conf(alice)), topic_name,
+               [Msg(key=None, value=b"from alice", partition=0)])
+    errors = []
+    p = rd_producer(broker.ssl_bootstrap, retries=0, **conf(bob))
+    p.produce(topic_name, b"from bob", partition=0, on_delivery=lambda err, msg: errors.append(err))
+    p.flush(15)
+    assert [e.code() for e in errors] == [confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED], errors
+    assert high_watermark(broker.bootstrap, topic_name) == 1

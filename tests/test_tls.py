@@ -209,3 +209,43 @@ def test_large_fetch_responses_over_ssl(broker_factory, ca, topic_name):
     got = rd_consume(broker.ssl_bootstrap, topic_name, range(2), len(msgs), timeout=60,
                      **ssl_conf(ca, **{"fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20}))
     assert sorted((r.key, r.value) for r in got) == sorted((m.key, m.value) for m in msgs)
+
+
+def test_sighup_reloads_the_certificate(broker_factory, ca, tmp_path):
+    """Certificates expire: replacing the files and sending SIGHUP gives new connections the
+    new certificate without a restart; a broken file is refused and the old one kept."""
+    import os
+    import shutil
+    import signal
+
+    from tls_certs import Pem
+    first = ca.issue("server", server=True)
+    live = Pem(tmp_path / "live.pem", tmp_path / "live.key")
+    shutil.copy(first.cert, live.cert)
+    shutil.copy(first.key, live.key)
+    broker = broker_factory(settings=ssl_settings(live))
+    assert kcat_ssl(broker.ssl_bootstrap, ca, "-L").returncode == 0
+
+    def sighup_and_wait(line: str) -> None:
+        seen = broker.log_tail().count(line)
+        os.kill(broker.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while broker.log_tail().count(line) == seen:
+            assert time.monotonic() < deadline, f"no '{line}' in the log"
+            time.sleep(0.05)
+
+    # A half-written file: the reload fails, the broker keeps serving the old certificate.
+    live.cert.write_text("-----BEGIN CERTIFICATE-----\ngarbage\n")
+    sighup_and_wait("TLS reload failed; keeping the current certificate")
+    assert kcat_ssl(broker.ssl_bootstrap, ca, "-L").returncode == 0
+
+    # A certificate from another CA: after SIGHUP new connections get it.
+    other = Ca(tmp_path / "other", "weir-other-ca")
+    second = other.issue("server", server=True)
+    shutil.copy(second.cert, live.cert)
+    shutil.copy(second.key, live.key)
+    sighup_and_wait("TLS certificate and key reloaded")
+    assert kcat_ssl(broker.ssl_bootstrap, other, "-L").returncode == 0
+    assert kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "5").returncode != 0
+    assert kcat(broker.bootstrap, "-L").returncode == 0
+    broker.check_alive()

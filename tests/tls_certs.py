@@ -60,9 +60,10 @@ class Ca:
         )
         self.pem = _write(dir, name, self.cert, self.key).cert
 
-    def issue(self, name: str, *, server: bool, expired: bool = False) -> Pem:
+    def issue(self, name: str, *, server: bool, expired: bool = False, org: str | None = None) -> Pem:
         """A certificate for `name` signed by this CA: a server's (SAN 127.0.0.1, localhost)
-        or a client's; `expired`: valid only until yesterday."""
+        or a client's; `expired`: valid only until yesterday; `org`: subject O=org, OU=unit
+        before CN=name."""
         key = ec.generate_private_key(ec.SECP256R1())
         if expired:
             start, end = _now() - datetime.timedelta(days=10), _now() - datetime.timedelta(days=1)
@@ -70,7 +71,10 @@ class Ca:
             start, end = _now() - datetime.timedelta(days=1), _now() + datetime.timedelta(days=30)
         b = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .subject_name(x509.Name(
+                ([x509.NameAttribute(NameOID.ORGANIZATION_NAME, org),
+                  x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "unit, 1")] if org else [])
+                + [x509.NameAttribute(NameOID.COMMON_NAME, name)]))
             .issuer_name(self.name)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())

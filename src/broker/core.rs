@@ -30,7 +30,10 @@ pub(super) async fn core_main(
     ),
     // Each listener's resolved address (as in `config.listeners`), and the TLS
     // configuration of SSL listeners.
-    (listens, tls): (Vec<std::net::SocketAddr>, Option<Arc<rustls::ServerConfig>>),
+    (listens, tls): (
+        Vec<std::net::SocketAddr>,
+        Option<Arc<super::tls::TlsSource>>,
+    ),
     watch: std::os::unix::net::UnixStream,
 ) -> Result<(), String> {
     // glommio's shared channels (the meshes, and joining them) wake a sleeping executor
@@ -156,7 +159,7 @@ pub(super) async fn core_main(
         server::log_listening(&bound[0]);
     }
     // Each core terminates the TLS of its own connections, with its own session cache.
-    let acceptor = tls.as_ref().map(super::tls::core_acceptor);
+    let acceptor = tls.map(|t| std::rc::Rc::new(super::tls::CoreTls::new(t)));
     let endpoint = |li: usize, kind: server::Listener| server::Endpoint {
         listener: li,
         kind,

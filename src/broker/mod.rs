@@ -162,7 +162,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     }
     // Read and checked once, before any core starts: a bad file stops the start here.
     let tls = if config.listeners.iter().any(|l| l.protocol.tls()) {
-        Some(tls::server_config(&config.ssl)?)
+        Some(tls::TlsSource::load(&config.ssl)?)
     } else {
         None
     };
@@ -268,10 +268,12 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     let config = Arc::new(config);
     let global = Arc::new(Global::new(cores, listen_addrs.len()));
 
-    // Signals: first SIGINT/SIGTERM starts a graceful shutdown, a second one exits at once.
+    // Signals: first SIGINT/SIGTERM starts a graceful shutdown, a second one exits at once;
+    // SIGHUP reloads the TLS certificate and key.
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
     ])
     .map_err(|e| format!("installing signal handlers: {e}"))?;
     // One socketpair per core: the signal thread writes a byte, the core's watcher task is
@@ -287,10 +289,22 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     }
     {
         let global = global.clone();
+        let tls = tls.clone();
         std::thread::Builder::new()
             .name("weir-signals".into())
             .spawn(move || {
                 for sig in signals.forever() {
+                    if sig == signal_hook::consts::SIGHUP {
+                        match tls.as_ref().map(|t| t.reload()) {
+                            None => info!("SIGHUP: no TLS listener, nothing to reload"),
+                            Some(Ok(())) => info!(
+                                "SIGHUP: TLS certificate and key reloaded; new connections use them"
+                            ),
+                            Some(Err(e)) => warn!(error = %e,
+                                "SIGHUP: TLS reload failed; keeping the current certificate"),
+                        }
+                        continue;
+                    }
                     if global.shutdown.swap(true, Ordering::SeqCst) {
                         warn!(sig, "second signal: exiting now");
                         std::process::exit(130);

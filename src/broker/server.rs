@@ -32,7 +32,7 @@ pub struct Endpoint {
     /// The shared bootstrap port, or this core's own port (ListGroups answers for the one
     /// broker the port stands for).
     pub kind: Listener,
-    pub tls: Option<futures_rustls::TlsAcceptor>,
+    pub tls: Option<Rc<crate::broker::tls::CoreTls>>,
     /// SASL_PLAINTEXT / SASL_SSL: clients must authenticate first.
     pub sasl: bool,
 }
@@ -201,8 +201,9 @@ async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
     let _ = stream.set_nodelay(true);
     debug!(core = shard.id, %peer, "connection opened");
     match &endpoint.tls {
-        None => serve_connection(&shard, stream, &peer, &endpoint).await,
-        Some(acceptor) => {
+        None => serve_connection(&shard, stream, &peer, &endpoint, None).await,
+        Some(tls) => {
+            let acceptor = tls.acceptor();
             let handshake = futures_lite::future::or(
                 async { Some(acceptor.accept(stream).await) },
                 futures_lite::future::or(
@@ -224,7 +225,9 @@ async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
                 None => {}
                 Some(Ok(tls)) => {
                     debug!(core = shard.id, %peer, "TLS handshake done");
-                    serve_connection(&shard, tls, &peer, &endpoint).await
+                    // A verified client certificate names the principal (ssl.client.auth).
+                    let principal = crate::broker::tls::client_principal(tls.get_ref().1);
+                    serve_connection(&shard, tls, &peer, &endpoint, principal).await
                 }
                 Some(Err(e)) => {
                     // A plaintext client on the SSL port, an untrusted client certificate, a
@@ -247,21 +250,26 @@ async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
     debug!(core = shard.id, %peer, "connection closed");
 }
 
-async fn serve_connection<S>(shard: &Rc<Shard>, stream: S, peer: &str, endpoint: &Endpoint)
-where
+async fn serve_connection<S>(
+    shard: &Rc<Shard>,
+    stream: S,
+    peer: &str,
+    endpoint: &Endpoint,
+    principal: Option<String>,
+) where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
 {
     let peer = peer.to_string();
     let (listener, kind) = (endpoint.listener, endpoint.kind);
     let mut auth = endpoint.sasl.then(crate::broker::sasl::ConnAuth::new);
-    // Who sends this connection's requests, for ACLs: the SASL user once logged in, else
-    // Kafka's User:ANONYMOUS; and the client's address.
+    // Who sends this connection's requests, for ACLs: the SASL user once logged in, else the
+    // client certificate's subject, else Kafka's User:ANONYMOUS; and the client's address.
     let host = peer
         .rsplit_once(':')
         .map(|(h, _)| h.trim_matches(|c| c == '[' || c == ']').to_string())
         .unwrap_or_default();
     let mut session = Rc::new(weir::acl::Session {
-        principal: weir::acl::ANONYMOUS.to_string(),
+        principal: principal.unwrap_or_else(|| weir::acl::ANONYMOUS.to_string()),
         host,
     });
     let (mut rd, mut wr) = futures_lite::io::split(stream);

@@ -542,6 +542,7 @@ impl BrokerConfig {
                 "none"
             }
             .into(),
+            "super.users" if self.authorizer.super_users.is_empty() => "none".into(),
             "super.users" => self.authorizer.super_users.join(";"),
             "allow.everyone.if.no.acl.found" => self.authorizer.allow_if_no_acl.to_string(),
             "sasl.enabled.mechanisms" => self

@@ -28,8 +28,13 @@ pub fn config_type(name: &str) -> ConfigType {
         | "ssl.certificate.location"
         | "ssl.key.location"
         | "ssl.truststore.location"
-        | "ssl.client.auth" => String,
-        "listeners.per.core" | "auto.create.topics.enable" | "log.cleaner.enable" => Boolean,
+        | "ssl.client.auth"
+        | "authorizer.class.name"
+        | "super.users" => String,
+        "listeners.per.core"
+        | "auto.create.topics.enable"
+        | "log.cleaner.enable"
+        | "allow.everyone.if.no.acl.found" => Boolean,
         "offset.metadata.max.bytes"
         | "num.partitions"
         | "log.segment.bytes"
@@ -44,6 +49,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "log.retention.bytes"
         | "log.retention.check.interval.ms"
         | "connections.max.idle.ms"
+        | "connections.max.reauth.ms"
         | "fetch.max.wait.ms"
         | "cache.bytes.per.core"
         | "read.cache.bytes.per.core"
@@ -52,7 +58,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "log.cleaner.max.compaction.lag.ms"
         | "log.cleaner.delete.retention.ms" => Long,
         "log.cleaner.io.max.bytes.per.second" | "log.cleaner.min.cleanable.ratio" => Double,
-        "log.cleanup.policy" => List,
+        "log.cleanup.policy" | "sasl.enabled.mechanisms" => List,
         // Topic configs (Kafka's LogConfig).
         "segment.bytes"
         | "max.message.bytes"
