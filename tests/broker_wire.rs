@@ -799,6 +799,66 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
             version,
             ListConfigResourcesRequest::default(),
         ),
+        // A plaintext listener: the SASL requests are answered ILLEGAL_SASL_STATE.
+        ApiKey::SaslHandshake => go::<_, SaslHandshakeResponse>(s, key, version, {
+            let mut r = SaslHandshakeRequest::default();
+            r.mechanism = StrBytes::from_static_str("PLAIN");
+            r
+        }),
+        ApiKey::SaslAuthenticate => go::<_, SaslAuthenticateResponse>(s, key, version, {
+            let mut r = SaslAuthenticateRequest::default();
+            r.auth_bytes = Bytes::from_static(b"\0user\0password");
+            r
+        }),
+        ApiKey::DescribeUserScramCredentials => go::<_, DescribeUserScramCredentialsResponse>(
+            s,
+            key,
+            version,
+            DescribeUserScramCredentialsRequest::default(),
+        ),
+        ApiKey::AlterUserScramCredentials => {
+            go::<_, AlterUserScramCredentialsResponse>(s, key, version, {
+                let mut d =
+                    alter_user_scram_credentials_request::ScramCredentialDeletion::default();
+                d.name = StrBytes::from_static_str("no-such-user");
+                d.mechanism = 1;
+                let mut r = AlterUserScramCredentialsRequest::default();
+                r.deletions = vec![d];
+                r
+            })
+        }
+        ApiKey::DescribeAcls => go::<_, DescribeAclsResponse>(s, key, version, {
+            let mut r = DescribeAclsRequest::default();
+            r.resource_type_filter = 1;
+            r.pattern_type_filter = 1;
+            r.operation = 1;
+            r.permission_type = 1;
+            r
+        }),
+        ApiKey::CreateAcls => go::<_, CreateAclsResponse>(s, key, version, {
+            let mut a = create_acls_request::AclCreation::default();
+            a.resource_type = 2;
+            a.resource_name = StrBytes::from_static_str("wire-test-acl");
+            a.resource_pattern_type = 3;
+            a.principal = StrBytes::from_static_str("User:wire");
+            a.host = StrBytes::from_static_str("*");
+            a.operation = 3;
+            a.permission_type = 3;
+            let mut r = CreateAclsRequest::default();
+            r.creations = vec![a];
+            r
+        }),
+        ApiKey::DeleteAcls => go::<_, DeleteAclsResponse>(s, key, version, {
+            let mut f = delete_acls_request::DeleteAclsFilter::default();
+            f.resource_type_filter = 2;
+            f.resource_name_filter = Some(StrBytes::from_static_str("wire-test-acl"));
+            f.pattern_type_filter = 1;
+            f.operation = 1;
+            f.permission_type = 1;
+            let mut r = DeleteAclsRequest::default();
+            r.filters = vec![f];
+            r
+        }),
         other => panic!("{other:?} is advertised: add a generated request for it here"),
     }
 }
