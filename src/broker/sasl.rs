@@ -167,14 +167,9 @@ impl ConnAuth {
         self.raw && matches!(self.state, State::Token(_) | State::Scram(..))
     }
 
-    /// A raw token (after SaslHandshake v0): the answer to write (size-prefixed raw bytes),
-    /// and why to close, if so. A failed login is answered by closing, as Kafka does.
-    pub async fn raw_token(
-        &mut self,
-        shard: &Rc<Shard>,
-        token: Bytes,
-        peer: &str,
-    ) -> (Option<Bytes>, Option<String>) {
+    /// A raw token (after SaslHandshake v0): the answer to write (size-prefixed raw bytes).
+    /// A failed login is answered by closing, as Kafka does.
+    pub async fn raw_token(&mut self, shard: &Rc<Shard>, token: Bytes, peer: &str) -> Admit {
         let framed = |b: &[u8]| {
             let mut out = Vec::with_capacity(4 + b.len());
             out.extend_from_slice(&(b.len() as i32).to_be_bytes());
@@ -182,10 +177,10 @@ impl ConnAuth {
             Bytes::from(out)
         };
         match self.exchange(shard, token, peer).await {
-            Exchange::Challenge(c) => (Some(framed(&c)), None),
-            Exchange::Success(f, _) => (Some(framed(&f)), None),
-            Exchange::Failed(_, why) => (None, Some(format!("SASL authentication failed: {why}"))),
-            Exchange::OutOfOrder => (None, Some("raw SASL token out of order".into())),
+            Exchange::Challenge(c) => Admit::Answer(framed(&c)),
+            Exchange::Success(f, _) => Admit::Answer(framed(&f)),
+            Exchange::Failed(_, why) => Admit::Close(format!("SASL authentication failed: {why}")),
+            Exchange::OutOfOrder => Admit::Close("raw SASL token out of order".into()),
         }
     }
 

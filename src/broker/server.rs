@@ -396,74 +396,62 @@ async fn serve_connection<S>(
                 break;
             }
         };
-        if let Some(a) = auth.as_mut().filter(|a| a.expects_raw_token()) {
-            // After a SaslHandshake v0 the token comes without a request header.
-            let (answer, close) = a.raw_token(shard, frame, &peer).await;
-            if let Some(bytes) = answer {
-                activity.0.set(activity.0.get() + 1);
-                activity.1.set(Instant::now());
-                let task = glommio::spawn_local(async move { Ok(Some(vec![bytes])) }).detach();
-                if tx.send(task).await.is_err() {
+        // SASL listener: the request passes `ConnAuth` first (after a SaslHandshake v0 the
+        // next token comes as a raw frame, without a request header).
+        use crate::broker::sasl::Admit;
+        let (req, admit) = match auth.as_mut() {
+            Some(a) if a.expects_raw_token() => (None, a.raw_token(shard, frame, &peer).await),
+            _ => match kafka::decode_request(frame) {
+                Ok(r) => {
+                    let admit = match auth.as_mut() {
+                        Some(a) => a
+                            .admit(shard, &r, &peer)
+                            .await
+                            .unwrap_or_else(|e| Admit::Close(e.to_string())),
+                        None => Admit::Pass,
+                    };
+                    (Some(r), admit)
+                }
+                Err(e) => {
+                    crate::broker::metrics::CoreMetrics::bump(
+                        &shard.metrics.connections_closed_bad_input,
+                    );
+                    warn!(core = shard.id, %peer, error = %e, "bad request; closing connection");
                     break;
                 }
-            }
-            if let Some(why) = close {
-                info!(core = shard.id, %peer, reason = %why, "closing connection");
+            },
+        };
+        let (answer, close) = match admit {
+            Admit::Pass => (None, None),
+            Admit::Answer(b) => (Some(b), None),
+            Admit::AnswerAndClose(b, why) => (Some(b), Some(why)),
+            Admit::Close(why) => (None, Some(why)),
+        };
+        let answered = answer.is_some();
+        if let Some(bytes) = answer {
+            // Answered in its turn, after the responses to the requests before it.
+            activity.0.set(activity.0.get() + 1);
+            activity.1.set(Instant::now());
+            let task = glommio::spawn_local(async move { Ok(Some(vec![bytes])) }).detach();
+            if tx.send(task).await.is_err() {
                 break;
             }
-            if let Some(user) = a.user() {
+        }
+        if let Some(why) = close {
+            info!(core = shard.id, %peer, reason = %why, "closing connection");
+            break;
+        }
+        if let Some(user) = auth.as_ref().and_then(|a| a.user()) {
+            if session.principal.strip_prefix("User:") != Some(user) {
                 session = Rc::new(weir::acl::Session {
                     principal: format!("User:{user}"),
                     host: session.host.clone(),
                 });
             }
-            continue;
         }
-        let req = match kafka::decode_request(frame) {
-            Ok(r) => r,
-            Err(e) => {
-                crate::broker::metrics::CoreMetrics::bump(
-                    &shard.metrics.connections_closed_bad_input,
-                );
-                warn!(core = shard.id, %peer, error = %e, "bad request; closing connection");
-                break;
-            }
+        let Some(req) = req.filter(|_| !answered) else {
+            continue; // a SASL token or request, answered by `ConnAuth`
         };
-        if let Some(auth) = auth.as_mut() {
-            use crate::broker::sasl::Admit;
-            let (answer, close) = match auth.admit(shard, &req, &peer).await {
-                Ok(Admit::Pass) => (None, None),
-                Ok(Admit::Answer(b)) => (Some(b), None),
-                Ok(Admit::AnswerAndClose(b, why)) => (Some(b), Some(why)),
-                Ok(Admit::Close(why)) => (None, Some(why)),
-                Err(e) => (None, Some(e.to_string())),
-            };
-            let answered = answer.is_some();
-            if let Some(bytes) = answer {
-                // Answered in its turn, after the responses to the requests before it.
-                activity.0.set(activity.0.get() + 1);
-                activity.1.set(Instant::now());
-                let task = glommio::spawn_local(async move { Ok(Some(vec![bytes])) }).detach();
-                if tx.send(task).await.is_err() {
-                    break;
-                }
-            }
-            if let Some(why) = close {
-                info!(core = shard.id, %peer, reason = %why, "closing connection");
-                break;
-            }
-            if let Some(user) = auth.user() {
-                if session.principal.strip_prefix("User:") != Some(user) {
-                    session = Rc::new(weir::acl::Session {
-                        principal: format!("User:{user}"),
-                        host: session.host.clone(),
-                    });
-                }
-            }
-            if answered {
-                continue; // a SASL request, answered by `admit`
-            }
-        }
         if let kafka::Body::StreamFetch(op) = req.body {
             // Answered (and then fed) through the push channel, not in line.
             activity.1.set(Instant::now());

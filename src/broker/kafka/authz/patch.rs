@@ -63,45 +63,40 @@ pub(crate) fn patch_delete_records(
     }
 }
 
-pub(crate) fn patch_alter_configs(
-    responses: &mut Vec<alter_configs_response::AlterConfigsResourceResponse>,
-    resources: impl Iterator<Item = (i8, String)>,
-    denied: &Denied,
-) {
-    for (rtype, name) in resources {
-        if topic_error(denied, &config_key(rtype, &name)) {
-            let mut x = alter_configs_response::AlterConfigsResourceResponse::default();
-            x.resource_type = rtype;
-            x.resource_name = s(&name);
-            x.error_code = if rtype == 2 {
-                errors::TOPIC_AUTHORIZATION_FAILED
-            } else {
-                errors::CLUSTER_AUTHORIZATION_FAILED
-            };
-            responses.push(x);
+/// `patch_alter_configs` and `patch_incremental_alter_configs`: the same answer in the two
+/// APIs' (distinct, same-shaped) response types.
+macro_rules! patch_alter_configs {
+    ($name:ident, $resp:ty) => {
+        pub(crate) fn $name(
+            responses: &mut Vec<$resp>,
+            resources: impl Iterator<Item = (i8, String)>,
+            denied: &Denied,
+        ) {
+            for (rtype, name) in resources {
+                if topic_error(denied, &config_key(rtype, &name)) {
+                    let mut x = <$resp>::default();
+                    x.resource_type = rtype;
+                    x.resource_name = s(&name);
+                    x.error_code = if rtype == 2 {
+                        errors::TOPIC_AUTHORIZATION_FAILED
+                    } else {
+                        errors::CLUSTER_AUTHORIZATION_FAILED
+                    };
+                    responses.push(x);
+                }
+            }
         }
-    }
+    };
 }
 
-pub(crate) fn patch_incremental_alter_configs(
-    responses: &mut Vec<incremental_alter_configs_response::AlterConfigsResourceResponse>,
-    resources: impl Iterator<Item = (i8, String)>,
-    denied: &Denied,
-) {
-    for (rtype, name) in resources {
-        if topic_error(denied, &config_key(rtype, &name)) {
-            let mut x = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-            x.resource_type = rtype;
-            x.resource_name = s(&name);
-            x.error_code = if rtype == 2 {
-                errors::TOPIC_AUTHORIZATION_FAILED
-            } else {
-                errors::CLUSTER_AUTHORIZATION_FAILED
-            };
-            responses.push(x);
-        }
-    }
-}
+patch_alter_configs!(
+    patch_alter_configs,
+    alter_configs_response::AlterConfigsResourceResponse
+);
+patch_alter_configs!(
+    patch_incremental_alter_configs,
+    incremental_alter_configs_response::AlterConfigsResourceResponse
+);
 
 pub(crate) fn patch_delete_groups(r: &mut DeleteGroupsResponse, denied: &Denied) {
     for g in &denied.names {
