@@ -89,14 +89,16 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$LOGS"
 
-# start_weir NAME: a broker on port 0; writes $WORK/NAME.conf for test-runner.
+# start_weir NAME [--set K=V ...]: a broker on port 0 (later --set listeners=... wins);
+# writes $WORK/NAME.conf for test-runner with the first listener as bootstrap.
 start_weir() {
     local name="$1"
+    shift
     # Created before the broker starts: the wait loop's sed must not race the redirection (a
     # missing file made sed fail, and set -e end the script with "weir did not start" unsaid).
     : >"$WORK/$name.out"
-    "$WEIR_BIN" serve --listen 127.0.0.1:0 --data-dir "$WORK/$name" --set metrics.listen=127.0.0.1:0 \
-        --set num.partitions=4 >"$WORK/$name.out" 2>"$LOGS/weir-$name.log" &
+    "$WEIR_BIN" serve --set listeners=127.0.0.1:0 --data-dir "$WORK/$name" --set metrics.listen=127.0.0.1:0 \
+        --set num.partitions=4 "$@" >"$WORK/$name.out" 2>"$LOGS/weir-$name.log" &
     BROKER_PIDS+=($!)
     local addr=""
     for _ in $(seq 100); do
@@ -112,25 +114,14 @@ start_weir() {
 # SASL_PLAINTEXT listener; the user is made over its loopback PLAINTEXT listener).
 start_weir_sasl() {
     local name="$1"
-    : >"$WORK/$name.out"
-    "$WEIR_BIN" serve --data-dir "$WORK/$name" --set metrics.listen=127.0.0.1:0 \
-        --set listeners=SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0 \
-        --set connections.max.reauth.ms=10000 \
-        --set num.partitions=4 >"$WORK/$name.out" 2>"$LOGS/weir-$name.log" &
-    BROKER_PIDS+=($!)
-    local addr="" admin=""
-    for _ in $(seq 100); do
-        addr="$(sed -n 's/^listening on //p' "$WORK/$name.out")"
-        [ -n "$addr" ] && break
-        sleep 0.1
-    done
-    [ -n "$addr" ] || { echo "weir did not start:" >&2; cat "$LOGS/weir-$name.log" >&2; exit 1; }
+    start_weir "$name" --set listeners=SASL_PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0 \
+        --set connections.max.reauth.ms=10000
+    local admin
     admin="$(sed -n 's/^PLAINTEXT listener on //p' "$WORK/$name.out")"
     echo "librdkafka-test-pw" | "$WEIR_BIN" user add librdkafka --password-stdin \
         --bootstrap "$admin" >/dev/null
-    printf '%s\n' "bootstrap.servers=$addr" broker.address.family=v4 \
-        security.protocol=SASL_PLAINTEXT sasl.mechanism=SCRAM-SHA-256 \
-        sasl.username=librdkafka sasl.password=librdkafka-test-pw >"$WORK/$name.conf"
+    printf '%s\n' security.protocol=SASL_PLAINTEXT sasl.mechanism=SCRAM-SHA-256 \
+        sasl.username=librdkafka sasl.password=librdkafka-test-pw >>"$WORK/$name.conf"
 }
 
 # runner CONF LOG ARGS...: one test-runner process.

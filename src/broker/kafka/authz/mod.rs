@@ -87,6 +87,11 @@ pub(super) fn split(shard: &Shard, req: &Request, session: &Session) -> (Option<
         }
         ok
     };
+    // A config resource is kept (or taken out) under its `config_key`.
+    let keep_config = |keep: &mut dyn FnMut(bool, &str) -> bool, rtype: i8, name: &str| {
+        let ok = config_resource_ok(shard, session, AlterConfigs, rtype, name);
+        keep(ok, &config_key(rtype, name))
+    };
     let body = match &req.body {
         Body::CreateTopics(c) => {
             let mut c = c.clone();
@@ -122,30 +127,14 @@ pub(super) fn split(shard: &Shard, req: &Request, session: &Session) -> (Option<
         }
         Body::AlterConfigs(a) => {
             let mut a = a.clone();
-            a.resources.retain(|r| {
-                let ok = config_resource_ok(
-                    shard,
-                    session,
-                    AlterConfigs,
-                    r.resource_type,
-                    &r.resource_name,
-                );
-                keep(ok, &config_key(r.resource_type, &r.resource_name))
-            });
+            a.resources
+                .retain(|r| keep_config(&mut keep, r.resource_type, &r.resource_name));
             Body::AlterConfigs(a)
         }
         Body::IncrementalAlterConfigs(a) => {
             let mut a = a.clone();
-            a.resources.retain(|r| {
-                let ok = config_resource_ok(
-                    shard,
-                    session,
-                    AlterConfigs,
-                    r.resource_type,
-                    &r.resource_name,
-                );
-                keep(ok, &config_key(r.resource_type, &r.resource_name))
-            });
+            a.resources
+                .retain(|r| keep_config(&mut keep, r.resource_type, &r.resource_name));
             Body::IncrementalAlterConfigs(a)
         }
         Body::DeleteGroups(d) => {
