@@ -859,6 +859,48 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
             r.filters = vec![f];
             r
         }),
+        // Transactions of an unknown transactional id: error answers, nothing changes.
+        ApiKey::AddPartitionsToTxn => go::<_, AddPartitionsToTxnResponse>(s, key, version, {
+            let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+            t.name = TopicName(StrBytes::from_static_str("wire-test-txn"));
+            t.partitions = vec![0];
+            let mut r = AddPartitionsToTxnRequest::default();
+            r.v3_and_below_transactional_id =
+                TransactionalId(StrBytes::from_static_str("wire-test-txn"));
+            r.v3_and_below_producer_id = ProducerId(1);
+            r.v3_and_below_topics = vec![t];
+            r
+        }),
+        ApiKey::AddOffsetsToTxn => go::<_, AddOffsetsToTxnResponse>(s, key, version, {
+            let mut r = AddOffsetsToTxnRequest::default();
+            r.transactional_id = TransactionalId(StrBytes::from_static_str("wire-test-txn"));
+            r.producer_id = ProducerId(1);
+            r.group_id = GroupId(group.clone());
+            r
+        }),
+        ApiKey::EndTxn => go::<_, EndTxnResponse>(s, key, version, {
+            let mut r = EndTxnRequest::default();
+            r.transactional_id = TransactionalId(StrBytes::from_static_str("wire-test-txn"));
+            r.producer_id = ProducerId(1);
+            r
+        }),
+        ApiKey::TxnOffsetCommit => go::<_, TxnOffsetCommitResponse>(s, key, version, {
+            let mut r = TxnOffsetCommitRequest::default();
+            r.transactional_id = TransactionalId(StrBytes::from_static_str("wire-test-txn"));
+            r.group_id = GroupId(group.clone());
+            r.producer_id = ProducerId(1);
+            r
+        }),
+        ApiKey::DescribeTransactions => go::<_, DescribeTransactionsResponse>(s, key, version, {
+            let mut r = DescribeTransactionsRequest::default();
+            r.transactional_ids = vec![TransactionalId(StrBytes::from_static_str("wire-test-txn"))];
+            r
+        }),
+        ApiKey::ListTransactions => go::<_, ListTransactionsResponse>(s, key, version, {
+            let mut r = ListTransactionsRequest::default();
+            r.duration_filter = -1;
+            r
+        }),
         other => panic!("{other:?} is advertised: add a generated request for it here"),
     }
 }
@@ -1660,4 +1702,123 @@ fn describe_topic_partitions_list_config_resources_alter_replica_log_dirs() {
         }
     }
     api_versions_ok(&b);
+}
+
+/// The (high watermark, last stable offset) of partition 0 of `topic`, from a read_committed
+/// Fetch, and ListOffsets(LATEST) at each isolation level.
+fn stable_offsets(s: &mut TcpStream, topic: &str) -> (i64, i64, i64, i64) {
+    let mut f = fetch_req(topic, &[(0, 0)], 0);
+    f.isolation_level = 1;
+    let r: FetchResponse = call(s, ApiKey::Fetch, 12, &f);
+    let p = &r.responses[0].partitions[0];
+    let latest = |s: &mut TcpStream, isolation: i8| {
+        let mut l = ListOffsetsRequest::default();
+        l.replica_id = BrokerId(-1);
+        l.isolation_level = isolation;
+        let mut lt = list_offsets_request::ListOffsetsTopic::default();
+        lt.name = TopicName(StrBytes::from_string(topic.to_string()));
+        let mut lp = list_offsets_request::ListOffsetsPartition::default();
+        lp.timestamp = -1;
+        lt.partitions = vec![lp];
+        l.topics = vec![lt];
+        let r: ListOffsetsResponse = call(s, ApiKey::ListOffsets, 7, &l);
+        r.topics[0].partitions[0].offset
+    };
+    (
+        p.high_watermark,
+        p.last_stable_offset,
+        latest(s, 0),
+        latest(s, 1),
+    )
+}
+
+/// A transaction over the wire: a transactional produce to a partition the transaction has
+/// not added is refused and writes nothing (no record that no marker would close); once
+/// added, the record holds the last stable offset until EndTxn writes the commit marker.
+#[test]
+fn transactional_produce_is_verified_and_holds_the_stable_offset_until_commit() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    create_topic(&mut s, "txn-wire", 1);
+    let txn = TransactionalId(StrBytes::from_static_str("txn-wire-id"));
+    let mut f = FindCoordinatorRequest::default();
+    f.key_type = 1;
+    f.coordinator_keys = vec![StrBytes::from_static_str("txn-wire-id")];
+    let r: FindCoordinatorResponse = call(&mut s, ApiKey::FindCoordinator, 4, &f);
+    assert_eq!(r.coordinators[0].error_code, 0, "a transaction coordinator");
+    let mut i = InitProducerIdRequest::default();
+    i.transactional_id = Some(txn.clone());
+    i.transaction_timeout_ms = 60_000;
+    i.producer_id = ProducerId(-1);
+    i.producer_epoch = -1;
+    let init: InitProducerIdResponse = call(&mut s, ApiKey::InitProducerId, 3, &i);
+    assert_eq!(init.error_code, 0);
+    let (pid, epoch) = (init.producer_id, init.producer_epoch);
+
+    let txn_produce = |s: &mut TcpStream, seq: i32| -> i16 {
+        let mut p = produce_req("txn-wire", 0, -1, &[]);
+        p.transactional_id = Some(txn.clone());
+        p.topic_data[0].partition_data[0].records = Some(
+            RecordBatchBuilder::new(0)
+                .producer(pid.0, epoch, seq)
+                .attributes(weir_storage::batch::TRANSACTIONAL_FLAG)
+                .record(None, Some(b"in a transaction"), &[])
+                .build(),
+        );
+        let r: ProduceResponse = call(s, ApiKey::Produce, 9, &p);
+        r.responses[0].partition_responses[0].error_code
+    };
+    assert_eq!(
+        txn_produce(&mut s, 0),
+        48,
+        "INVALID_TXN_STATE before AddPartitionsToTxn"
+    );
+    assert_eq!(
+        stable_offsets(&mut s, "txn-wire"),
+        (0, 0, 0, 0),
+        "nothing written"
+    );
+
+    let mut a = AddPartitionsToTxnRequest::default();
+    a.v3_and_below_transactional_id = txn.clone();
+    a.v3_and_below_producer_id = pid;
+    a.v3_and_below_producer_epoch = epoch;
+    let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("txn-wire"));
+    t.partitions = vec![0];
+    a.v3_and_below_topics = vec![t];
+    let added: AddPartitionsToTxnResponse = call(&mut s, ApiKey::AddPartitionsToTxn, 3, &a);
+    assert_eq!(
+        added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+        0
+    );
+    assert_eq!(txn_produce(&mut s, 0), 0);
+    assert_eq!(
+        stable_offsets(&mut s, "txn-wire"),
+        (1, 0, 1, 0),
+        "(high watermark, LSO, latest, latest read_committed) with the transaction open"
+    );
+
+    let mut e = EndTxnRequest::default();
+    e.transactional_id = txn.clone();
+    e.producer_id = pid;
+    e.producer_epoch = epoch;
+    e.committed = true;
+    let ended: EndTxnResponse = call(&mut s, ApiKey::EndTxn, 3, &e);
+    assert_eq!(ended.error_code, 0);
+    assert_eq!(
+        stable_offsets(&mut s, "txn-wire"),
+        (2, 2, 2, 2),
+        "the commit marker takes offset 1 and releases the stable offset"
+    );
+    let again: EndTxnResponse = call(&mut s, ApiKey::EndTxn, 3, &e);
+    assert_eq!(again.error_code, 0, "a retried EndTxn is answered as done");
+    e.producer_epoch = epoch + 1;
+    let wrong: EndTxnResponse = call(&mut s, ApiKey::EndTxn, 1, &e);
+    assert_eq!(
+        wrong.error_code, 47,
+        "another epoch: INVALID_PRODUCER_EPOCH before v2"
+    );
+    let wrong: EndTxnResponse = call(&mut s, ApiKey::EndTxn, 3, &e);
+    assert_eq!(wrong.error_code, 90, "PRODUCER_FENCED from v2 (KIP-588)");
 }

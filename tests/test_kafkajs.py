@@ -270,14 +270,18 @@ def test_group_admin_offsets(kafkajs, broker, topic_name):
     assert sorted((r["partition"], r["offset"]) for r in got) == [(0, 1), (1, 0), (1, 1), (1, 2), (2, 3)], got
 
 
-def test_transactions_fail_at_once(kafkajs, broker, topic_name):
-    """weir has no transactions (issue 16): FindCoordinator for the transactional id is
-    answered UNSUPPORTED_VERSION, which KafkaJS does not retry, so `producer.transaction()`
-    fails at once (KafkaJS names it a group-coordinator error and drops weir's message)
-    instead of hanging; nothing is written."""
+def test_transactions_commit_and_abort(kafkajs, broker, topic_name):
+    """KafkaJS's transactional producer (FindCoordinator for the transactional id,
+    InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn + TxnOffsetCommit via sendOffsets,
+    EndTxn): a committed, an aborted and a committed transaction. KafkaJS consumers read
+    committed by default: they see the two committed records only; read_uncommitted sees the
+    aborted one too. The offsets sent with the last transaction are the group's."""
     js(kafkajs, "admin_create", broker.bootstrap, topic=topic_name, partitions=1)
-    out = js(kafkajs, "transaction", broker.bootstrap, topic=topic_name)
-    assert out["error"] is not None, out
-    assert out["error"]["name"] == "KafkaJSGroupCoordinatorNotFound", out
-    assert out["ms"] < 5000, out
-    assert fetch_batches(broker.bootstrap, topic_name, 0) == []
+    out = js(kafkajs, "transaction", broker.bootstrap, topic=topic_name, groupId=f"{topic_name}-g")
+    assert out["error"] is None, out
+    assert out["readCommitted"] == ["committed-1", "committed-2"], out
+    assert out["readUncommitted"] == ["committed-1", "aborted", "committed-2"], out
+    assert out["committed"] == [2], out
+    batches = fetch_batches(broker.bootstrap, topic_name, 0)
+    # Three data batches and three markers (control batches: attributes bit 5).
+    assert len(batches) == 6, batches

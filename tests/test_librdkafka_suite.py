@@ -19,6 +19,11 @@ every test in tests/librdkafka-suite.txt; CI runs this quick subset, each a past
 - 0017 (every compression codec, produced and consumed) and 0090 (idempotent producer: the
   first batches' responses lost, later ones ack them implicitly, no duplicates) take a few
   seconds each.
+- Transactions (issue 16): 0103's misuse subtest (API misuse errors, a transaction timeout
+  that aborts and fences) and fenced subtest (a second instance with the same
+  transactional.id fences the first), and 0129 (a read_committed consumer skips an aborted
+  transaction's messages, with the aborted-transactions list the fetch returns). 0103's other
+  subtests need replication factor 3 (issue 19).
 
 The first run builds librdkafka's test-runner into ~/.cache/weir-librdkafka (minutes); later
 runs reuse it.
@@ -38,10 +43,12 @@ SCRIPT = ROOT / "scripts" / "librdkafka-suite.sh"
 
 # sasl/: against a SASL_PLAINTEXT broker (SCRAM-SHA-256, connections.max.reauth.ms=10000):
 # 0135 logs in and changes credentials at run time; 0142's "reauth failure" re-authenticates
-# with wrong credentials (KIP-368) and must see the authentication error. 0142's other
-# subtests create topics with replication factor 3 or use transactions (issues 19, 16).
+# with wrong credentials (KIP-368) and must see the authentication error; its "reauth in the
+# middle of a txn" commits and aborts transactions while the connection re-authenticates.
+# 0142's other subtests create topics with replication factor 3 (issue 19).
 SPECS = ["0011", "0017", "0019", "0030", "0090", "0092", "0102", "0113:commit_during", "0113:add_partition",
-         "sasl/0135", "sasl/0142:reauth failure"]
+         "0103:misuse", "0103:fenced", "0129",
+         "sasl/0135", "sasl/0142:reauth failure", "sasl/0142:reauth in the middle of a txn"]
 if os.environ.get("WEIR_LIBRDKAFKA_FULL") == "1":
     SPECS.append("0113")
 

@@ -124,3 +124,22 @@ def test_metrics_off(broker_factory):
     b = broker_factory(settings={"metrics.listen": "off"})
     assert b.metrics_url is None
     assert b"metrics on" not in b.log_path.read_bytes()
+
+
+def test_transaction_counters(broker, topic_name):
+    """weir_transactions_{committed,aborted}_total count the transactions the coordinators
+    ended (one commit, one abort here)."""
+    from clients import Msg
+
+    rd_create_topic(broker.bootstrap, topic_name, 1)
+    before = scrape(broker)
+    p = rd_producer(broker.bootstrap, **{"transactional.id": f"{topic_name}-tx", "enable.idempotence": True})
+    p.init_transactions(10)
+    for commit in (True, False):
+        p.begin_transaction()
+        rd_produce(p, topic_name, [Msg(None, b"v", partition=0)])
+        (p.commit_transaction if commit else p.abort_transaction)(10)
+    after = scrape(broker)
+    for name in ("weir_transactions_committed_total", "weir_transactions_aborted_total"):
+        assert total(after, name) - total(before, name) == 1, name
+    assert total(after, "weir_transactions_timed_out_total") == 0

@@ -77,6 +77,7 @@ pub(super) async fn core_main(
     let id = shard.id;
     shard.open_owned().await;
     shard.open_groups().await?;
+    shard.open_txns().await?;
 
     let wheel_queue = glommio::executor().create_task_queue(
         glommio::Shares::default(),

@@ -40,6 +40,11 @@ pub struct CoreMetrics {
     pub sasl_authentications: Cell<u64>,
     pub sasl_reauthentications: Cell<u64>,
     pub sasl_authentication_failures: Cell<u64>,
+    /// Transactions this core's coordinator ended: committed, aborted (by the producer, a
+    /// fencing InitProducerId or a timeout), and of those aborted, by a timeout.
+    pub txn_commits: Cell<u64>,
+    pub txn_aborts: Cell<u64>,
+    pub txn_timeouts: Cell<u64>,
 }
 
 impl CoreMetrics {
@@ -100,6 +105,9 @@ pub struct CoreSnapshot {
     pub sasl_authentications: u64,
     pub sasl_reauthentications: u64,
     pub sasl_authentication_failures: u64,
+    pub txn_commits: u64,
+    pub txn_aborts: u64,
+    pub txn_timeouts: u64,
     /// (destination core, cross-core calls in flight to it).
     pub queue_in_use: Vec<(usize, usize)>,
     pub cache_hits: u64,
@@ -127,6 +135,9 @@ impl CoreMetrics {
         snap.sasl_authentications = self.sasl_authentications.get();
         snap.sasl_reauthentications = self.sasl_reauthentications.get();
         snap.sasl_authentication_failures = self.sasl_authentication_failures.get();
+        snap.txn_commits = self.txn_commits.get();
+        snap.txn_aborts = self.txn_aborts.get();
+        snap.txn_timeouts = self.txn_timeouts.get();
     }
 }
 
@@ -307,7 +318,7 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             );
         }
     }
-    let per_core: [Family<CoreSnapshot>; 13] = [
+    let per_core: [Family<CoreSnapshot>; 16] = [
         (
             "weir_parked_fetches",
             "gauge",
@@ -373,6 +384,24 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             "counter",
             "Failed SASL logins (unknown user, wrong password, malformed or out-of-order tokens, a disabled mechanism); each closes its connection.",
             |c| c.sasl_authentication_failures,
+        ),
+        (
+            "weir_transactions_committed_total",
+            "counter",
+            "Transactions committed by this core's transaction coordinator (every marker written).",
+            |c| c.txn_commits,
+        ),
+        (
+            "weir_transactions_aborted_total",
+            "counter",
+            "Transactions aborted by this core's transaction coordinator: by the producer, by a new instance's InitProducerId (fencing), or by a timeout.",
+            |c| c.txn_aborts,
+        ),
+        (
+            "weir_transactions_timed_out_total",
+            "counter",
+            "Transactions the coordinator aborted because they stayed open longer than their transaction.timeout.ms.",
+            |c| c.txn_timeouts,
         ),
         (
             "weir_cache_hits_total",

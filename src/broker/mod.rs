@@ -24,6 +24,7 @@ mod shard;
 mod streaming;
 mod sync;
 mod tls;
+mod txn;
 mod wheel;
 
 use std::net::ToSocketAddrs;

@@ -82,6 +82,10 @@ pub const SETTINGS: &[Setting] = &[
         "Also listen on one port per core for each listener (that listener's port + 1 + core, so listeners' ports must be more than the core count apart; kernel-picked when the port is 0) and advertise each core as its own broker in Metadata, the leader of the partitions it owns and the coordinator of its groups, so clients send produce and fetch straight to the owning core (no cross-core hop). Each listener's own port stays its bootstrap address."),
     setting("offset.metadata.max.bytes", "4096", "bytes", None,
         "Largest metadata string an OffsetCommit may store with an offset; a larger one is refused with OFFSET_METADATA_TOO_LARGE (that partition's commit only)."),
+    setting("transaction.max.timeout.ms", "900000", "ms", None,
+        "Longest transaction.timeout.ms a transactional producer may ask for in InitProducerId (more: INVALID_TRANSACTION_TIMEOUT). A transaction open longer than its own timeout is aborted by the coordinator."),
+    setting("transactional.id.expiration.ms", "604800000", "ms", None,
+        "A transactional id with no transaction open and no request for this long is forgotten (its next InitProducerId gets a new producer id)."),
     setting("num.partitions", "1", "partitions", None,
         "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
     setting("auto.create.topics.enable", "true", "bool", None,
@@ -165,6 +169,10 @@ pub struct BrokerConfig {
     pub max_message_bytes: usize,
     pub num_partitions: u32,
     pub auto_create_topics: bool,
+    /// `transaction.max.timeout.ms`.
+    pub transaction_max_timeout_ms: i64,
+    /// `transactional.id.expiration.ms`.
+    pub transactional_id_expiration_ms: i64,
     /// `listeners.per.core`: each core also listens on its own port and is advertised as
     /// broker `core` (leader of its partitions, coordinator of its groups).
     pub listeners_per_core: bool,
@@ -238,6 +246,8 @@ impl Default for BrokerConfig {
             max_message_bytes: 8 << 20,
             num_partitions: 1,
             auto_create_topics: true,
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
             listeners_per_core: true,
             offset_metadata_max_bytes: 4096,
             socket_request_max_bytes: 100 << 20,
@@ -350,6 +360,12 @@ impl BrokerConfig {
                 }
             }
             "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
+            "transaction.max.timeout.ms" => {
+                self.transaction_max_timeout_ms = parse_num::<u32>(key, value)?.max(1).into();
+            }
+            "transactional.id.expiration.ms" => {
+                self.transactional_id_expiration_ms = parse_num::<u32>(key, value)?.max(1).into();
+            }
             "listeners.per.core" => self.listeners_per_core = parse_bool(key, value)?,
             "offset.metadata.max.bytes" => {
                 self.offset_metadata_max_bytes = parse_num(key, value)?;
@@ -512,6 +528,8 @@ impl BrokerConfig {
                 .to_string(),
             "num.partitions" => self.num_partitions.to_string(),
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
+            "transaction.max.timeout.ms" => self.transaction_max_timeout_ms.to_string(),
+            "transactional.id.expiration.ms" => self.transactional_id_expiration_ms.to_string(),
             "listeners.per.core" => self.listeners_per_core.to_string(),
             "offset.metadata.max.bytes" => self.offset_metadata_max_bytes.to_string(),
             "log.segment.bytes" => self.segment_bytes.to_string(),

@@ -43,6 +43,8 @@ pub fn config_type(name: &str) -> ConfigType {
         | "socket.request.max.bytes"
         | "max.connections"
         | "fetch.max.parked"
+        | "transaction.max.timeout.ms"
+        | "transactional.id.expiration.ms"
         | "cross.core.queue.depth" => Int,
         "log.roll.ms"
         | "log.retention.ms"

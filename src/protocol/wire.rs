@@ -59,6 +59,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    // Transactions (docs/transactions.md). AddPartitionsToTxn v4+ is the brokers' batched
+    // form and EndTxn v5 / TxnOffsetCommit v5 / AddOffsetsToTxn v4 are KIP-890's
+    // transaction.version 2, which weir does not advertise: clients use the classic flow.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// Produce versions advertised but not served (message format v0/v1, removed by KIP-896):
@@ -140,6 +149,12 @@ pub enum Body {
     DescribeAcls(DescribeAclsRequest),
     CreateAcls(CreateAclsRequest),
     DeleteAcls(DeleteAclsRequest),
+    AddPartitionsToTxn(AddPartitionsToTxnRequest),
+    AddOffsetsToTxn(AddOffsetsToTxnRequest),
+    EndTxn(EndTxnRequest),
+    TxnOffsetCommit(TxnOffsetCommitRequest),
+    DescribeTransactions(DescribeTransactionsRequest),
+    ListTransactions(ListTransactionsRequest),
 }
 
 impl Request {
@@ -308,6 +323,12 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::ElectLeaders => Body::ElectLeaders(decode(&mut frame, version)?),
         ApiKey::DescribeConfigs => Body::DescribeConfigs(decode(&mut frame, version)?),
         ApiKey::InitProducerId => Body::InitProducerId(decode(&mut frame, version)?),
+        ApiKey::AddPartitionsToTxn => Body::AddPartitionsToTxn(decode(&mut frame, version)?),
+        ApiKey::AddOffsetsToTxn => Body::AddOffsetsToTxn(decode(&mut frame, version)?),
+        ApiKey::EndTxn => Body::EndTxn(decode(&mut frame, version)?),
+        ApiKey::TxnOffsetCommit => Body::TxnOffsetCommit(decode(&mut frame, version)?),
+        ApiKey::DescribeTransactions => Body::DescribeTransactions(decode(&mut frame, version)?),
+        ApiKey::ListTransactions => Body::ListTransactions(decode(&mut frame, version)?),
         ApiKey::FindCoordinator => Body::FindCoordinator(decode(&mut frame, version)?),
         ApiKey::JoinGroup => Body::JoinGroup(decode(&mut frame, version)?),
         ApiKey::SyncGroup => Body::SyncGroup(decode(&mut frame, version)?),
@@ -386,6 +407,16 @@ mod tests {
             ApiKey::DeleteTopics => r!(DeleteTopicsRequest, DeleteTopicsResponse),
             ApiKey::DescribeConfigs => r!(DescribeConfigsRequest, DescribeConfigsResponse),
             ApiKey::InitProducerId => r!(InitProducerIdRequest, InitProducerIdResponse),
+            ApiKey::AddPartitionsToTxn => {
+                r!(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse)
+            }
+            ApiKey::AddOffsetsToTxn => r!(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+            ApiKey::EndTxn => r!(EndTxnRequest, EndTxnResponse),
+            ApiKey::TxnOffsetCommit => r!(TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+            ApiKey::DescribeTransactions => {
+                r!(DescribeTransactionsRequest, DescribeTransactionsResponse)
+            }
+            ApiKey::ListTransactions => r!(ListTransactionsRequest, ListTransactionsResponse),
             ApiKey::FindCoordinator => r!(FindCoordinatorRequest, FindCoordinatorResponse),
             ApiKey::JoinGroup => r!(JoinGroupRequest, JoinGroupResponse),
             ApiKey::SyncGroup => r!(SyncGroupRequest, SyncGroupResponse),

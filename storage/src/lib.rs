@@ -69,7 +69,7 @@ mod segment;
 pub use crate::cache::{BatchCache, CacheStats, DEFAULT_READ_CACHE_BYTES};
 pub use crate::config::LogConfig;
 pub use crate::error::{Error, Result};
-pub use crate::log::{AppendInfo, FlushStats, Log, ReadOutcome, FLUSH_BUCKETS};
+pub use crate::log::{AbortedTxn, AppendInfo, FlushStats, Log, ReadOutcome, FLUSH_BUCKETS};
 pub use crate::watermark::Watermarks;
 
 /// Compiles the code in `README.md` (its example is the one above).

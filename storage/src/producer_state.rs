@@ -1,5 +1,6 @@
-//! Idempotent producers: per producer id, its epoch and the sequence ranges and offsets of
-//! its last [`KEEP_BATCHES`] batches (Kafka's `ProducerStateManager`, without transactions).
+//! Idempotent and transactional producers: per producer id, its epoch, the sequence ranges
+//! and offsets of its last [`KEEP_BATCHES`] batches, and its open transaction (Kafka's
+//! `ProducerStateManager`); per log, the aborted transactions.
 //!
 //! A batch carrying a producer id (`producer_id >= 0`) is checked before it is appended:
 //! - an older epoch than the producer's is refused ([`Error::InvalidProducerEpoch`]);
@@ -11,22 +12,37 @@
 //! - a producer id the log has no state for is accepted at any sequence (its state was
 //!   evicted, or it wrote only to segments recovery did not scan), as Kafka does.
 //!
+//! Transactions: the first transactional batch of a producer opens its transaction at that
+//! batch's offset; a control batch (a commit or abort marker, written by the transaction
+//! coordinator) closes it. The earliest open transaction's first offset bounds the last
+//! stable offset ([`ProducerState::first_unstable`]); an abort is remembered as
+//! [`AbortedTxn`] (producer, first offset, marker offset) so that read_committed fetches can
+//! list the aborted ranges they cover. A marker with a newer epoch bumps the producer's
+//! epoch: the coordinator fences an old instance that way.
+//!
 //! The state is rebuilt on open: from the snapshot file [`SNAPSHOT_FILE`] (written at every
 //! roll and at close, valid only for the log end or active segment base it records) and the
 //! batches of the segments recovery scans. See storage/DESIGN.md.
+//!
+//! This file is long because the state, its checks and its snapshot format belong together
+//! (the format is the state written out); about 200 of its lines are the unit tests.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::batch::BatchHeader;
+use crate::batch::{self, BatchHeader};
 use crate::error::{Error, Result};
 
 /// The snapshot file in a log's directory.
 pub const SNAPSHOT_FILE: &str = "producer_state";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"WEIRPST1";
+/// Version 1: producers only (read for upgrades); version 2 adds open transactions and the
+/// aborted-transaction list.
+const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"WEIRPST1";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"WEIRPST2";
 /// Batches remembered per producer (Kafka's `NUM_BATCHES_TO_RETAIN`, the most a client
 /// keeps in flight).
 pub const KEEP_BATCHES: usize = 5;
-/// Producers remembered per log; past it the least recently active ones are forgotten.
+/// Producers remembered per log; past it the least recently active ones without an open
+/// transaction are forgotten.
 pub const MAX_PRODUCERS: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +59,8 @@ struct Producer {
     batches: VecDeque<BatchMeta>,
     /// Offset of its last batch: the eviction order.
     last_offset: u64,
+    /// The first offset of its open transaction.
+    txn_first: Option<u64>,
 }
 
 /// An idempotent producer as a log knows it: its epoch and its last batch appended.
@@ -58,6 +76,20 @@ pub struct ActiveProducer {
     pub last_batch_base_offset: u64,
     /// The offset of the last record of its last batch.
     pub last_offset: u64,
+    /// The first offset of its open transaction, if one is open.
+    pub txn_start_offset: Option<u64>,
+}
+
+/// An aborted transaction: a read_committed reader skips this producer's records from
+/// `first_offset` up to the abort marker at `last_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The offset of the transaction's first record in this log.
+    pub first_offset: u64,
+    /// The offset of its abort marker.
+    pub last_offset: u64,
 }
 
 /// What to do with a batch.
@@ -71,28 +103,61 @@ pub(crate) enum Check {
     },
 }
 
-/// The idempotence fields of a batch.
+/// What a producer's batch is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Records outside a transaction.
+    Data,
+    /// Records of a transaction.
+    Transactional,
+    /// A control batch ending the producer's transaction.
+    Marker { commit: bool },
+}
+
+/// The producer fields of a batch.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ProducerBatch {
     pub producer_id: i64,
     pub epoch: i16,
     pub first_seq: i32,
     pub last_seq: i32,
+    pub kind: Kind,
 }
 
 impl ProducerBatch {
-    /// `None` for a batch without a producer id.
-    pub(crate) fn of(header: &BatchHeader) -> Option<ProducerBatch> {
+    /// `None` for a batch without a producer id (or a control batch that is not a
+    /// transaction marker). `batch`: the whole batch, header first.
+    pub(crate) fn of(batch: &[u8]) -> Option<ProducerBatch> {
+        let header = BatchHeader::parse(batch)?;
         let producer_id = header.producer_id.get();
+        if producer_id < 0 {
+            return None;
+        }
+        let epoch = header.producer_epoch.get();
+        if header.is_control() {
+            let commit = batch::marker_type(batch)?;
+            return Some(ProducerBatch {
+                producer_id,
+                epoch,
+                first_seq: -1,
+                last_seq: -1,
+                kind: Kind::Marker { commit },
+            });
+        }
         let first_seq = header.base_sequence.get();
-        if producer_id < 0 || first_seq < 0 {
+        if first_seq < 0 {
             return None;
         }
         Some(ProducerBatch {
             producer_id,
-            epoch: header.producer_epoch.get(),
+            epoch,
             first_seq,
             last_seq: add_seq(first_seq, header.last_offset_delta.get()),
+            kind: if header.attributes.get() & batch::TRANSACTIONAL_FLAG != 0 {
+                Kind::Transactional
+            } else {
+                Kind::Data
+            },
         })
     }
 }
@@ -110,6 +175,10 @@ fn add_seq(seq: i32, delta: i32) -> i32 {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ProducerState {
     producers: HashMap<i64, Producer>,
+    /// Open transactions: first offset → producer id.
+    open: BTreeMap<u64, i64>,
+    /// Aborted transactions by marker offset.
+    aborted: BTreeMap<u64, AbortedTxn>,
 }
 
 impl ProducerState {
@@ -126,6 +195,26 @@ impl ProducerState {
             .collect()
     }
 
+    /// The first offset of the earliest open transaction: nothing at or after it is stable.
+    pub(crate) fn first_unstable(&self) -> Option<u64> {
+        self.open.keys().next().copied()
+    }
+
+    /// The aborted transactions a read of `[from, to)` may meet: those whose marker is at or
+    /// after `from` and whose first record is before `to`, by marker offset.
+    pub(crate) fn aborted_between(&self, from: u64, to: u64) -> Vec<AbortedTxn> {
+        self.aborted
+            .range(from..)
+            .map(|(_, a)| *a)
+            .filter(|a| a.first_offset < to)
+            .collect()
+    }
+
+    /// Forgets the aborted transactions whose markers retention removed.
+    pub(crate) fn forget_aborted_before(&mut self, log_start: u64) {
+        self.aborted = self.aborted.split_off(&log_start);
+    }
+
     /// Every producer the log remembers, by producer id: its epoch and its last batch.
     pub(crate) fn active(&self) -> Vec<ActiveProducer> {
         let mut out: Vec<ActiveProducer> = self
@@ -139,6 +228,7 @@ impl ProducerState {
                     last_sequence: last.last_seq,
                     last_batch_base_offset: last.base_offset,
                     last_offset: last.last_offset,
+                    txn_start_offset: p.txn_first,
                 })
             })
             .collect();
@@ -157,6 +247,9 @@ impl ProducerState {
                 epoch: b.epoch,
                 current: p.epoch,
             });
+        }
+        if matches!(b.kind, Kind::Marker { .. }) {
+            return Ok(Check::Append);
         }
         if b.epoch > p.epoch {
             if b.first_seq != 0 {
@@ -197,25 +290,56 @@ impl ProducerState {
             p.epoch = b.epoch;
             p.batches.clear();
         }
-        p.batches.push_back(BatchMeta {
-            first_seq: b.first_seq,
-            last_seq: b.last_seq,
-            base_offset,
-            last_offset,
-        });
-        while p.batches.len() > KEEP_BATCHES {
-            p.batches.pop_front();
-        }
         p.last_offset = last_offset;
+        match b.kind {
+            Kind::Marker { commit } => {
+                if let Some(first) = p.txn_first.take() {
+                    self.open.remove(&first);
+                    if !commit {
+                        self.aborted.insert(
+                            base_offset,
+                            AbortedTxn {
+                                producer_id: b.producer_id,
+                                first_offset: first,
+                                last_offset: base_offset,
+                            },
+                        );
+                    }
+                }
+            }
+            Kind::Data | Kind::Transactional => {
+                if b.kind == Kind::Transactional && p.txn_first.is_none() {
+                    p.txn_first = Some(base_offset);
+                    self.open.insert(base_offset, b.producer_id);
+                }
+                p.batches.push_back(BatchMeta {
+                    first_seq: b.first_seq,
+                    last_seq: b.last_seq,
+                    base_offset,
+                    last_offset,
+                });
+                while p.batches.len() > KEEP_BATCHES {
+                    p.batches.pop_front();
+                }
+            }
+        }
         if self.producers.len() > MAX_PRODUCERS {
-            if let Some((&oldest, _)) = self.producers.iter().min_by_key(|(_, p)| p.last_offset) {
+            // A producer with an open transaction is kept: it still bounds the stable offset.
+            let oldest = self
+                .producers
+                .iter()
+                .filter(|(_, p)| p.txn_first.is_none())
+                .min_by_key(|(_, p)| p.last_offset)
+                .map(|(&id, _)| id);
+            if let Some(oldest) = oldest {
                 self.producers.remove(&oldest);
             }
         }
     }
 
-    /// `magic[8] covers u64 count u32 { pid i64 epoch i16 last_offset u64 n u8
-    /// { first_seq i32 last_seq i32 base u64 last u64 }*n }*count crc32c u32`, big-endian.
+    /// `magic[8] covers u64 count u32 { pid i64 epoch i16 last_offset u64 txn_first i64
+    /// n u8 { first_seq i32 last_seq i32 base u64 last u64 }*n }*count aborted u32
+    /// { pid i64 first u64 last u64 }*aborted crc32c u32`, big-endian; `txn_first` -1: none.
     /// `covers`: the log offset up to which the state is complete.
     pub(crate) fn encode(&self, covers: u64) -> Vec<u8> {
         let mut v = SNAPSHOT_MAGIC.to_vec();
@@ -228,6 +352,8 @@ impl ProducerState {
             v.extend_from_slice(&id.to_be_bytes());
             v.extend_from_slice(&p.epoch.to_be_bytes());
             v.extend_from_slice(&p.last_offset.to_be_bytes());
+            let first = p.txn_first.map_or(-1, |f| f as i64);
+            v.extend_from_slice(&first.to_be_bytes());
             v.push(p.batches.len() as u8);
             for m in &p.batches {
                 v.extend_from_slice(&m.first_seq.to_be_bytes());
@@ -236,15 +362,27 @@ impl ProducerState {
                 v.extend_from_slice(&m.last_offset.to_be_bytes());
             }
         }
+        v.extend_from_slice(&(self.aborted.len() as u32).to_be_bytes());
+        for a in self.aborted.values() {
+            v.extend_from_slice(&a.producer_id.to_be_bytes());
+            v.extend_from_slice(&a.first_offset.to_be_bytes());
+            v.extend_from_slice(&a.last_offset.to_be_bytes());
+        }
         v.extend_from_slice(&crc32c::crc32c(&v).to_be_bytes());
         v
     }
 
-    /// The state and the offset it covers; `None` for a damaged or foreign file.
+    /// The state and the offset it covers; `None` for a damaged or foreign file. Reads
+    /// version 1 snapshots (no transactions) too.
     pub(crate) fn decode(b: &[u8]) -> Option<(ProducerState, u64)> {
-        if b.len() < 24 || &b[..8] != SNAPSHOT_MAGIC {
+        if b.len() < 24 {
             return None;
         }
+        let v2 = match &b[..8] {
+            m if m == SNAPSHOT_MAGIC => true,
+            m if m == SNAPSHOT_MAGIC_V1 => false,
+            _ => return None,
+        };
         let (body, crc) = b.split_at(b.len() - 4);
         if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().ok()?) {
             return None;
@@ -253,10 +391,15 @@ impl ProducerState {
         let covers = r.u64()?;
         let count = r.u32()? as usize;
         let mut state = ProducerState::default();
-        for _ in 0..count.min(MAX_PRODUCERS) {
+        for _ in 0..count.min(MAX_PRODUCERS + 1) {
             let id = r.u64()? as i64;
             let epoch = r.u16()? as i16;
             let last_offset = r.u64()?;
+            let txn_first = if v2 {
+                u64::try_from(r.u64()? as i64).ok()
+            } else {
+                None
+            };
             let n = r.u8()? as usize;
             if n > KEEP_BATCHES {
                 return None;
@@ -270,14 +413,32 @@ impl ProducerState {
                     last_offset: r.u64()?,
                 });
             }
+            if let Some(first) = txn_first {
+                state.open.insert(first, id);
+            }
             state.producers.insert(
                 id,
                 Producer {
                     epoch,
                     batches,
                     last_offset,
+                    txn_first,
                 },
             );
+        }
+        if v2 {
+            let aborted = r.u32()? as usize;
+            if aborted > r.0.len() / 24 {
+                return None;
+            }
+            for _ in 0..aborted {
+                let a = AbortedTxn {
+                    producer_id: r.u64()? as i64,
+                    first_offset: r.u64()?,
+                    last_offset: r.u64()?,
+                };
+                state.aborted.insert(a.last_offset, a);
+            }
         }
         r.0.is_empty().then_some((state, covers))
     }
@@ -318,6 +479,7 @@ mod tests {
             epoch,
             first_seq: first,
             last_seq: last,
+            kind: Kind::Data,
         }
     }
 
@@ -388,5 +550,87 @@ mod tests {
         bad[20] ^= 1;
         assert!(ProducerState::decode(&bad).is_none());
         assert!(ProducerState::decode(&bytes[..bytes.len() - 1]).is_none());
+    }
+
+    fn txn(pid: i64, epoch: i16, first: i32, last: i32) -> ProducerBatch {
+        ProducerBatch {
+            kind: Kind::Transactional,
+            ..b(pid, epoch, first, last)
+        }
+    }
+
+    fn marker(pid: i64, epoch: i16, commit: bool) -> ProducerBatch {
+        ProducerBatch {
+            kind: Kind::Marker { commit },
+            ..b(pid, epoch, -1, -1)
+        }
+    }
+
+    #[test]
+    fn transactions_bound_the_stable_offset_and_aborts_are_listed() {
+        let mut s = ProducerState::default();
+        s.update(&txn(1, 0, 0, 9), 10, 19);
+        s.update(&b(2, 0, 0, 4), 20, 24);
+        s.update(&txn(3, 0, 0, 0), 25, 25);
+        s.update(&txn(1, 0, 10, 10), 26, 26);
+        assert_eq!(s.first_unstable(), Some(10), "producer 1 opened first");
+        assert_eq!(s.active()[0].txn_start_offset, Some(10));
+        s.update(&marker(1, 0, false), 27, 27);
+        assert_eq!(s.first_unstable(), Some(25), "producer 3 is still open");
+        s.update(&marker(3, 0, true), 28, 28);
+        assert_eq!(s.first_unstable(), None);
+        let aborted = AbortedTxn {
+            producer_id: 1,
+            first_offset: 10,
+            last_offset: 27,
+        };
+        assert_eq!(s.aborted_between(0, 100), vec![aborted]);
+        assert_eq!(s.aborted_between(27, 100), vec![aborted]);
+        assert!(
+            s.aborted_between(28, 100).is_empty(),
+            "marker before the read"
+        );
+        assert!(s.aborted_between(0, 10).is_empty(), "read ends before it");
+        // A marker with a newer epoch fences the old one and resets the sequences.
+        s.update(&txn(1, 0, 11, 11), 29, 29);
+        s.update(&marker(1, 1, false), 30, 30);
+        assert!(matches!(
+            s.check(&txn(1, 0, 12, 12)),
+            Err(Error::InvalidProducerEpoch { current: 1, .. })
+        ));
+        assert!(matches!(
+            s.check(&marker(1, 0, true)),
+            Err(Error::InvalidProducerEpoch { .. })
+        ));
+        assert_eq!(s.check(&txn(1, 1, 0, 0)).expect("check"), Check::Append);
+        // An open transaction and the aborted list survive a snapshot; retention forgets.
+        s.update(&txn(2, 0, 5, 5), 31, 31);
+        let (back, covers) = ProducerState::decode(&s.encode(32)).expect("decode");
+        assert_eq!((back.clone(), covers), (s.clone(), 32));
+        assert_eq!(back.first_unstable(), Some(31));
+        assert_eq!(back.aborted_between(0, 100).len(), 2);
+        s.forget_aborted_before(28);
+        assert_eq!(s.aborted_between(0, 100).len(), 1);
+    }
+
+    #[test]
+    fn version_1_snapshots_are_read() {
+        let mut s = ProducerState::default();
+        s.update(&b(7, 2, 0, 4), 100, 104);
+        let mut v1 = SNAPSHOT_MAGIC_V1.to_vec();
+        v1.extend_from_slice(&105u64.to_be_bytes());
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.extend_from_slice(&7i64.to_be_bytes());
+        v1.extend_from_slice(&2i16.to_be_bytes());
+        v1.extend_from_slice(&104u64.to_be_bytes());
+        v1.push(1);
+        for x in [0i32, 4] {
+            v1.extend_from_slice(&x.to_be_bytes());
+        }
+        for x in [100u64, 104] {
+            v1.extend_from_slice(&x.to_be_bytes());
+        }
+        v1.extend_from_slice(&crc32c::crc32c(&v1).to_be_bytes());
+        assert_eq!(ProducerState::decode(&v1), Some((s, 105)));
     }
 }

@@ -118,7 +118,7 @@ pub(crate) async fn scan_segment(
         }
         let base = info.base_offset as u64;
         let last = base + info.last_offset_delta as u64;
-        let producer = batch::BatchHeader::parse(&window[at..]).and_then(ProducerBatch::of);
+        let producer = ProducerBatch::of(&window[at..]);
         if last - segment.base_offset > u64::from(u32::MAX) {
             // A segment never spans more offsets than its 32-bit relative offsets hold.
             break ScanStop {

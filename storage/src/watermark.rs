@@ -22,6 +22,9 @@ pub struct Watermarks {
     pub high_watermark: u64,
     /// Every offset below this has been fdatasync'ed (survives power loss).
     pub flushed_offset: u64,
+    /// Kafka's last stable offset: the high watermark, or the first offset of the earliest
+    /// open transaction if that is lower. read_committed readers stop here.
+    pub last_stable_offset: u64,
 }
 
 /// A monotonically increasing position with async waiters.

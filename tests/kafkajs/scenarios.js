@@ -162,22 +162,43 @@ const scenarios = {
     }
   },
 
-  // A transactional producer: weir has no transactions (issue 16). What KafkaJS reports.
-  async transaction({ topic }) {
+  // A transactional producer: commit, abort, commit (the second sending its group's offsets
+  // with the transaction, sendOffsets); then what a read_committed consumer (KafkaJS's
+  // default) and a read_uncommitted one see.
+  async transaction({ topic, groupId }) {
     const producer = kafka.producer({ transactionalId: `tx-${topic}`, idempotent: true, maxInFlightRequests: 1 })
-    const t0 = Date.now()
     let error = null
     try {
       await producer.connect()
-      const tx = await producer.transaction()
-      await tx.send({ topic, messages: [{ value: 'in a transaction' }] })
-      await tx.commit()
+      for (const [value, end] of [['committed-1', 'commit'], ['aborted', 'abort'], ['committed-2', 'commit']]) {
+        const tx = await producer.transaction()
+        await tx.send({ topic, messages: [{ value }] })
+        if (value === 'committed-2') {
+          await tx.sendOffsets({ consumerGroupId: groupId, topics: [{ topic, partitions: [{ partition: 0, offset: '2' }] }] })
+        }
+        await tx[end]()
+      }
     } catch (e) {
       error = { name: e.name, message: e.message, retriable: e.retriable }
     }
-    const ms = Date.now() - t0
     await producer.disconnect()
-    return { error, ms }
+    const seen = async readUncommitted => {
+      const consumer = kafka.consumer({ ...consumerOptions(`${groupId}-${readUncommitted}`), readUncommitted })
+      await consumer.connect()
+      await consumer.subscribe({ topics: [topic], fromBeginning: true })
+      const got = []
+      await consumer.run({ eachMessage: async ({ partition, message }) => { got.push(record(partition, message)) } })
+      await until('records', () => got.length >= (readUncommitted ? 3 : 2))
+      await sleep(1000) // anything more would show up
+      await consumer.disconnect()
+      return got.map(r => r.value)
+    }
+    const admin = kafka.admin()
+    await admin.connect()
+    const committed = (await admin.fetchOffsets({ groupId, topics: [topic] }))[0].partitions
+      .map(p => Number(p.offset))
+    await admin.disconnect()
+    return { error, committed: error ? null : committed, readCommitted: error ? null : await seen(false), readUncommitted: error ? null : await seen(true) }
   },
 
   // admin.fetchOffsets / resetOffsets / setOffsets / describeGroups / listGroups of a group

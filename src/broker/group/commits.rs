@@ -17,6 +17,43 @@ impl Coordinator {
         instance: Option<&str>,
         parts: Vec<CommitPart>,
     ) -> Vec<i16> {
+        self.commit_as(None, group_id, generation_id, member_id, instance, parts)
+            .await
+    }
+
+    /// TxnOffsetCommit: offsets `producer_id`'s transaction commits for `group_id`, checked
+    /// like a commit (member and generation, when given: v3+), kept pending until the
+    /// transaction ends ([`Coordinator::txn_end`]).
+    pub async fn txn_commit_offsets(
+        &self,
+        producer_id: i64,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+        instance: Option<&str>,
+        parts: Vec<CommitPart>,
+    ) -> Vec<i16> {
+        self.commit_as(
+            Some(producer_id),
+            group_id,
+            generation_id,
+            member_id,
+            instance,
+            parts,
+        )
+        .await
+    }
+
+    /// A commit, or a transaction's (pending) commit when `producer` is set.
+    async fn commit_as(
+        &self,
+        producer: Option<i64>,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+        instance: Option<&str>,
+        parts: Vec<CommitPart>,
+    ) -> Vec<i16> {
         let n = parts.len();
         if !self.offsets.owns(group_id) {
             return vec![codes::NOT_COORDINATOR; n];
@@ -24,6 +61,55 @@ impl Coordinator {
         if group_id.is_empty() {
             return vec![codes::INVALID_GROUP_ID; n];
         }
+        let code = self.check_committer(group_id, generation_id, member_id, instance);
+        if code != codes::NONE {
+            return vec![code; n];
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let entries = parts
+            .into_iter()
+            .map(|p| {
+                (
+                    p.topic,
+                    p.partition,
+                    Committed {
+                        offset: p.offset,
+                        leader_epoch: p.leader_epoch,
+                        metadata: p.metadata.unwrap_or_default(),
+                        commit_ms: now,
+                    },
+                )
+            })
+            .collect();
+        let store = match self.offsets.store_for_write(group_id).await {
+            Ok(s) => s,
+            Err(code) => return vec![code; n],
+        };
+        let stored = match producer {
+            None => store.commit(group_id, entries).await,
+            Some(pid) => store.txn_commit(pid, group_id, entries).await,
+        };
+        match stored {
+            Ok(()) => vec![codes::NONE; n],
+            Err(e) => {
+                tracing::warn!(group = group_id, error = %e, "offset commit failed");
+                vec![codes::KAFKA_STORAGE_ERROR; n]
+            }
+        }
+    }
+
+    /// Whether this member (or a committer outside the group: no member id, generation -1)
+    /// may commit offsets for `group_id` now: NONE, or the error to answer.
+    fn check_committer(
+        &self,
+        group_id: &str,
+        generation_id: i32,
+        member_id: &str,
+        instance: Option<&str>,
+    ) -> i16 {
         if let Some(group) = self.group(group_id) {
             let mut g = group.borrow_mut();
             if !g.members.is_empty()
@@ -55,56 +141,59 @@ impl Coordinator {
                     }
                 };
                 if code != codes::NONE {
-                    return vec![code; n];
+                    return code;
                 }
             }
         } else if generation_id >= 0 || !member_id.is_empty() {
-            return vec![codes::ILLEGAL_GENERATION; n];
+            return codes::ILLEGAL_GENERATION;
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        let entries = parts
-            .into_iter()
-            .map(|p| {
-                (
-                    p.topic,
-                    p.partition,
-                    Committed {
-                        offset: p.offset,
-                        leader_epoch: p.leader_epoch,
-                        metadata: p.metadata.unwrap_or_default(),
-                        commit_ms: now,
-                    },
-                )
-            })
-            .collect();
-        let store = match self.offsets.store_for_write(group_id).await {
-            Ok(s) => s,
-            Err(code) => return vec![code; n],
+        codes::NONE
+    }
+
+    /// A transaction marker for `group_id`: `producer_id`'s pending offsets become
+    /// committed (`commit`) or are dropped. Durable before it answers NONE.
+    pub async fn txn_end(&self, group_id: &str, producer_id: i64, commit: bool) -> i16 {
+        if !self.offsets.owns(group_id) {
+            return codes::NOT_COORDINATOR;
+        }
+        let Some(store) = self.offsets.store(group_id) else {
+            return codes::NONE;
         };
-        match store.commit(group_id, entries).await {
-            Ok(()) => vec![codes::NONE; n],
+        match store.txn_end(producer_id, group_id, commit).await {
+            Ok(()) => codes::NONE,
             Err(e) => {
-                tracing::warn!(group = group_id, error = %e, "offset commit failed");
-                vec![codes::KAFKA_STORAGE_ERROR; n]
+                tracing::warn!(group = group_id, error = %e, "transaction marker for offsets failed");
+                codes::KAFKA_STORAGE_ERROR
             }
         }
     }
 
     /// Committed offsets of `group_id`: for the given partitions (None = all committed).
-    /// Missing ones come back as offset -1.
+    /// Missing ones come back as offset -1. `require_stable` (a read_committed consumer): a
+    /// partition for which an open transaction holds a pending offset comes back as
+    /// [`UNSTABLE`] (answered UNSTABLE_OFFSET_COMMIT; the client retries).
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
+        require_stable: bool,
     ) -> Result<Vec<(String, i32, Committed)>, i16> {
         if !self.offsets.owns(group_id) {
             return Err(codes::NOT_COORDINATOR);
         }
         let store = self.offsets.store(group_id);
-        let get = |t: &str, p: i32| store.as_ref().and_then(|s| s.get(group_id, t, p));
+        let get = |t: &str, p: i32| {
+            let s = store.as_ref()?;
+            if require_stable && s.has_pending(group_id, t, p) {
+                return Some(Committed {
+                    offset: UNSTABLE,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    commit_ms: -1,
+                });
+            }
+            s.get(group_id, t, p)
+        };
         match wanted {
             None => Ok(store.as_ref().map(|s| s.all(group_id)).unwrap_or_default()),
             Some(topics) => Ok(topics

@@ -31,9 +31,28 @@ pub enum GroupReq {
         instance: Option<String>,
         parts: Vec<CommitPart>,
     },
+    /// TxnOffsetCommit: offsets pending until the producer's transaction ends.
+    TxnCommit {
+        group: String,
+        producer_id: i64,
+        generation: i32,
+        member: String,
+        instance: Option<String>,
+        parts: Vec<CommitPart>,
+    },
+    /// A transaction marker for the group's offsets: apply (commit) or drop the producer's
+    /// pending offsets.
+    TxnEnd {
+        group: String,
+        producer_id: i64,
+        commit: bool,
+    },
     Fetch {
         group: String,
         topics: Option<Vec<(String, Vec<i32>)>>,
+        /// OffsetFetch require_stable: partitions with pending transactional offsets answer
+        /// UNSTABLE_OFFSET_COMMIT.
+        require_stable: bool,
     },
     /// OffsetDelete: (topic, partitions) whose committed offsets to delete.
     DeleteOffsets {
@@ -89,7 +108,35 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
                 .commit_offsets(&group, generation, &member, instance.as_deref(), parts)
                 .await,
         ),
-        GroupReq::Fetch { group, topics } => GroupResp::Fetch(coord.fetch_offsets(&group, topics)),
+        GroupReq::TxnCommit {
+            group,
+            producer_id,
+            generation,
+            member,
+            instance,
+            parts,
+        } => GroupResp::Commit(
+            coord
+                .txn_commit_offsets(
+                    producer_id,
+                    &group,
+                    generation,
+                    &member,
+                    instance.as_deref(),
+                    parts,
+                )
+                .await,
+        ),
+        GroupReq::TxnEnd {
+            group,
+            producer_id,
+            commit,
+        } => GroupResp::Code(coord.txn_end(&group, producer_id, commit).await),
+        GroupReq::Fetch {
+            group,
+            topics,
+            require_stable,
+        } => GroupResp::Fetch(coord.fetch_offsets(&group, topics, require_stable)),
         GroupReq::DeleteOffsets { group, topics } => {
             GroupResp::DeleteOffsets(coord.delete_offsets(&group, topics).await)
         }

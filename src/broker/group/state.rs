@@ -29,7 +29,13 @@ pub mod codes {
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 }
+
+/// The offset `fetch_offsets` puts in place of a partition's committed offset while an open
+/// transaction holds a pending one and the fetch requires stable offsets: `kafka::group_offsets`
+/// answers it as UNSTABLE_OFFSET_COMMIT (never stored: offsets are >= -1).
+pub const UNSTABLE: i64 = i64::MIN;
 
 /// Group settings, with Kafka's names.
 #[derive(Debug, Clone)]

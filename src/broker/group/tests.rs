@@ -341,7 +341,7 @@ fn offsets_are_durable_checked_and_deleted_with_the_group() {
         drop(c);
         let c = open(&dir).await;
         let got = c
-            .fetch_offsets("g", Some(vec![("t".into(), vec![0, 1])]))
+            .fetch_offsets("g", Some(vec![("t".into(), vec![0, 1])]), false)
             .expect("fetch");
         assert_eq!(got[0].2.offset, 9, "the last commit survives a restart");
         assert_eq!(got[0].2.metadata, "m");
@@ -349,7 +349,7 @@ fn offsets_are_durable_checked_and_deleted_with_the_group() {
         assert_eq!(c.list().len(), 1);
         assert_eq!(c.delete_group("g").await, codes::NONE);
         assert_eq!(c.delete_group("g").await, codes::GROUP_ID_NOT_FOUND);
-        assert!(c.fetch_offsets("g", None).expect("fetch").is_empty());
+        assert!(c.fetch_offsets("g", None, false).expect("fetch").is_empty());
     });
 }
 
@@ -380,6 +380,11 @@ fn many_commits_keep_the_offsets_log_small() {
         drop(store);
         drop(c);
         let c = open(&dir).await;
-        assert_eq!(c.fetch_offsets("g", None).expect("fetch")[0].2.offset, 2999);
+        assert_eq!(
+            c.fetch_offsets("g", None, false).expect("fetch")[0]
+                .2
+                .offset,
+            2999
+        );
     });
 }

@@ -64,10 +64,10 @@ pub async fn gather_fetch(
         };
         for (pi, fp) in t.partitions.iter().enumerate() {
             let mut r = crate::broker::shard::FetchResult {
-                error: errors::NONE,
                 high_watermark: -1,
+                last_stable_offset: -1,
                 log_start_offset: -1,
-                chunks: Vec::new(),
+                ..Default::default()
             };
             match meta.owner(&name, fp.partition) {
                 _ if unknown != errors::NONE => r.error = unknown,
@@ -79,6 +79,7 @@ pub async fn gather_fetch(
                         partition: fp.partition,
                         offset: fp.fetch_offset,
                         max_bytes: fp.partition_max_bytes,
+                        committed: f.isolation_level == 1,
                     });
                     g.1.push((ti, pi));
                 }

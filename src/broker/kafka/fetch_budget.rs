@@ -123,10 +123,10 @@ mod tests {
             None => vec![all],
         };
         FetchResult {
-            error: 0,
             high_watermark: 10,
-            log_start_offset: 0,
+            last_stable_offset: 10,
             chunks,
+            ..Default::default()
         }
     }
 

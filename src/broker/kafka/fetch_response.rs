@@ -115,11 +115,16 @@ pub fn encode(version: i16, correlation_id: i32, topics: &[FetchReply]) -> Vec<B
             w.buf.put_i32(*index);
             w.buf.put_i16(r.error);
             w.buf.put_i64(r.high_watermark);
-            w.buf.put_i64(r.high_watermark); // last_stable_offset: no transactions
+            w.buf.put_i64(r.last_stable_offset);
             if version >= 5 {
                 w.buf.put_i64(r.log_start_offset);
             }
-            w.array_len(0); // aborted_transactions
+            w.array_len(r.aborted.len());
+            for (producer_id, first_offset) in &r.aborted {
+                w.buf.put_i64(*producer_id);
+                w.buf.put_i64(*first_offset);
+                w.tags();
+            }
             if version >= 11 {
                 w.buf.put_i32(-1); // preferred_read_replica
             }
@@ -158,7 +163,9 @@ mod tests {
                         FetchResult {
                             error: 0,
                             high_watermark: 42,
+                            last_stable_offset: 40,
                             log_start_offset: 3,
+                            aborted: vec![(7, 5), (9, 30)],
                             chunks: vec![big.clone(), small.clone()],
                         },
                     ),
@@ -167,8 +174,9 @@ mod tests {
                         FetchResult {
                             error: 1,
                             high_watermark: -1,
+                            last_stable_offset: -1,
                             log_start_offset: -1,
-                            chunks: vec![],
+                            ..Default::default()
                         },
                     ),
                 ],
@@ -202,6 +210,14 @@ mod tests {
             let p0 = &r.responses[0].partitions[0];
             assert_eq!(r.responses[0].topic.as_str(), "orders");
             assert_eq!(p0.high_watermark, 42);
+            assert_eq!(p0.last_stable_offset, 40);
+            let aborted: Vec<(i64, i64)> = p0
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect();
+            assert_eq!(aborted, vec![(7, 5), (9, 30)], "v{version}");
             if version >= 5 {
                 assert_eq!(p0.log_start_offset, 3);
             }

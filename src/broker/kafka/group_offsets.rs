@@ -126,6 +126,7 @@ pub(super) async fn fetch_one(
     shard: &Rc<Shard>,
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Vec<(String, i32, Committed)>, i16> {
     match call(
         shard,
@@ -133,6 +134,7 @@ pub(super) async fn fetch_one(
         GroupReq::Fetch {
             group: group.to_owned(),
             topics,
+            require_stable,
         },
     )
     .await
@@ -140,6 +142,16 @@ pub(super) async fn fetch_one(
         GroupResp::Fetch(r) => r,
         GroupResp::Code(c) => Err(c),
         _ => Err(codes::UNKNOWN_SERVER_ERROR),
+    }
+}
+
+/// A fetched offset and its error: a partition with offsets pending in an open transaction
+/// (`commits::UNSTABLE`, asked with require_stable) is UNSTABLE_OFFSET_COMMIT, offset -1.
+fn stable(offset: i64) -> (i64, i16) {
+    if offset == crate::broker::group::coordinator::UNSTABLE {
+        (-1, codes::UNSTABLE_OFFSET_COMMIT)
+    } else {
+        (offset, codes::NONE)
     }
 }
 
@@ -173,7 +185,7 @@ pub async fn offset_fetch(
             });
             let mut gr = OffsetFetchResponseGroup::default();
             gr.group_id = g.group_id.clone();
-            match fetch_one(shard, &group, wanted).await {
+            match fetch_one(shard, &group, wanted, req.require_stable).await {
                 Ok(rows) => {
                     gr.topics = by_topic(rows)
                         .into_iter()
@@ -185,7 +197,7 @@ pub async fn offset_fetch(
                                 .map(|(p, c)| {
                                     let mut pr = OffsetFetchResponsePartitions::default();
                                     pr.partition_index = p;
-                                    pr.committed_offset = c.offset;
+                                    (pr.committed_offset, pr.error_code) = stable(c.offset);
                                     pr.committed_leader_epoch = c.leader_epoch;
                                     pr.metadata = Some(s(&c.metadata));
                                     pr
@@ -208,7 +220,7 @@ pub async fn offset_fetch(
             .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
             .collect()
     });
-    match fetch_one(shard, &group, wanted).await {
+    match fetch_one(shard, &group, wanted, req.require_stable).await {
         Ok(rows) => {
             r.topics = by_topic(rows)
                 .into_iter()
@@ -220,7 +232,7 @@ pub async fn offset_fetch(
                         .map(|(p, c)| {
                             let mut pr = OffsetFetchResponsePartition::default();
                             pr.partition_index = p;
-                            pr.committed_offset = c.offset;
+                            (pr.committed_offset, pr.error_code) = stable(c.offset);
                             pr.committed_leader_epoch = c.leader_epoch;
                             pr.metadata = Some(s(&c.metadata));
                             pr

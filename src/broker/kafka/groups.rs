@@ -47,9 +47,15 @@ pub fn find_coordinator(
     req: &FindCoordinatorRequest,
     listener: usize,
 ) -> FindCoordinatorResponse {
-    // The group's core (its offsets bucket's owner) when each core is its own broker.
+    // The group's core (its offsets bucket's owner), or the transactional id's (its
+    // transaction log bucket's owner), when each core is its own broker.
     let endpoint = |key: &str| -> (i32, String, i32) {
-        let node = shard.node_of(Coordinator::core_of(key, shard.cores));
+        let core = if req.key_type == 1 {
+            crate::broker::txn::core_of(key, shard.cores)
+        } else {
+            Coordinator::core_of(key, shard.cores)
+        };
+        let node = shard.node_of(core);
         let brokers = shard.brokers(listener);
         match brokers.get(node as usize) {
             Some((h, p)) => (node, h.clone(), *p),
@@ -57,15 +63,11 @@ pub fn find_coordinator(
         }
     };
     let mut r = FindCoordinatorResponse::default();
-    // key_type 0 = group; 1 = transaction, 2 = share group (v6, KIP-932): not supported.
+    // key_type 0 = group; 1 = transaction; 2 = share group (v6, KIP-932): not supported.
     // Not COORDINATOR_NOT_AVAILABLE: clients retry that until their timeout and then report
     // only the timeout. UNSUPPORTED_VERSION is fatal for them at once.
     let (code, msg) = match req.key_type {
-        0 => (codes::NONE, None),
-        1 => (
-            crate::broker::errors::UNSUPPORTED_VERSION,
-            Some(s("weir does not support transactions yet")),
-        ),
+        0 | 1 => (codes::NONE, None),
         _ => (
             crate::broker::errors::UNSUPPORTED_VERSION,
             Some(s("weir does not support share groups")),

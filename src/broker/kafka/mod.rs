@@ -31,6 +31,7 @@ mod produce;
 mod producers;
 mod reassign;
 mod topics;
+mod txn;
 mod users;
 
 use self::cluster::*;
@@ -247,7 +248,21 @@ async fn process_request(
             }
             one(&req, &resp)
         }
-        Body::InitProducerId(i) => one(&req, &init_producer_id(&shard, i)),
+        Body::InitProducerId(i) => match i.transactional_id.as_ref() {
+            Some(id) => one(
+                &req,
+                &txn::init_transactional(&shard, req.version, id.as_str(), i).await,
+            ),
+            None => one(&req, &init_producer_id(&shard, i)),
+        },
+        Body::AddPartitionsToTxn(a) => {
+            one(&req, &txn::add_partitions(&shard, req.version, a).await)
+        }
+        Body::AddOffsetsToTxn(a) => one(&req, &txn::add_offsets(&shard, req.version, a).await),
+        Body::EndTxn(e) => one(&req, &txn::end_txn(&shard, req.version, e).await),
+        Body::TxnOffsetCommit(t) => one(&req, &txn::txn_offset_commit(&shard, t).await),
+        Body::DescribeTransactions(d) => one(&req, &txn::describe_transactions(&shard, d).await),
+        Body::ListTransactions(l) => one(&req, &txn::list_transactions(&shard, l).await),
         Body::FindCoordinator(f) => {
             let mut resp = group::find_coordinator(&shard, req.version, f, listener);
             authz::patch_find_coordinator(&shard, session, f, &mut resp);

@@ -41,6 +41,7 @@ pub(super) async fn list_offsets(
                         topic: name.clone(),
                         partition: p.partition_index,
                         timestamp: p.timestamp,
+                        committed: l.isolation_level == 1,
                     });
                     g.1.push((ti, pi));
                 }

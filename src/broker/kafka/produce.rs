@@ -33,6 +33,10 @@ pub(super) async fn produce(
         auto_create(shard, missing).await;
     }
     let meta = shard.metadata();
+    // ACLs: a transactional produce needs WRITE on its transactional id (Kafka's rule).
+    let txn_denied = p.transactional_id.as_ref().is_some_and(|t| {
+        !super::authz::transactional_id(shard, session, weir::acl::Operation::Write, t.as_str())
+    });
     // Results in request order; partitions grouped by owning core.
     let mut results: Vec<Vec<(i32, crate::broker::shard::ProduceResult)>> = Vec::new();
     let mut groups: Groups<ProducePart> = BTreeMap::new();
@@ -59,6 +63,8 @@ pub(super) async fn produce(
             };
             if !valid_acks {
                 res.error = errors::INVALID_REQUIRED_ACKS;
+            } else if txn_denied {
+                res.error = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
             } else if unknown != errors::NONE {
                 res.error = unknown;
             } else if denied {
@@ -80,6 +86,19 @@ pub(super) async fn produce(
             row.push((pd.index, res));
         }
         results.push(row);
+    }
+    // A transactional produce writes only to partitions its coordinator has in the open
+    // transaction (KIP-890's verification): a record that no marker would ever close would
+    // hold the partition's last stable offset forever (a "hanging transaction").
+    if let Some(txn_id) = p.transactional_id.as_ref().filter(|_| !groups.is_empty()) {
+        let refused = super::txn::verify_produce(shard, txn_id.as_str(), &groups).await;
+        if refused != errors::NONE {
+            for (_, (_, slots)) in std::mem::take(&mut groups) {
+                for (ti, pi) in slots {
+                    results[ti][pi].1.error = refused;
+                }
+            }
+        }
     }
     // Every group starts now (remote ones are sent in order); local work runs in place.
     let mut tasks = Vec::new();
@@ -180,23 +199,13 @@ pub(super) fn legacy_produce(req: &Request, p: &LegacyProduce) -> Response {
 
 /// Idempotent producers (the default of kafka-python 3 and of Java clients) ask for a
 /// producer id first: weir hands out ids unique across cores and restarts, and the owner of
-/// each partition checks their sequence numbers (`ProducerState`). Transactions are not
-/// supported yet.
+/// each partition checks their sequence numbers (`ProducerState`). A transactional id's
+/// InitProducerId goes to its coordinator instead (`kafka::txn`).
 pub(super) fn init_producer_id(
     shard: &Rc<Shard>,
     i: &InitProducerIdRequest,
 ) -> InitProducerIdResponse {
     let mut r = InitProducerIdResponse::default();
-    if i.transactional_id.is_some() {
-        // Transactions do not exist yet: say so (a fatal "unsupported" for every client),
-        // not an authorization failure that sends users looking at ACLs.
-        tracing::info!(client = ?i.transactional_id.as_deref().map(|t| t.as_str()),
-            "transactional InitProducerId refused: weir does not support transactions yet");
-        r.error_code = errors::UNSUPPORTED_VERSION;
-        r.producer_id = ProducerId(-1);
-        r.producer_epoch = -1;
-        return r;
-    }
     if i.producer_id.0 >= 0 && i.producer_epoch >= 0 {
         r.producer_id = i.producer_id;
         r.producer_epoch = i.producer_epoch.wrapping_add(1).max(0);

@@ -1,6 +1,7 @@
 //! DescribeProducers (KIP-664): the idempotent producers each partition remembers, asked of
-//! the partitions' owner cores. weir has no transactions, so every producer's coordinator
-//! epoch is -1 and it has no open transaction (current transaction start offset -1).
+//! the partitions' owner cores, with the first offset of each producer's open transaction
+//! (-1: none). Coordinator epochs are not tracked (one coordinator per transactional id, never
+//! moved): -1.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -58,7 +59,7 @@ pub(super) async fn describe_producers(
                             s.last_sequence = p.last_sequence;
                             s.last_timestamp = p.last_timestamp;
                             s.coordinator_epoch = -1;
-                            s.current_txn_start_offset = -1;
+                            s.current_txn_start_offset = p.txn_start_offset;
                             s
                         })
                         .collect()

@@ -13,6 +13,21 @@ use crate::broker::errors::{self, storage_error_code};
 use crate::broker::sync::Event;
 use crate::broker::wheel::WheelKey;
 
+/// The offset after the last batch of `chunks` (whole batches, in offset order).
+fn end_offset(chunks: &[bytes::Bytes]) -> Option<u64> {
+    let last = chunks.last()?;
+    let mut at = 0;
+    let mut end = None;
+    while let Some(h) = weir_storage::batch::BatchHeader::parse(&last[at..]) {
+        end = Some(h.last_offset() as u64 + 1);
+        at += h.total_bytes();
+        if h.total_bytes() == 0 || at >= last.len() {
+            break;
+        }
+    }
+    end
+}
+
 impl Shard {
     // ---- Fetch ----
 
@@ -33,8 +48,9 @@ impl Shard {
                 out.push(FetchResult {
                     error: errors::UNKNOWN_TOPIC_OR_PARTITION,
                     high_watermark: -1,
+                    last_stable_offset: -1,
                     log_start_offset: -1,
-                    chunks: Vec::new(),
+                    ..Default::default()
                 });
                 hws.push(0);
                 continue;
@@ -43,21 +59,38 @@ impl Shard {
             let mut r = FetchResult {
                 error: errors::NONE,
                 high_watermark: wm.high_watermark as i64,
+                last_stable_offset: wm.last_stable_offset as i64,
                 log_start_offset: wm.log_start_offset as i64,
-                chunks: Vec::new(),
+                ..Default::default()
             };
             if p.offset < 0 {
                 r.error = errors::OFFSET_OUT_OF_RANGE;
             } else if remaining > 0 || out.iter().all(|r: &FetchResult| r.chunks.is_empty()) {
                 let limit = (p.max_bytes.max(0) as usize).min(remaining.max(1));
-                match part
-                    .log
-                    .read_available(p.offset as u64, wanted, limit)
-                    .await
-                {
+                let read = if p.committed {
+                    part.log
+                        .read_committed(p.offset as u64, wanted, limit)
+                        .await
+                } else {
+                    part.log
+                        .read_available(p.offset as u64, wanted, limit)
+                        .await
+                };
+                match read {
                     Ok(read) => {
                         r.high_watermark = read.watermarks.high_watermark as i64;
+                        r.last_stable_offset = read.watermarks.last_stable_offset as i64;
                         r.log_start_offset = read.watermarks.log_start_offset as i64;
+                        if p.committed {
+                            if let Some(end) = end_offset(&read.chunks) {
+                                r.aborted = part
+                                    .log
+                                    .aborted_transactions(p.offset as u64, end)
+                                    .iter()
+                                    .map(|a| (a.producer_id, a.first_offset as i64))
+                                    .collect();
+                            }
+                        }
                         remaining = remaining.saturating_sub(read.len());
                         wanted = wanted.saturating_sub(read.len()).max(1);
                         r.chunks = read.chunks;

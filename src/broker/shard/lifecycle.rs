@@ -181,6 +181,15 @@ impl Shard {
 
     /// Flushes and closes every log of this core (writes the clean-shutdown markers).
     pub async fn close_all(&self) {
+        if let Some(t) = self.take_txns() {
+            match Rc::try_unwrap(t) {
+                Ok(t) => t.close().await,
+                Err(_) => warn!(
+                    core = self.id,
+                    "transaction coordinator still in use at shutdown"
+                ),
+            }
+        }
         let groups = self.groups.borrow_mut().take();
         if let Some(c) = groups {
             match Rc::try_unwrap(c) {

@@ -166,6 +166,18 @@ impl Shard {
             Req::AlterUsers(changes) => Resp::Users(self.admin_alter_users(changes).await),
             Req::CreateAcls(acls) => Resp::Stored(self.admin_create_acls(acls).await),
             Req::DeleteAcls(filters) => Resp::AclsDeleted(self.admin_delete_acls(filters).await),
+            Req::Markers {
+                producer_id,
+                epoch,
+                commit,
+                parts,
+            } => Resp::Codes(self.markers_local(producer_id, epoch, commit, parts).await),
+            Req::Txn(t) => {
+                // Boxed: ending a transaction calls other cores (`Shard::call` → here).
+                let serve: std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> =
+                    Box::pin(self.txn_serve(t));
+                Resp::Txn(serve.await)
+            }
             Req::Group(g) => {
                 let coordinator = self.groups.borrow().clone();
                 match coordinator {

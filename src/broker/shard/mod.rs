@@ -18,6 +18,7 @@ mod mesh;
 mod msg;
 mod offsets;
 mod produce;
+mod txn;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -173,6 +174,8 @@ pub struct Shard {
     admin_lock: Semaphore,
     /// The group coordinator of the offset buckets this core owns.
     groups: RefCell<Option<Rc<Coordinator>>>,
+    /// The transaction coordinator of the transaction-log buckets this core owns.
+    txns: RefCell<Option<Rc<txn::TxnCoordinator>>>,
     pub shutdown: Event,
     pub connections: Cell<usize>,
     /// This core's counters for the metrics endpoint.
@@ -249,6 +252,7 @@ impl Shard {
             metrics: Default::default(),
             admin_lock: Semaphore::new(1),
             groups: RefCell::new(None),
+            txns: RefCell::new(None),
             shutdown: Event::default(),
             connections: Cell::new(0),
             next_producer: Cell::new(0),

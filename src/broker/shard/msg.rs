@@ -34,13 +34,20 @@ pub struct FetchPart {
     pub partition: i32,
     pub offset: i64,
     pub max_bytes: i32,
+    /// isolation_level=read_committed: stop at the last stable offset and list the aborted
+    /// transactions read.
+    pub committed: bool,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct FetchResult {
     pub error: i16,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// read_committed: (producer id, first offset) of each aborted transaction the records
+    /// cover; the client skips those producers' records up to their abort markers.
+    pub aborted: Vec<(i64, i64)>,
     pub chunks: Vec<Bytes>,
 }
 
@@ -55,6 +62,8 @@ pub struct ListPart {
     pub topic: String,
     pub partition: i32,
     pub timestamp: i64,
+    /// isolation_level=read_committed: LATEST is the last stable offset.
+    pub committed: bool,
 }
 
 /// DeleteRecords for one partition: delete everything below `offset` (-1: the high
@@ -74,6 +83,8 @@ pub struct ProducerInfo {
     pub producer_id: i64,
     pub epoch: i16,
     pub last_sequence: i32,
+    /// The first offset of its open transaction, -1 if none.
+    pub txn_start_offset: i64,
     pub last_timestamp: i64,
 }
 
@@ -135,8 +146,69 @@ pub struct FetchKey {
     pub id: u64,
 }
 
+/// A transaction request, sent to the core of the transactional id.
+#[derive(Debug)]
+pub enum TxnReq {
+    Init {
+        txn_id: String,
+        timeout_ms: i32,
+        producer_id: i64,
+        epoch: i16,
+    },
+    AddPartitions {
+        txn_id: String,
+        producer_id: i64,
+        epoch: i16,
+        parts: Vec<(String, i32)>,
+    },
+    AddOffsets {
+        txn_id: String,
+        producer_id: i64,
+        epoch: i16,
+        group: String,
+    },
+    End {
+        txn_id: String,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    },
+    /// A transactional produce: are these partitions in the producer's open transaction?
+    Verify {
+        txn_id: String,
+        producer_id: i64,
+        epoch: i16,
+        parts: Vec<(String, i32)>,
+    },
+    /// DescribeTransactions / ListTransactions: the ids this core coordinates.
+    Describe,
+}
+
+/// The answer to a [`TxnReq`].
+#[derive(Debug)]
+pub enum TxnResp {
+    Init {
+        error: i16,
+        producer_id: i64,
+        epoch: i16,
+    },
+    /// Per partition of an AddPartitions.
+    Codes(Vec<i16>),
+    Code(i16),
+    Described(Vec<(String, crate::broker::txn::TxnMeta)>),
+}
+
 #[derive(Debug)]
 pub enum Req {
+    /// Transaction markers to append (and flush) on these partitions of the receiving core.
+    Markers {
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        parts: Vec<(String, i32)>,
+    },
+    /// A transaction request, to the core of its transactional id.
+    Txn(TxnReq),
     Produce {
         acks: i16,
         parts: Vec<ProducePart>,
@@ -204,6 +276,9 @@ pub enum Resp {
     /// filter that matched it), or why nothing was.
     AclsDeleted(Result<Vec<Vec<weir::acl::AclBinding>>, String>),
     Group(GroupResp),
+    Txn(TxnResp),
+    /// Per partition of a `Req::Markers`: its error code.
+    Codes(Vec<i16>),
     /// Reply to `Req::Apply`: the partitions this core could not open.
     Applied(Vec<OpenFailure>),
     Metrics(Box<crate::broker::metrics::CoreSnapshot>),

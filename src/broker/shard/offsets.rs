@@ -54,6 +54,7 @@ impl Shard {
             };
             let wm = part.log.watermarks();
             let r = match p.timestamp {
+                -1 if p.committed => Ok((wm.last_stable_offset as i64, -1)),
                 -1 => Ok((wm.high_watermark as i64, -1)),
                 -2 => Ok((wm.log_start_offset as i64, -1)),
                 // MAX_TIMESTAMP (ListOffsets v7, KIP-734): the record with the largest

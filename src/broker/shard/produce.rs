@@ -48,6 +48,12 @@ impl Shard {
         if p.records.is_empty() {
             return fail(errors::CORRUPT_MESSAGE);
         }
+        if has_control_batch(&p.records) {
+            // Markers are the transaction coordinator's to write (Kafka: "clients are not
+            // allowed to write control records").
+            debug!(topic = %p.topic, partition = p.partition, "control batch from a client refused");
+            return fail(errors::INVALID_RECORD);
+        }
         if part.log.config().cleanup_compact {
             let keyless = super::cleaner::keyless_records(&p.records);
             if !keyless.is_empty() {
@@ -129,6 +135,7 @@ impl Shard {
                     producer_id: a.producer_id,
                     epoch: a.epoch,
                     last_sequence: a.last_sequence,
+                    txn_start_offset: a.txn_start_offset.map_or(-1, |o| o as i64),
                     last_timestamp,
                 });
             }
@@ -136,4 +143,20 @@ impl Shard {
         }
         out
     }
+}
+
+/// Whether a record set holds a control batch (its framing is checked later, by the log).
+fn has_control_batch(records: &[u8]) -> bool {
+    let mut at = 0;
+    while let Some(h) = weir_storage::batch::BatchHeader::parse(&records[at..]) {
+        if h.is_control() {
+            return true;
+        }
+        let n = h.total_bytes();
+        if n == 0 || at + n >= records.len() {
+            return false;
+        }
+        at += n;
+    }
+    false
 }

@@ -118,6 +118,44 @@ impl BatchHeader {
     }
 }
 
+/// The type of a transaction marker batch: `Some(true)` commit, `Some(false)` abort, `None`
+/// for any other batch (or a control record of another type). `batch`: the whole batch.
+/// Control batches are never compressed; the marker is the key of their one record:
+/// `version i16 = 0, type i16` (0 abort, 1 commit).
+pub fn marker_type(batch: &[u8]) -> Option<bool> {
+    let header = BatchHeader::parse(batch)?;
+    if !header.is_control() || header.compression() != 0 {
+        return None;
+    }
+    let body = batch.get(HEADER_BYTES..header.total_bytes())?;
+    let first = *records::raw_records(body, header.records_count.get())?.first()?;
+    match first.key? {
+        [0, 0, 0, 0] => Some(false),
+        [0, 0, 0, 1] => Some(true),
+        _ => None,
+    }
+}
+
+/// A transaction marker: a control batch of one record closing `producer_id`'s transaction
+/// (`commit` or abort), as the transaction coordinator writes it to each partition of the
+/// transaction. Value: `version i16 = 0, coordinator_epoch i32`.
+pub fn marker_batch(
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    timestamp_ms: i64,
+) -> Bytes {
+    let key = [0u8, 0, 0, u8::from(commit)];
+    let mut value = [0u8; 6];
+    value[2..].copy_from_slice(&coordinator_epoch.to_be_bytes());
+    RecordBatchBuilder::new(timestamp_ms)
+        .producer(producer_id, epoch, -1)
+        .attributes(TRANSACTIONAL_FLAG | CONTROL_FLAG)
+        .record(Some(&key), Some(&value), &[])
+        .build()
+}
+
 /// What the log learns from a validated batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchInfo {

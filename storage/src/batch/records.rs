@@ -16,8 +16,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::{
-    check_framing_stored, BatchHeader, COMPRESSION_MASK, CRC_START, HEADER_BYTES, LOG_OVERHEAD,
-    MAGIC_V2,
+    check_framing_stored, BatchHeader, COMPRESSION_MASK, CONTROL_FLAG, CRC_START, HEADER_BYTES,
+    LOG_OVERHEAD, MAGIC_V2, TRANSACTIONAL_FLAG,
 };
 /// One decoded record (uncompressed batches only); used by tests, examples and tools.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +141,12 @@ impl RecordBatchBuilder {
         self.producer_id = producer_id;
         self.producer_epoch = epoch;
         self.base_sequence = base_sequence;
+        self
+    }
+
+    /// Sets the transactional and control bits (`TRANSACTIONAL_FLAG`, `CONTROL_FLAG`).
+    pub fn attributes(mut self, bits: i16) -> Self {
+        self.attributes |= bits & (TRANSACTIONAL_FLAG | CONTROL_FLAG);
         self
     }
 

@@ -17,7 +17,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{Inner, Listener, Log};
 use crate::appender::{Appender, WriteOp};
-use crate::batch::{self, BatchHeader};
+use crate::batch;
 use crate::error::{Error, Result};
 use crate::io::align_up;
 use crate::producer_state::{Check, ProducerBatch, SNAPSHOT_FILE};
@@ -109,7 +109,7 @@ impl Log {
         {
             let mut pos = 0usize;
             for (i, info) in infos.iter().enumerate() {
-                if let Some(b) = BatchHeader::parse(&records[pos..]).and_then(ProducerBatch::of) {
+                if let Some(b) = ProducerBatch::of(&records[pos..]) {
                     from_producers.push((i, b));
                 }
                 pos += info.total_bytes;
@@ -464,6 +464,9 @@ impl Inner {
         if self.producers.borrow().len() == 0 && !self.vfs.exists(&path) {
             return Ok(());
         }
+        self.producers
+            .borrow_mut()
+            .forget_aborted_before(self.log_start.get());
         let bytes = self.producers.borrow().encode(self.log_end.get());
         self.vfs.write_small(&path, &bytes).await
     }

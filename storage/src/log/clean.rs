@@ -15,7 +15,9 @@
 //!    dropped when it was already in the clean part, so a cleaning has already removed the
 //!    older records of its key, and its batch is older than `delete.retention.ms`. Records
 //!    without a key, control batches, and compressed batches the caller gave no codec for are
-//!    kept as they are. A batch keeps its base offset, last offset delta, timestamps and
+//!    kept as they are; the records of aborted transactions are removed (and are never a
+//!    key's latest in the map). The cleanable range ends before the last stable offset: an
+//!    open transaction's records are not touched until it ends. A batch keeps its base offset, last offset delta, timestamps and
 //!    producer fields; a batch that loses records is rebuilt around the survivors' bytes
 //!    (they are deltas from the base, so they are copied unchanged) with a new CRC, and
 //!    recompressed with its codec. A batch that loses all of them is dropped, except a
@@ -225,7 +227,8 @@ enum Kept {
 impl Inner {
     /// The closed segments a cleaning may rewrite, oldest first (step 1 of the module docs).
     fn cleanable_range(&self, now_ms: i64, config: &crate::LogConfig) -> Vec<Rc<Segment>> {
-        let hw = self.hw.get();
+        // Never past an open transaction: whether its records stay is not known yet.
+        let stable = self.last_stable();
         let segs = self.segments.borrow();
         let closed = segs.len().saturating_sub(1);
         segs.values()
@@ -233,7 +236,7 @@ impl Inner {
             .take_while(|s| {
                 let st = s.state.borrow();
                 st.visible_size == st.size
-                    && st.next_offset <= hw
+                    && st.next_offset <= stable
                     && st.max_timestamp <= now_ms - config.min_compaction_lag_ms as i64
             })
             .cloned()
@@ -256,6 +259,14 @@ impl Inner {
         let mut end = last.state.borrow().next_offset;
         let first_dirty = self.checkpoint.get().offset.max(range[0].base_offset);
 
+        // Aborted transactions' records are removed, and never count as a key's latest.
+        let mut aborted: HashMap<i64, Vec<(u64, u64)>> = HashMap::new();
+        for a in self.producers.borrow().aborted_between(0, end) {
+            aborted
+                .entry(a.producer_id)
+                .or_default()
+                .push((a.first_offset, a.last_offset));
+        }
         // The key map over the dirty part.
         let mut map: HashMap<Bytes, u64> = HashMap::new();
         let mut map_bytes = 0usize;
@@ -267,7 +278,7 @@ impl Inner {
             while let Some(b) = batches.next().await? {
                 throttle.account(b.len()).await;
                 let header = header_of(&b);
-                if header.is_control() {
+                if header.is_control() || is_aborted(&aborted, &header) {
                     continue;
                 }
                 let Some(body) = records_body(&b, &header, codecs) else {
@@ -296,6 +307,7 @@ impl Inner {
         let mut tombstones_due: Option<i64> = None;
         let ctx = Filter {
             map: &map,
+            aborted: &aborted,
             producers: &producers,
             first_dirty,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms as i64),
@@ -422,9 +434,22 @@ impl Inner {
     }
 }
 
+/// Whether `header` is a data batch of an aborted transaction.
+fn is_aborted(aborted: &HashMap<i64, Vec<(u64, u64)>>, header: &BatchHeader) -> bool {
+    if header.attributes.get() & crate::batch::TRANSACTIONAL_FLAG == 0 || header.is_control() {
+        return false;
+    }
+    let base = header.base_offset.get() as u64;
+    aborted
+        .get(&header.producer_id.get())
+        .is_some_and(|ranges| ranges.iter().any(|&(f, l)| f <= base && base <= l))
+}
+
 /// What a cleaning keeps (step 3 of the module docs).
 struct Filter<'a> {
     map: &'a HashMap<Bytes, u64>,
+    /// Aborted transactions by producer id: (first offset, marker offset).
+    aborted: &'a HashMap<i64, Vec<(u64, u64)>>,
     producers: &'a HashMap<i64, u64>,
     first_dirty: u64,
     /// Tombstones in batches older than this (ms) may go.
@@ -455,6 +480,7 @@ impl Filter<'_> {
         };
         let base = header.base_offset.get() as u64;
         let max_ts = header.max_timestamp.get();
+        let aborted = is_aborted(self.aborted, header);
         let mut kept = BytesMut::new();
         let mut n = 0i32;
         for r in &records {
@@ -463,7 +489,7 @@ impl Filter<'_> {
                 .key
                 .and_then(|k| self.map.get(k))
                 .is_some_and(|&latest| latest > offset);
-            if superseded {
+            if superseded || aborted {
                 stats.records_removed += 1;
                 continue;
             }

@@ -37,8 +37,8 @@ use crate::cache::LogCache;
 use crate::config::LogConfig;
 use crate::error::{Error, Result};
 use crate::io::Vfs;
-pub use crate::producer_state::ActiveProducer;
 use crate::producer_state::ProducerState;
+pub use crate::producer_state::{AbortedTxn, ActiveProducer};
 use crate::reader::ReadCache;
 use crate::segment::Segment;
 use crate::watermark::{FifoLock, Watch, Watermarks};
@@ -150,6 +150,12 @@ impl Log {
         self.inner.producers.borrow().active()
     }
 
+    /// The aborted transactions a read_committed read of `[from, to)` meets (Fetch's
+    /// `aborted_transactions`): markers at or after `from`, first records before `to`.
+    pub fn aborted_transactions(&self, from: u64, to: u64) -> Vec<AbortedTxn> {
+        self.inner.producers.borrow().aborted_between(from, to)
+    }
+
     /// Number of segments and their total bytes.
     pub fn size(&self) -> (usize, u64) {
         let segs = self.inner.segments.borrow();
@@ -214,7 +220,17 @@ impl Inner {
             log_end_offset: self.log_end.get(),
             high_watermark: self.hw.get(),
             flushed_offset: self.flushed.get(),
+            last_stable_offset: self.last_stable(),
         }
+    }
+
+    /// The high watermark, or the first offset of the earliest open transaction below it.
+    fn last_stable(&self) -> u64 {
+        let hw = self.hw.get();
+        self.producers
+            .borrow()
+            .first_unstable()
+            .map_or(hw, |f| f.min(hw))
     }
 
     fn active(&self) -> Rc<Segment> {

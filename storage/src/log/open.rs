@@ -109,7 +109,7 @@ impl Log {
             (st.size, st.next_offset)
         };
         let producers =
-            recover_producers(&vfs, dir, clean, active.base_offset, next_offset, &scanned).await?;
+            recover_producers(&vfs, dir, clean, &segments, next_offset, &scanned, interval).await?;
         let tail_pos = align_down(size);
         let tail = if size > tail_pos {
             active
@@ -290,17 +290,19 @@ async fn recover_segments(
     Ok((segments, scanned))
 }
 
-/// The idempotent producers' state of a log whose active segment starts at `active_base`
-/// and which ends at `next_offset`, from the snapshot file and the batches recovery scanned
-/// (`scanned`, in offset order).
+/// The producers' state of a log (`segments`, the last one active) which ends at
+/// `next_offset`, from the snapshot file and the batches recovery scanned (`scanned`, in
+/// offset order).
 async fn recover_producers(
     vfs: &Vfs,
     dir: &Path,
     clean: bool,
-    active_base: u64,
+    segments: &BTreeMap<u64, Rc<Segment>>,
     next_offset: u64,
     scanned: &[(ProducerBatch, u64, u64)],
+    interval: u32,
 ) -> Result<ProducerState> {
+    let active_base = segments.keys().next_back().copied().unwrap_or(0);
     // Producer state: the snapshot is complete up to the offset it records (`covers`,
     // the log end when it was written: at a roll or a clean close). It is used when that
     // offset is the log end, or — after a crash — lies in the active segment, which
@@ -326,6 +328,38 @@ async fn recover_producers(
         Some((state, covers)) if !clean && active_base <= covers && covers < next_offset => {
             producers = state;
             replay_from = covers;
+        }
+        // A crash during a roll: the snapshot describes the log up to an earlier segment.
+        // Those sealed segments (from the one holding `covers` to the active one) were not
+        // scanned; they are read now for their producer batches, so that open transactions
+        // and aborted ones known only from there are not lost.
+        Some((state, covers))
+            if !clean
+                && covers < active_base
+                && segments.keys().next().is_some_and(|&first| first <= covers) =>
+        {
+            let mut earlier = Vec::new();
+            for seg in segments
+                .range(..active_base)
+                .filter(|(_, s)| s.state.borrow().next_offset > covers)
+                .map(|(_, s)| s)
+            {
+                let copy = Segment::new(
+                    seg.base_offset,
+                    seg.file.clone(),
+                    seg.log_path.clone(),
+                    interval,
+                );
+                crate::recovery::scan_segment(&copy, u64::from(interval.max(1)), &mut earlier)
+                    .await?;
+            }
+            producers = state;
+            // Segments recovery scanned itself before the active one were read again
+            // above (after their cut): only the active segment's batches are left to replay.
+            replay_from = active_base;
+            for (b, base, last) in earlier.iter().filter(|s| s.1 >= covers) {
+                producers.update(b, *base, *last);
+            }
         }
         _ => {}
     }

@@ -86,8 +86,33 @@ impl Log {
         min_bytes: usize,
         max_bytes: usize,
     ) -> Result<ReadOutcome> {
+        self.read_below(offset, min_bytes, max_bytes, self.inner.hw.get())
+            .await
+    }
+
+    /// Like [`Log::read_available`], but stops at the last stable offset: what a
+    /// read_committed consumer may see (no batch of an open transaction, nor anything after
+    /// one). The caller lists the aborted transactions it covers with
+    /// [`Log::aborted_transactions`].
+    pub async fn read_committed(
+        &self,
+        offset: u64,
+        min_bytes: usize,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome> {
+        self.read_below(offset, min_bytes, max_bytes, self.inner.last_stable())
+            .await
+    }
+
+    /// Whole batches from `offset` with base offsets below `hw`.
+    async fn read_below(
+        &self,
+        offset: u64,
+        min_bytes: usize,
+        max_bytes: usize,
+        hw: u64,
+    ) -> Result<ReadOutcome> {
         let inner = &self.inner;
-        let hw = inner.hw.get();
         let start = inner.log_start.get();
         if offset < start || offset > inner.log_end.get() {
             return Err(Error::OffsetOutOfRange {

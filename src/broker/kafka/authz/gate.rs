@@ -8,7 +8,7 @@ use kafka_protocol::messages::*;
 use weir::acl::{self, Operation, Session};
 
 use super::super::{encode_response, s, Body, ProtocolError, Request, Response};
-use super::{cluster, group, on};
+use super::{cluster, group, on, topic, transactional_id};
 use crate::broker::errors;
 use crate::broker::shard::Shard;
 
@@ -36,6 +36,7 @@ pub(crate) fn gate(
     use Operation::*;
     let cluster_failed = errors::CLUSTER_AUTHORIZATION_FAILED;
     let group_failed = errors::GROUP_AUTHORIZATION_FAILED;
+    let txn_failed = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
     match &req.body {
         Body::DescribeAcls(_) if !cluster(shard, session, Describe) => {
             let mut r = DescribeAclsResponse::default();
@@ -154,6 +155,113 @@ pub(crate) fn gate(
             r.error_code = cluster_failed;
             r.producer_id = (-1).into();
             r.producer_epoch = -1;
+            encoded(req, &r)
+        }
+        // Transactions: WRITE on the transactional id, as Kafka checks.
+        Body::InitProducerId(i)
+            if i.transactional_id
+                .as_ref()
+                .is_some_and(|t| !transactional_id(shard, session, Write, t.as_str())) =>
+        {
+            let mut r = InitProducerIdResponse::default();
+            r.error_code = txn_failed;
+            r.producer_id = (-1).into();
+            r.producer_epoch = -1;
+            encoded(req, &r)
+        }
+        Body::AddPartitionsToTxn(a) => {
+            let id_ok = transactional_id(
+                shard,
+                session,
+                Write,
+                a.v3_and_below_transactional_id.as_str(),
+            );
+            let denied: Vec<bool> = a
+                .v3_and_below_topics
+                .iter()
+                .map(|t| !topic(shard, session, Write, t.name.as_str()))
+                .collect();
+            if id_ok && !denied.iter().any(|d| *d) {
+                return Ok(None);
+            }
+            let mut r = AddPartitionsToTxnResponse::default();
+            r.results_by_topic_v3_and_below = a
+                .v3_and_below_topics
+                .iter()
+                .zip(&denied)
+                .map(|(t, &denied)| {
+                    let code = match (id_ok, denied) {
+                        (false, _) => txn_failed,
+                        (true, true) => errors::TOPIC_AUTHORIZATION_FAILED,
+                        (true, false) => errors::OPERATION_NOT_ATTEMPTED,
+                    };
+                    let mut tr = add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
+                    tr.name = t.name.clone();
+                    tr.results_by_partition = t
+                        .partitions
+                        .iter()
+                        .map(|&p| {
+                            let mut pr = add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default();
+                            pr.partition_index = p;
+                            pr.partition_error_code = code;
+                            pr
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
+            encoded(req, &r)
+        }
+        Body::AddOffsetsToTxn(a) => {
+            let code = if !transactional_id(shard, session, Write, a.transactional_id.as_str()) {
+                txn_failed
+            } else if !group(shard, session, Read, a.group_id.as_str()) {
+                group_failed
+            } else {
+                return Ok(None);
+            };
+            let mut r = AddOffsetsToTxnResponse::default();
+            r.error_code = code;
+            encoded(req, &r)
+        }
+        Body::EndTxn(e)
+            if !transactional_id(shard, session, Write, e.transactional_id.as_str()) =>
+        {
+            let mut r = EndTxnResponse::default();
+            r.error_code = txn_failed;
+            r.producer_id = (-1).into();
+            r.producer_epoch = -1;
+            encoded(req, &r)
+        }
+        Body::TxnOffsetCommit(t) => {
+            let code = if !transactional_id(shard, session, Write, t.transactional_id.as_str()) {
+                txn_failed
+            } else if !group(shard, session, Read, t.group_id.as_str()) {
+                group_failed
+            } else {
+                return Ok(None);
+            };
+            let mut r = TxnOffsetCommitResponse::default();
+            r.topics = t
+                .topics
+                .iter()
+                .map(|tp| {
+                    let mut tr = txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
+                    tr.name = tp.name.clone();
+                    tr.partitions = tp
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let mut pr =
+                                txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
+                            pr.partition_index = p.partition_index;
+                            pr.error_code = code;
+                            pr
+                        })
+                        .collect();
+                    tr
+                })
+                .collect();
             encoded(req, &r)
         }
         Body::JoinGroup(j) if !group(shard, session, Read, j.group_id.as_str()) => {

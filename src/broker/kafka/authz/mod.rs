@@ -52,6 +52,10 @@ pub(super) fn group(shard: &Shard, session: &Session, op: Operation, name: &str)
     allowed(shard, session, op, ResourceType::Group, name)
 }
 
+pub fn transactional_id(shard: &Shard, session: &Session, op: Operation, name: &str) -> bool {
+    allowed(shard, session, op, ResourceType::TransactionalId, name)
+}
+
 /// CREATE on the cluster or on the topic (CreateTopics, auto-creation).
 pub fn may_create(shard: &Shard, session: &Session, name: &str) -> bool {
     cluster(shard, session, Operation::Create) || topic(shard, session, Operation::Create, name)

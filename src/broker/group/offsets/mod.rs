@@ -24,6 +24,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use weir_storage::batch::{decode_records, RecordBatchBuilder};
 use weir_storage::{BatchCache, Log, LogConfig};
 
+mod txn;
+
+use txn::{Pending, KIND_TXN_END, KIND_TXN_OFFSET};
+
 /// Number of offset buckets (Kafka's `offsets.topic.num.partitions`, fixed here).
 pub const BUCKETS: usize = 16;
 const KIND_OFFSET: u8 = 1;
@@ -49,12 +53,14 @@ pub struct Committed {
     pub commit_ms: i64,
 }
 
-type Key = (String, String, i32);
+pub(crate) type Key = (String, String, i32);
 
 /// The offsets of the groups in one bucket.
 pub struct OffsetStore {
     log: Log,
-    entries: RefCell<BTreeMap<Key, Committed>>,
+    pub(crate) entries: RefCell<BTreeMap<Key, Committed>>,
+    /// Offsets of open transactions (`offsets/txn.rs`).
+    pub(crate) pending: RefCell<Pending>,
     bytes_since_compaction: Cell<u64>,
     compacting: Cell<bool>,
     /// Commits and deletes whose records are (being) appended but not yet applied to
@@ -78,7 +84,7 @@ fn encode_key(group: &str, topic: &str, partition: i32) -> Bytes {
     k.freeze()
 }
 
-fn encode_value(c: &Committed) -> Bytes {
+pub(crate) fn encode_value(c: &Committed) -> Bytes {
     let mut v = BytesMut::with_capacity(23 + c.metadata.len());
     v.put_u8(VALUE_VERSION);
     v.put_i64(c.offset);
@@ -90,7 +96,7 @@ fn encode_value(c: &Committed) -> Bytes {
     v.freeze()
 }
 
-fn get_str(buf: &mut &[u8]) -> Option<String> {
+pub(crate) fn get_str(buf: &mut &[u8]) -> Option<String> {
     if buf.remaining() < 2 {
         return None;
     }
@@ -115,7 +121,7 @@ fn decode_key(mut k: &[u8]) -> Option<Key> {
     Some((group, topic, k.get_i32()))
 }
 
-fn decode_value(mut v: &[u8]) -> Option<Committed> {
+pub(crate) fn decode_value(mut v: &[u8]) -> Option<Committed> {
     if v.remaining() < 23 || v.get_u8() != VALUE_VERSION {
         return None;
     }
@@ -131,7 +137,7 @@ fn decode_value(mut v: &[u8]) -> Option<Committed> {
     })
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -171,6 +177,7 @@ impl OffsetStore {
         let store = OffsetStore {
             log,
             entries: RefCell::new(BTreeMap::new()),
+            pending: RefCell::new(Pending::new()),
             bytes_since_compaction: Cell::new(0),
             compacting: Cell::new(false),
             unapplied: Cell::new(0),
@@ -185,6 +192,7 @@ impl OffsetStore {
         let mut offset = wm.log_start_offset;
         let mut bytes = 0u64;
         let mut entries = BTreeMap::new();
+        let mut pending = Pending::new();
         while offset < wm.high_watermark {
             let r = self.log.read(offset, 1 << 20).await?;
             if r.is_empty() {
@@ -196,7 +204,12 @@ impl OffsetStore {
                     if (rec.offset as u64) < offset {
                         continue;
                     }
-                    let Some(key) = rec.key.as_deref().and_then(decode_key) else {
+                    let raw_key = rec.key.as_deref().unwrap_or_default();
+                    if matches!(raw_key.first(), Some(&KIND_TXN_OFFSET | &KIND_TXN_END)) {
+                        txn::replay(raw_key, rec.value.as_deref(), &mut pending, &mut entries);
+                        continue;
+                    }
+                    let Some(key) = decode_key(raw_key) else {
                         continue;
                     };
                     match rec.value.as_deref().and_then(decode_value) {
@@ -213,6 +226,7 @@ impl OffsetStore {
         }
         tracing::debug!(dir = %self.log.dir().display(), entries = entries.len(), bytes, "offsets replayed");
         *self.entries.borrow_mut() = entries;
+        *self.pending.borrow_mut() = pending;
         self.bytes_since_compaction.set(bytes);
         Ok(())
     }
@@ -244,6 +258,25 @@ impl OffsetStore {
             for (topic, partition, c) in offsets {
                 e.insert((group.to_owned(), topic, partition), c);
             }
+        }
+        self.bytes_since_compaction
+            .set(self.bytes_since_compaction.get() + len);
+        self.maybe_compact().await
+    }
+
+    /// Appends `batch`, flushes, then applies it in memory with `apply` (counted as
+    /// unapplied meanwhile, so no compaction runs across it).
+    pub(crate) async fn append_applied(
+        &self,
+        batch: Bytes,
+        apply: impl FnOnce(&Self),
+    ) -> Result<(), weir_storage::Error> {
+        let len = batch.len() as u64;
+        {
+            let _unapplied = Unapplied::new(&self.unapplied);
+            self.log.append(batch).await?;
+            self.log.flush().await?;
+            apply(self);
         }
         self.bytes_since_compaction
             .set(self.bytes_since_compaction.get() + len);
@@ -358,6 +391,9 @@ impl OffsetStore {
                 || since < 4 * live_bytes
                 || self.compacting.get()
                 || self.unapplied.get() > 0
+                // Offsets of open transactions are not rewritten: they are short-lived,
+                // and the compaction waits for a moment without any.
+                || !self.pending.borrow().is_empty()
             {
                 return Ok(());
             }

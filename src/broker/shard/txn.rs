@@ -1,0 +1,577 @@
+//! The transaction coordinator of the transaction-log buckets this core owns (Kafka's
+//! `TransactionCoordinator`): InitProducerId with a transactional id, AddPartitionsToTxn,
+//! AddOffsetsToTxn and EndTxn arrive here as [`TxnReq`] (sent by `kafka::txn` to
+//! `txn::core_of(id)`). Each state change is flushed to the bucket's transaction log
+//! (`broker::txn`) before it is acted on. Ending a transaction:
+//!
+//! 1. `Prepare{Commit,Abort}` is stored;
+//! 2. a marker (control batch) is appended and flushed on every partition of the transaction
+//!    (`Req::Markers` to each owner core), and the pending offsets of its groups are applied
+//!    or dropped (`GroupReq::TxnEnd` to each group's core);
+//! 3. `Complete{Commit,Abort}` is stored and the client answered.
+//!
+//! A crash between 1 and 3 leaves `Prepare*` in the log: the coordinator's tick (every
+//! second, also right after start-up) finishes it — writing a marker twice is harmless.
+//! The tick also aborts transactions open longer than their timeout (bumping the epoch, so
+//! the timed-out producer is fenced) and forgets ids idle past
+//! `transactional.id.expiration.ms`. One operation per transactional id at a time: another
+//! request meanwhile gets CONCURRENT_TRANSACTIONS, which clients retry.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+
+use super::lifecycle::wall_clock_ms;
+use super::msg::{Req, Resp, TxnReq, TxnResp};
+use super::Shard;
+use crate::broker::errors;
+use crate::broker::group::coordinator::Coordinator;
+use crate::broker::group::service::{GroupReq, GroupResp};
+use crate::broker::sync::join_all;
+use crate::broker::txn::{self, TxnMeta, TxnState, TxnStore};
+
+/// This core's transaction coordinator.
+pub struct TxnCoordinator {
+    stores: HashMap<usize, Rc<TxnStore>>,
+    /// Transactional ids with an operation under way.
+    busy: RefCell<HashSet<String>>,
+}
+
+impl TxnCoordinator {
+    fn store(&self, txn_id: &str) -> Option<Rc<TxnStore>> {
+        self.stores.get(&txn::bucket_of(txn_id)).cloned()
+    }
+
+    pub async fn close(self) {
+        for (_, s) in self.stores {
+            if let Ok(s) = Rc::try_unwrap(s) {
+                if let Err(e) = s.close().await {
+                    warn!(error = %e, "closing a transaction log failed");
+                }
+            }
+        }
+    }
+}
+
+/// Marks a transactional id busy for as long as it lives.
+struct Busy<'a>(&'a RefCell<HashSet<String>>, String);
+
+impl<'a> Busy<'a> {
+    fn take(set: &'a RefCell<HashSet<String>>, id: &str) -> Option<Busy<'a>> {
+        set.borrow_mut()
+            .insert(id.to_owned())
+            .then(|| Busy(set, id.to_owned()))
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.borrow_mut().remove(&self.1);
+    }
+}
+
+impl Shard {
+    /// Opens the transaction logs of the buckets this core owns and starts the tick.
+    pub async fn open_txns(self: &Rc<Self>) -> Result<(), String> {
+        let mut stores = HashMap::new();
+        for bucket in (0..txn::BUCKETS).filter(|b| b % self.cores == self.id) {
+            let s = TxnStore::open(&self.config.data_dir, bucket, self.cache.clone())
+                .await
+                .map_err(|e| format!("opening transaction log {bucket}: {e}"))?;
+            stores.insert(bucket, Rc::new(s));
+        }
+        let c = Rc::new(TxnCoordinator {
+            stores,
+            busy: RefCell::new(HashSet::new()),
+        });
+        *self.txns.borrow_mut() = Some(c);
+        let weak = Rc::downgrade(self);
+        glommio::spawn_local(async move {
+            loop {
+                let Some(shard) = weak.upgrade() else { break };
+                if shard.shutdown.is_fired() {
+                    break;
+                }
+                shard.txn_tick().await;
+                drop(shard);
+                glommio::timer::sleep(Duration::from_millis(1000)).await;
+            }
+        })
+        .detach();
+        Ok(())
+    }
+
+    pub(super) fn take_txns(&self) -> Option<Rc<TxnCoordinator>> {
+        self.txns.borrow_mut().take()
+    }
+
+    /// Serves a transaction request on the core that owns its transactional id.
+    pub(super) async fn txn_serve(self: &Rc<Self>, req: TxnReq) -> TxnResp {
+        let Some(c) = self.txns.borrow().clone() else {
+            return match req {
+                TxnReq::Init { .. } => TxnResp::Init {
+                    error: errors::COORDINATOR_NOT_AVAILABLE,
+                    producer_id: -1,
+                    epoch: -1,
+                },
+                TxnReq::AddPartitions { parts, .. } => {
+                    TxnResp::Codes(vec![errors::COORDINATOR_NOT_AVAILABLE; parts.len()])
+                }
+                TxnReq::Describe => TxnResp::Described(Vec::new()),
+                _ => TxnResp::Code(errors::COORDINATOR_NOT_AVAILABLE),
+            };
+        };
+        match req {
+            TxnReq::Init {
+                txn_id,
+                timeout_ms,
+                producer_id,
+                epoch,
+            } => self
+                .txn_init(&c, &txn_id, timeout_ms, producer_id, epoch)
+                .await
+                .unwrap_or_else(|error| TxnResp::Init {
+                    error,
+                    producer_id: -1,
+                    epoch: -1,
+                }),
+            TxnReq::AddPartitions {
+                txn_id,
+                producer_id,
+                epoch,
+                parts,
+            } => {
+                let n = parts.len();
+                match self
+                    .txn_add(&c, &txn_id, producer_id, epoch, parts, None)
+                    .await
+                {
+                    Ok(codes) => TxnResp::Codes(codes),
+                    Err(code) => TxnResp::Codes(vec![code; n]),
+                }
+            }
+            TxnReq::AddOffsets {
+                txn_id,
+                producer_id,
+                epoch,
+                group,
+            } => TxnResp::Code(
+                self.txn_add(&c, &txn_id, producer_id, epoch, Vec::new(), Some(group))
+                    .await
+                    .err()
+                    .unwrap_or(errors::NONE),
+            ),
+            TxnReq::End {
+                txn_id,
+                producer_id,
+                epoch,
+                commit,
+            } => TxnResp::Code(
+                self.txn_end(&c, &txn_id, producer_id, epoch, commit)
+                    .await
+                    .err()
+                    .unwrap_or(errors::NONE),
+            ),
+            TxnReq::Verify {
+                txn_id,
+                producer_id,
+                epoch,
+                parts,
+            } => TxnResp::Code(match Self::txn_checked(&c, &txn_id, producer_id, epoch) {
+                Err(code) => code,
+                Ok((_, m))
+                    if m.state == TxnState::Ongoing
+                        && parts.iter().all(|p| m.partitions.contains(p)) =>
+                {
+                    errors::NONE
+                }
+                Ok(_) => {
+                    debug!(txn = %txn_id, "transactional produce to a partition outside the transaction refused");
+                    errors::INVALID_TXN_STATE
+                }
+            }),
+            TxnReq::Describe => {
+                TxnResp::Described(c.stores.values().flat_map(|s| s.all()).collect())
+            }
+        }
+    }
+
+    /// The stored state of `txn_id`, checked against the producer id and epoch a client
+    /// sent: INVALID_PRODUCER_ID_MAPPING for an unknown id or another producer id,
+    /// PRODUCER_FENCED for another epoch.
+    fn txn_checked(
+        c: &TxnCoordinator,
+        txn_id: &str,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<(Rc<TxnStore>, TxnMeta), i16> {
+        let store = c.store(txn_id).ok_or(errors::NOT_COORDINATOR)?;
+        let m = store
+            .get(txn_id)
+            .ok_or(errors::INVALID_PRODUCER_ID_MAPPING)?;
+        if m.producer_id != producer_id {
+            return Err(errors::INVALID_PRODUCER_ID_MAPPING);
+        }
+        if m.epoch != epoch {
+            return Err(errors::PRODUCER_FENCED);
+        }
+        Ok((store, m))
+    }
+
+    async fn txn_put(store: &TxnStore, txn_id: &str, m: Option<TxnMeta>) -> Result<(), i16> {
+        store.put(txn_id, m).await.map_err(|e| {
+            warn!(txn = txn_id, error = %e, "writing the transaction log failed");
+            errors::COORDINATOR_NOT_AVAILABLE
+        })
+    }
+
+    /// InitProducerId for a transactional id: a new producer id, or the id's producer id
+    /// with its epoch bumped — which fences the previous instance; a transaction it left
+    /// open is aborted first.
+    async fn txn_init(
+        self: &Rc<Self>,
+        c: &TxnCoordinator,
+        txn_id: &str,
+        timeout_ms: i32,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<TxnResp, i16> {
+        let max = self.config.transaction_max_timeout_ms;
+        if timeout_ms <= 0 || i64::from(timeout_ms) > max {
+            return Err(errors::INVALID_TRANSACTION_TIMEOUT);
+        }
+        let store = c.store(txn_id).ok_or(errors::NOT_COORDINATOR)?;
+        let _busy = Busy::take(&c.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
+        let now = wall_clock_ms();
+        let mut m = match store.get(txn_id) {
+            None => TxnMeta {
+                producer_id: self.new_producer_id(),
+                epoch: 0,
+                timeout_ms,
+                state: TxnState::Empty,
+                partitions: BTreeSet::new(),
+                groups: BTreeSet::new(),
+                start_ms: -1,
+                update_ms: now,
+            },
+            Some(old) => {
+                // KIP-360: a producer that knows its id and epoch may bump it only if they
+                // are current; anyone else is a zombie.
+                if producer_id >= 0 && (producer_id != old.producer_id || epoch != old.epoch) {
+                    return Err(errors::PRODUCER_FENCED);
+                }
+                let mut m = old.clone();
+                if let Some(commit) = m.state.preparing() {
+                    m = self.txn_finish(&store, txn_id, m, commit).await?;
+                }
+                if m.state == TxnState::Ongoing {
+                    // Abort with the next epoch: the old instance is fenced on every
+                    // partition it wrote to, and the new one continues with that epoch.
+                    info!(
+                        txn = txn_id,
+                        epoch = m.epoch,
+                        "fencing the previous instance: aborting its open transaction"
+                    );
+                    fence(&mut m);
+                    m.state = TxnState::PrepareAbort;
+                    Self::txn_put(&store, txn_id, Some(m.clone())).await?;
+                    m = self.txn_finish(&store, txn_id, m, false).await?;
+                } else {
+                    bump(&mut m, self);
+                }
+                m.timeout_ms = timeout_ms;
+                m.state = TxnState::Empty;
+                m.partitions.clear();
+                m.groups.clear();
+                m.start_ms = -1;
+                m.update_ms = now;
+                m
+            }
+        };
+        m.update_ms = now;
+        Self::txn_put(&store, txn_id, Some(m.clone())).await?;
+        debug!(
+            txn = txn_id,
+            producer_id = m.producer_id,
+            epoch = m.epoch,
+            "transactional producer initialised"
+        );
+        Ok(TxnResp::Init {
+            error: errors::NONE,
+            producer_id: m.producer_id,
+            epoch: m.epoch,
+        })
+    }
+
+    /// AddPartitionsToTxn (`parts`) or AddOffsetsToTxn (`group`): the transaction is open
+    /// from here on.
+    async fn txn_add(
+        self: &Rc<Self>,
+        c: &TxnCoordinator,
+        txn_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        parts: Vec<(String, i32)>,
+        group: Option<String>,
+    ) -> Result<Vec<i16>, i16> {
+        let _busy = Busy::take(&c.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
+        let (store, mut m) = Self::txn_checked(c, txn_id, producer_id, epoch)?;
+        if m.state.preparing().is_some() {
+            return Err(errors::CONCURRENT_TRANSACTIONS);
+        }
+        let meta = self.metadata();
+        let unknown: Vec<bool> = parts
+            .iter()
+            .map(|(t, p)| meta.owner(t, *p).is_none())
+            .collect();
+        if unknown.iter().any(|u| *u) {
+            return Ok(unknown
+                .iter()
+                .map(|&u| {
+                    if u {
+                        errors::UNKNOWN_TOPIC_OR_PARTITION
+                    } else {
+                        errors::OPERATION_NOT_ATTEMPTED
+                    }
+                })
+                .collect());
+        }
+        let n = parts.len();
+        let before = m.clone();
+        if m.state != TxnState::Ongoing {
+            m.state = TxnState::Ongoing;
+            m.partitions.clear();
+            m.groups.clear();
+            m.start_ms = wall_clock_ms();
+        }
+        m.partitions.extend(parts);
+        m.groups.extend(group);
+        if m != before {
+            m.update_ms = wall_clock_ms();
+            Self::txn_put(&store, txn_id, Some(m)).await?;
+        }
+        Ok(vec![errors::NONE; n])
+    }
+
+    /// EndTxn: writes the markers and answers once they are durable everywhere.
+    async fn txn_end(
+        self: &Rc<Self>,
+        c: &TxnCoordinator,
+        txn_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<(), i16> {
+        let _busy = Busy::take(&c.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
+        let (store, mut m) = Self::txn_checked(c, txn_id, producer_id, epoch)?;
+        match (m.state, commit) {
+            (TxnState::Ongoing, _) => {}
+            // A retry of an EndTxn that completed.
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => return Ok(()),
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                self.txn_finish(&store, txn_id, m, commit).await?;
+                return Ok(());
+            }
+            _ => return Err(errors::INVALID_TXN_STATE),
+        }
+        m.state = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        m.update_ms = wall_clock_ms();
+        Self::txn_put(&store, txn_id, Some(m.clone())).await?;
+        self.txn_finish(&store, txn_id, m, commit).await?;
+        Ok(())
+    }
+
+    /// Writes the markers of a prepared transaction and stores its completion.
+    async fn txn_finish(
+        self: &Rc<Self>,
+        store: &TxnStore,
+        txn_id: &str,
+        mut m: TxnMeta,
+        commit: bool,
+    ) -> Result<TxnMeta, i16> {
+        self.write_markers(m.producer_id, m.epoch, commit, &m.partitions, &m.groups)
+            .await?;
+        m.state = if commit {
+            TxnState::CompleteCommit
+        } else {
+            TxnState::CompleteAbort
+        };
+        m.partitions.clear();
+        m.groups.clear();
+        m.update_ms = wall_clock_ms();
+        Self::txn_put(store, txn_id, Some(m.clone())).await?;
+        let ended = if commit {
+            &self.metrics.txn_commits
+        } else {
+            &self.metrics.txn_aborts
+        };
+        ended.set(ended.get() + 1);
+        debug!(txn = txn_id, commit, "transaction ended");
+        Ok(m)
+    }
+
+    /// Appends (and flushes) a commit or abort marker on every partition, each on its owner
+    /// core, and ends the transaction's offsets on each group's core. A partition whose
+    /// topic is gone needs no marker; any other failure is COORDINATOR_NOT_AVAILABLE (the
+    /// client retries, the tick finishes the transaction).
+    async fn write_markers(
+        self: &Rc<Self>,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        parts: &BTreeSet<(String, i32)>,
+        groups: &BTreeSet<String>,
+    ) -> Result<(), i16> {
+        let meta = self.metadata();
+        let mut by_owner: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
+        for (t, p) in parts {
+            if let Some(owner) = meta.owner(t, *p) {
+                by_owner.entry(owner).or_default().push((t.clone(), *p));
+            }
+        }
+        let calls = by_owner.into_iter().map(|(owner, parts)| {
+            let shard = self.clone();
+            async move {
+                match shard
+                    .call(
+                        owner,
+                        Req::Markers {
+                            producer_id,
+                            epoch,
+                            commit,
+                            parts,
+                        },
+                    )
+                    .await
+                {
+                    Resp::Codes(codes) => codes
+                        .into_iter()
+                        .all(|c| c == errors::NONE || c == errors::UNKNOWN_TOPIC_OR_PARTITION),
+                    _ => false,
+                }
+            }
+        });
+        let written = join_all(calls.collect()).await;
+        let mut ok = written.iter().all(|w| *w);
+        for group in groups {
+            let core = Coordinator::core_of(group, self.cores);
+            let req = Req::Group(GroupReq::TxnEnd {
+                group: group.clone(),
+                producer_id,
+                commit,
+            });
+            ok &= matches!(
+                self.call(core, req).await,
+                Resp::Group(GroupResp::Code(errors::NONE))
+            );
+        }
+        if ok {
+            Ok(())
+        } else {
+            warn!(
+                producer_id,
+                commit, "writing transaction markers failed; the coordinator retries"
+            );
+            Err(errors::COORDINATOR_NOT_AVAILABLE)
+        }
+    }
+
+    /// On a partition's owner: appends and flushes a marker on each partition.
+    pub(super) async fn markers_local(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        parts: Vec<(String, i32)>,
+    ) -> Vec<i16> {
+        let mut codes = Vec::with_capacity(parts.len());
+        for (topic, partition) in parts {
+            let Some(part) = self.partition(&topic, partition) else {
+                codes.push(errors::UNKNOWN_TOPIC_OR_PARTITION);
+                continue;
+            };
+            let marker =
+                weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, wall_clock_ms());
+            let written = async {
+                part.log.append(marker).await?;
+                part.log.flush().await
+            }
+            .await;
+            codes.push(match written {
+                Ok(_) => errors::NONE,
+                Err(e) => {
+                    warn!(topic, partition, error = %e, "transaction marker not written");
+                    errors::storage_error_code(&e)
+                }
+            });
+        }
+        codes
+    }
+
+    /// Finishes prepared transactions (after a crash or a failed marker write), aborts
+    /// timed-out ones, forgets expired ids.
+    async fn txn_tick(self: &Rc<Self>) {
+        let Some(c) = self.txns.borrow().clone() else {
+            return;
+        };
+        let now = wall_clock_ms();
+        let expiration = self.config.transactional_id_expiration_ms;
+        for store in c.stores.values() {
+            for (id, m) in store.all() {
+                let Some(_busy) = Busy::take(&c.busy, &id) else {
+                    continue;
+                };
+                let r = if let Some(commit) = m.state.preparing() {
+                    self.txn_finish(store, &id, m, commit).await.map(drop)
+                } else if m.state == TxnState::Ongoing && now - m.start_ms > i64::from(m.timeout_ms)
+                {
+                    info!(txn = %id, timeout_ms = m.timeout_ms, "transaction timed out: aborting it");
+                    self.metrics
+                        .txn_timeouts
+                        .set(self.metrics.txn_timeouts.get() + 1);
+                    let mut m = m;
+                    fence(&mut m);
+                    m.state = TxnState::PrepareAbort;
+                    m.update_ms = now;
+                    match Self::txn_put(store, &id, Some(m.clone())).await {
+                        Ok(()) => self.txn_finish(store, &id, m, false).await.map(drop),
+                        Err(e) => Err(e),
+                    }
+                } else if m.state != TxnState::Ongoing && now - m.update_ms > expiration {
+                    debug!(txn = %id, "transactional id expired");
+                    Self::txn_put(store, &id, None).await
+                } else {
+                    Ok(())
+                };
+                if r.is_err() {
+                    debug!(txn = %id, "transaction tick left work for the next one");
+                }
+                glommio::yield_if_needed().await;
+            }
+        }
+    }
+}
+
+/// The epoch an abort that fences the current instance is written with (the producer id
+/// stays: the markers must end its transaction).
+fn fence(m: &mut TxnMeta) {
+    m.epoch = m.epoch.saturating_add(1).min(i16::MAX - 1);
+}
+
+/// The next epoch of a transactional id's producer (a new producer id when the epoch is
+/// exhausted, as Kafka does).
+fn bump(m: &mut TxnMeta, shard: &Shard) {
+    if m.epoch >= i16::MAX - 1 {
+        m.producer_id = shard.new_producer_id();
+        m.epoch = 0;
+    } else {
+        m.epoch += 1;
+    }
+}
