@@ -15,8 +15,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use weir_storage::batch::{decode_records, RecordBatchBuilder};
-use weir_storage::{BatchCache, Log, LogConfig};
+use weir_storage::batch::RecordBatchBuilder;
+use weir_storage::{BatchCache, Log};
+
+use crate::broker::group::offsets::{internal_log_config, replay_records};
 
 pub use state::{TxnMeta, TxnState};
 
@@ -70,42 +72,18 @@ impl TxnStore {
         bucket: usize,
         cache: Rc<BatchCache>,
     ) -> Result<TxnStore, weir_storage::Error> {
-        let config = LogConfig {
-            segment_bytes: 16 << 20,
-            segment_ms: None,
-            retention_ms: None,
-            retention_bytes: None,
-            write_chunk_bytes: 64 << 10,
-            writes_in_flight: 4,
-            preallocate_bytes: 1 << 20,
-            read_chunk_bytes: 256 << 10,
-            read_ahead_bytes: 1 << 20,
-            ..LogConfig::default()
-        };
-        let log = Log::open_with_cache(dir(data_dir, bucket), config, cache).await?;
-        let wm = log.watermarks();
-        let mut offset = wm.log_start_offset;
-        let mut bytes = 0u64;
+        let log = Log::open_with_cache(dir(data_dir, bucket), internal_log_config(), cache).await?;
         let mut entries = BTreeMap::new();
-        while offset < wm.high_watermark {
-            let r = log.read(offset, 1 << 20).await?;
-            if r.is_empty() {
-                break;
-            }
-            for (h, batch) in r.batches() {
-                bytes += batch.len() as u64;
-                for rec in decode_records(batch).unwrap_or_default() {
-                    let Some(id) = rec.key.as_deref().and_then(state::decode_key) else {
-                        continue;
-                    };
-                    match rec.value.as_deref().and_then(state::decode_value) {
-                        Some(m) => entries.insert(id, m),
-                        None => entries.remove(&id),
-                    };
-                }
-                offset = h.last_offset() as u64 + 1;
-            }
-        }
+        let bytes = replay_records(&log, |key, value| {
+            let Some(id) = state::decode_key(key) else {
+                return;
+            };
+            match value.and_then(state::decode_value) {
+                Some(m) => entries.insert(id, m),
+                None => entries.remove(&id),
+            };
+        })
+        .await?;
         tracing::debug!(
             bucket,
             ids = entries.len(),

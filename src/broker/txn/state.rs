@@ -15,6 +15,8 @@ use std::collections::BTreeSet;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use crate::broker::group::offsets::get_str;
+
 const KIND_TXN: u8 = 1;
 const VALUE_VERSION: u8 = 1;
 
@@ -101,19 +103,6 @@ fn put_str(b: &mut BytesMut, s: &str) {
     let s = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
     b.put_u16(s.len() as u16);
     b.put_slice(s);
-}
-
-fn get_str(buf: &mut &[u8]) -> Option<String> {
-    if buf.remaining() < 2 {
-        return None;
-    }
-    let n = buf.get_u16() as usize;
-    if buf.remaining() < n {
-        return None;
-    }
-    let s = String::from_utf8(buf[..n].to_vec()).ok()?;
-    buf.advance(n);
-    Some(s)
 }
 
 pub fn encode_key(txn_id: &str) -> Bytes {

@@ -144,6 +144,51 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The settings of an internal log (the offsets logs here, the transaction logs of
+/// `broker::txn`): no retention (they compact themselves), small buffers.
+pub(crate) fn internal_log_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 16 << 20,
+        segment_ms: None,
+        retention_ms: None,
+        retention_bytes: None,
+        write_chunk_bytes: 64 << 10,
+        writes_in_flight: 4,
+        preallocate_bytes: 1 << 20,
+        read_chunk_bytes: 256 << 10,
+        read_ahead_bytes: 1 << 20,
+        ..LogConfig::default()
+    }
+}
+
+/// Reads an internal log from its start to its high watermark and hands each record's key
+/// (empty for none) and value to `apply`, in offset order. Returns the bytes read.
+pub(crate) async fn replay_records(
+    log: &Log,
+    mut apply: impl FnMut(&[u8], Option<&[u8]>),
+) -> Result<u64, weir_storage::Error> {
+    let wm = log.watermarks();
+    let mut offset = wm.log_start_offset;
+    let mut bytes = 0u64;
+    while offset < wm.high_watermark {
+        let r = log.read(offset, 1 << 20).await?;
+        if r.is_empty() {
+            break;
+        }
+        for (h, batch) in r.batches() {
+            bytes += batch.len() as u64;
+            for rec in decode_records(batch).unwrap_or_default() {
+                if (rec.offset as u64) >= offset {
+                    apply(rec.key.as_deref().unwrap_or_default(), rec.value.as_deref());
+                }
+            }
+            offset = h.last_offset() as u64 + 1;
+        }
+        glommio::yield_if_needed().await;
+    }
+    Ok(bytes)
+}
+
 impl OffsetStore {
     fn dir(data_dir: &Path, bucket: usize) -> std::path::PathBuf {
         data_dir.join("__consumer_offsets").join(bucket.to_string())
@@ -161,19 +206,7 @@ impl OffsetStore {
         cache: Rc<BatchCache>,
     ) -> Result<OffsetStore, weir_storage::Error> {
         let dir = Self::dir(data_dir, bucket);
-        let config = LogConfig {
-            segment_bytes: 16 << 20,
-            segment_ms: None,
-            retention_ms: None,
-            retention_bytes: None,
-            write_chunk_bytes: 64 << 10,
-            writes_in_flight: 4,
-            preallocate_bytes: 1 << 20,
-            read_chunk_bytes: 256 << 10,
-            read_ahead_bytes: 1 << 20,
-            ..LogConfig::default()
-        };
-        let log = Log::open_with_cache(&dir, config, cache).await?;
+        let log = Log::open_with_cache(&dir, internal_log_config(), cache).await?;
         let store = OffsetStore {
             log,
             entries: RefCell::new(BTreeMap::new()),
@@ -188,42 +221,22 @@ impl OffsetStore {
     }
 
     async fn replay(&self) -> Result<(), weir_storage::Error> {
-        let wm = self.log.watermarks();
-        let mut offset = wm.log_start_offset;
-        let mut bytes = 0u64;
         let mut entries = BTreeMap::new();
         let mut pending = Pending::new();
-        while offset < wm.high_watermark {
-            let r = self.log.read(offset, 1 << 20).await?;
-            if r.is_empty() {
-                break;
+        let bytes = replay_records(&self.log, |raw_key, value| {
+            if matches!(raw_key.first(), Some(&KIND_TXN_OFFSET | &KIND_TXN_END)) {
+                txn::replay(raw_key, value, &mut pending, &mut entries);
+                return;
             }
-            for (h, batch) in r.batches() {
-                bytes += batch.len() as u64;
-                for rec in decode_records(batch).unwrap_or_default() {
-                    if (rec.offset as u64) < offset {
-                        continue;
-                    }
-                    let raw_key = rec.key.as_deref().unwrap_or_default();
-                    if matches!(raw_key.first(), Some(&KIND_TXN_OFFSET | &KIND_TXN_END)) {
-                        txn::replay(raw_key, rec.value.as_deref(), &mut pending, &mut entries);
-                        continue;
-                    }
-                    let Some(key) = decode_key(raw_key) else {
-                        continue;
-                    };
-                    match rec.value.as_deref().and_then(decode_value) {
-                        Some(c) => {
-                            entries.insert(key, c);
-                        }
-                        None => {
-                            entries.remove(&key);
-                        }
-                    }
-                }
-                offset = h.last_offset() as u64 + 1;
-            }
-        }
+            let Some(key) = decode_key(raw_key) else {
+                return;
+            };
+            match value.and_then(decode_value) {
+                Some(c) => entries.insert(key, c),
+                None => entries.remove(&key),
+            };
+        })
+        .await?;
         tracing::debug!(dir = %self.log.dir().display(), entries = entries.len(), bytes, "offsets replayed");
         *self.entries.borrow_mut() = entries;
         *self.pending.borrow_mut() = pending;
