@@ -491,28 +491,27 @@ impl Shard {
         commit: bool,
         parts: Vec<(String, i32)>,
     ) -> Vec<i16> {
-        let mut codes = Vec::with_capacity(parts.len());
-        for (topic, partition) in parts {
+        let now = wall_clock_ms();
+        let writes = parts.into_iter().map(|(topic, partition)| async move {
             let Some(part) = self.partition(&topic, partition) else {
-                codes.push(errors::UNKNOWN_TOPIC_OR_PARTITION);
-                continue;
+                return errors::UNKNOWN_TOPIC_OR_PARTITION;
             };
-            let marker =
-                weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, wall_clock_ms());
+            let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
             let written = async {
                 part.log.append(marker).await?;
                 part.log.flush().await
             }
             .await;
-            codes.push(match written {
+            match written {
                 Ok(_) => errors::NONE,
                 Err(e) => {
                     warn!(topic, partition, error = %e, "transaction marker not written");
                     errors::storage_error_code(&e)
                 }
-            });
-        }
-        codes
+            }
+        });
+        // All at once: each log writes and syncs its own file.
+        join_all(writes.collect()).await
     }
 
     /// Finishes prepared transactions (after a crash or a failed marker write), aborts
