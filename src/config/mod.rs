@@ -86,6 +86,8 @@ pub const SETTINGS: &[Setting] = &[
         "Longest transaction.timeout.ms a transactional producer may ask for in InitProducerId (more: INVALID_TRANSACTION_TIMEOUT). A transaction open longer than its own timeout is aborted by the coordinator."),
     setting("transactional.id.expiration.ms", "604800000", "ms", None,
         "A transactional id with no transaction open and no request for this long is forgotten (its next InitProducerId gets a new producer id)."),
+    setting("producer.id.expiration.ms", "86400000", "ms", None,
+        "A producer id that has written nothing to a partition for this long (and has no transaction open there) is forgotten by that partition at its next retention pass or segment roll: its next batch is accepted at any sequence."),
     setting("num.partitions", "1", "partitions", None,
         "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
     setting("auto.create.topics.enable", "true", "bool", None,
@@ -173,6 +175,8 @@ pub struct BrokerConfig {
     pub transaction_max_timeout_ms: i64,
     /// `transactional.id.expiration.ms`.
     pub transactional_id_expiration_ms: i64,
+    /// `producer.id.expiration.ms`.
+    pub producer_id_expiration_ms: u64,
     /// `listeners.per.core`: each core also listens on its own port and is advertised as
     /// broker `core` (leader of its partitions, coordinator of its groups).
     pub listeners_per_core: bool,
@@ -248,6 +252,7 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
+            producer_id_expiration_ms: 86_400_000,
             listeners_per_core: true,
             offset_metadata_max_bytes: 4096,
             socket_request_max_bytes: 100 << 20,
@@ -365,6 +370,9 @@ impl BrokerConfig {
             }
             "transactional.id.expiration.ms" => {
                 self.transactional_id_expiration_ms = parse_num::<u32>(key, value)?.max(1).into();
+            }
+            "producer.id.expiration.ms" => {
+                self.producer_id_expiration_ms = parse_num::<u32>(key, value)?.max(1).into();
             }
             "listeners.per.core" => self.listeners_per_core = parse_bool(key, value)?,
             "offset.metadata.max.bytes" => {
@@ -530,6 +538,7 @@ impl BrokerConfig {
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
             "transaction.max.timeout.ms" => self.transaction_max_timeout_ms.to_string(),
             "transactional.id.expiration.ms" => self.transactional_id_expiration_ms.to_string(),
+            "producer.id.expiration.ms" => self.producer_id_expiration_ms.to_string(),
             "listeners.per.core" => self.listeners_per_core.to_string(),
             "offset.metadata.max.bytes" => self.offset_metadata_max_bytes.to_string(),
             "log.segment.bytes" => self.segment_bytes.to_string(),
@@ -615,6 +624,7 @@ impl BrokerConfig {
             min_compaction_lag_ms: self.cleaner_min_compaction_lag_ms,
             max_compaction_lag_ms: self.cleaner_max_compaction_lag_ms,
             delete_retention_ms: self.cleaner_delete_retention_ms,
+            producer_id_expiration_ms: self.producer_id_expiration_ms,
             ..LogConfig::default()
         };
         let _ = apply_topic_config(&mut c, "cleanup.policy", &self.cleanup_policy);

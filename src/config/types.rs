@@ -45,6 +45,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "fetch.max.parked"
         | "transaction.max.timeout.ms"
         | "transactional.id.expiration.ms"
+        | "producer.id.expiration.ms"
         | "cross.core.queue.depth" => Int,
         "log.roll.ms"
         | "log.retention.ms"

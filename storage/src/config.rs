@@ -60,6 +60,10 @@ pub struct LogConfig {
     /// `delete.retention.ms`: how long a tombstone (a record with a null value) is kept after
     /// a cleaning has removed the older records of its key, so that consumers see it.
     pub delete_retention_ms: u64,
+    /// `producer.id.expiration.ms`: a producer id whose last batch was appended longer ago
+    /// than this and that has no open transaction is forgotten at the next retention pass or
+    /// roll; its next batch is then accepted at any sequence.
+    pub producer_id_expiration_ms: u64,
 }
 
 impl Default for LogConfig {
@@ -82,6 +86,7 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: None,
             delete_retention_ms: 24 * 3600 * 1000,
+            producer_id_expiration_ms: 24 * 3600 * 1000,
         }
     }
 }

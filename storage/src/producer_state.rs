@@ -61,6 +61,9 @@ struct Producer {
     last_offset: u64,
     /// The first offset of its open transaction.
     txn_first: Option<u64>,
+    /// When its last batch was appended (ms; recovery counts a replayed batch as seen at
+    /// recovery): expiration (`producer.id.expiration.ms`).
+    last_ms: i64,
 }
 
 /// An idempotent producer as a log knows it: its epoch and its last batch appended.
@@ -122,6 +125,10 @@ pub(crate) struct ProducerBatch {
     pub first_seq: i32,
     pub last_seq: i32,
     pub kind: Kind,
+    /// When the log saw it (ms, wall clock): appended, or scanned by recovery. Not the
+    /// batch's own timestamps: a producer's clock (or CreateTime from the past) must not
+    /// expire its state early.
+    pub timestamp: i64,
 }
 
 impl ProducerBatch {
@@ -134,6 +141,7 @@ impl ProducerBatch {
             return None;
         }
         let epoch = header.producer_epoch.get();
+        let timestamp = now_ms();
         if header.is_control() {
             let commit = batch::marker_type(batch)?;
             return Some(ProducerBatch {
@@ -142,6 +150,7 @@ impl ProducerBatch {
                 first_seq: -1,
                 last_seq: -1,
                 kind: Kind::Marker { commit },
+                timestamp,
             });
         }
         let first_seq = header.base_sequence.get();
@@ -158,6 +167,7 @@ impl ProducerBatch {
             } else {
                 Kind::Data
             },
+            timestamp,
         })
     }
 }
@@ -208,6 +218,16 @@ impl ProducerState {
             .map(|(_, a)| *a)
             .filter(|a| a.first_offset < to)
             .collect()
+    }
+
+    /// Forgets the producers without an open transaction whose last batch was appended
+    /// before `now_ms - max_age_ms` (Kafka's `producer.id.expiration.ms`). Returns how many.
+    pub(crate) fn expire(&mut self, now_ms: i64, max_age_ms: u64) -> usize {
+        let horizon = now_ms.saturating_sub(i64::try_from(max_age_ms).unwrap_or(i64::MAX));
+        let before = self.producers.len();
+        self.producers
+            .retain(|_, p| p.txn_first.is_some() || p.last_ms >= horizon);
+        before - self.producers.len()
     }
 
     /// Forgets the aborted transactions whose markers retention removed.
@@ -291,6 +311,7 @@ impl ProducerState {
             p.batches.clear();
         }
         p.last_offset = last_offset;
+        p.last_ms = p.last_ms.max(b.timestamp);
         match b.kind {
             Kind::Marker { commit } => {
                 if let Some(first) = p.txn_first.take() {
@@ -338,7 +359,7 @@ impl ProducerState {
     }
 
     /// `magic[8] covers u64 count u32 { pid i64 epoch i16 last_offset u64 txn_first i64
-    /// n u8 { first_seq i32 last_seq i32 base u64 last u64 }*n }*count aborted u32
+    /// last_ms i64 n u8 { first_seq i32 last_seq i32 base u64 last u64 }*n }*count aborted u32
     /// { pid i64 first u64 last u64 }*aborted crc32c u32`, big-endian; `txn_first` -1: none.
     /// `covers`: the log offset up to which the state is complete.
     pub(crate) fn encode(&self, covers: u64) -> Vec<u8> {
@@ -354,6 +375,7 @@ impl ProducerState {
             v.extend_from_slice(&p.last_offset.to_be_bytes());
             let first = p.txn_first.map_or(-1, |f| f as i64);
             v.extend_from_slice(&first.to_be_bytes());
+            v.extend_from_slice(&p.last_ms.to_be_bytes());
             v.push(p.batches.len() as u8);
             for m in &p.batches {
                 v.extend_from_slice(&m.first_seq.to_be_bytes());
@@ -395,10 +417,11 @@ impl ProducerState {
             let id = r.u64()? as i64;
             let epoch = r.u16()? as i16;
             let last_offset = r.u64()?;
-            let txn_first = if v2 {
-                u64::try_from(r.u64()? as i64).ok()
+            let (txn_first, last_ms) = if v2 {
+                (u64::try_from(r.u64()? as i64).ok(), r.u64()? as i64)
             } else {
-                None
+                // Version 1 kept no time: counted from now (not expired at once).
+                (None, now_ms())
             };
             let n = r.u8()? as usize;
             if n > KEEP_BATCHES {
@@ -423,6 +446,7 @@ impl ProducerState {
                     batches,
                     last_offset,
                     txn_first,
+                    last_ms,
                 },
             );
         }
@@ -442,6 +466,12 @@ impl ProducerState {
         }
         r.0.is_empty().then_some((state, covers))
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -480,6 +510,7 @@ mod tests {
             first_seq: first,
             last_seq: last,
             kind: Kind::Data,
+            timestamp: 1_000,
         }
     }
 
@@ -631,6 +662,29 @@ mod tests {
             v1.extend_from_slice(&x.to_be_bytes());
         }
         v1.extend_from_slice(&crc32c::crc32c(&v1).to_be_bytes());
-        assert_eq!(ProducerState::decode(&v1), Some((s, 105)));
+        let (back, covers) = ProducerState::decode(&v1).expect("v1 decodes");
+        assert_eq!((back.active(), covers), (s.active(), 105));
+        assert_eq!(back.first_unstable(), None);
+    }
+
+    #[test]
+    fn idle_producers_expire_unless_a_transaction_is_open() {
+        let mut s = ProducerState::default();
+        s.update(&b(1, 0, 0, 0), 0, 0); // timestamp 1_000
+        s.update(&txn(2, 0, 0, 0), 1, 1);
+        s.update(
+            &ProducerBatch {
+                timestamp: 50_000,
+                ..b(3, 0, 0, 0)
+            },
+            2,
+            2,
+        );
+        assert_eq!(s.expire(60_000, 30_000), 1, "producer 1 is idle past 30 s");
+        let left: Vec<i64> = s.active().iter().map(|a| a.producer_id).collect();
+        assert_eq!(left, vec![2, 3], "producer 2's transaction is open");
+        assert_eq!(s.first_unstable(), Some(1));
+        let (back, _) = ProducerState::decode(&s.encode(3)).expect("decode");
+        assert_eq!(back, s, "last timestamps are in the snapshot");
     }
 }

@@ -464,9 +464,12 @@ impl Inner {
         if self.producers.borrow().len() == 0 && !self.vfs.exists(&path) {
             return Ok(());
         }
-        self.producers
-            .borrow_mut()
-            .forget_aborted_before(self.log_start.get());
+        {
+            let mut producers = self.producers.borrow_mut();
+            producers.forget_aborted_before(self.log_start.get());
+            let max_age = self.config.borrow().producer_id_expiration_ms;
+            producers.expire(now_ms(), max_age);
+        }
         let bytes = self.producers.borrow().encode(self.log_end.get());
         self.vfs.write_small(&path, &bytes).await
     }

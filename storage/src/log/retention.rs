@@ -19,6 +19,10 @@ impl Log {
         inner.check_usable()?;
         inner.release_if_idle();
         let config = inner.config.borrow().clone();
+        inner
+            .producers
+            .borrow_mut()
+            .expire(now_ms, config.producer_id_expiration_ms);
         if let Some(age) = config.segment_age_limit() {
             let first = inner.active().state.borrow().first_append_ms;
             if first.is_some_and(|t| now_ms - t >= age.as_millis() as i64) {
