@@ -16,7 +16,9 @@
 #   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the release build still runs); for
 #                         iterating on tests/ only — CI never sets it.
 #   WEIR_LIBRDKAFKA_FULL=1 also run the whole of librdkafka's 0113 (about 14 minutes);
-#                         WEIR_CRASH_CYCLES=300 the crash loop's long mode (both: never in CI)
+#                         WEIR_CRASH_CYCLES=300 the crash loop's long mode, WEIR_IDEMPOTENT_CYCLES
+#                         and WEIR_TXN_CRASH_CYCLES those of the idempotent and transactional
+#                         crash loops (all: never in CI)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

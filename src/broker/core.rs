@@ -17,6 +17,15 @@ use super::{metrics_endpoint, server};
 /// socket waiting for data: with 10,000 parked fetches a 20 ms tick cost 3.3-3.7% of a core,
 /// 100 ms costs 0.9-1.1% (`weir bench idle-polls`, docs/bench.md). A lost wake-up is rare
 /// (glommio#261): 100 ms bounds it.
+/// Core 0's start-up steps, as `Global::core0_step` records them.
+const STARTUP_STEPS: [&str; 5] = [
+    "priming direct I/O and joining the meshes",
+    "opening its partitions",
+    "opening its group offsets logs",
+    "opening its transaction logs",
+    "starting its tasks and binding its listeners",
+];
+
 const REACTOR_KEEPALIVE: Duration = Duration::from_millis(100);
 
 pub(super) async fn core_main(
@@ -75,9 +84,18 @@ pub(super) async fn core_main(
         shard.start_mesh(req_rx, resp_rx);
     }
     let id = shard.id;
+    let step = |s: usize| {
+        if id == 0 {
+            global.core0_step.store(s, Ordering::Relaxed);
+        }
+    };
+    step(1);
     shard.open_owned().await;
+    step(2);
     shard.open_groups().await?;
+    step(3);
     shard.open_txns().await?;
+    step(4);
 
     let wheel_queue = glommio::executor().create_task_queue(
         glommio::Shares::default(),
@@ -104,7 +122,11 @@ pub(super) async fn core_main(
             let started = Instant::now();
             while global.ports[li].load(Ordering::SeqCst) == 0 {
                 if started.elapsed() > Duration::from_secs(30) {
-                    return Err("core 0 never bound its listener".into());
+                    let at = global.core0_step.load(Ordering::Relaxed);
+                    return Err(format!(
+                        "core 0 never bound its listener (still {})",
+                        STARTUP_STEPS.get(at).unwrap_or(&"?")
+                    ));
                 }
                 glommio::timer::sleep(Duration::from_millis(1)).await;
             }

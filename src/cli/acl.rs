@@ -5,6 +5,7 @@
 //! weir acl add --principal User:alice --operation write --topic orders
 //! weir acl add --principal User:* --operation read --topic logs- --prefixed
 //! weir acl add --principal User:bob --operation read --group app --deny
+//! weir acl add --principal User:etl --operation write --transactional-id etl- --prefixed
 //! weir acl list [--principal User:alice] [--topic orders]
 //! weir acl remove --principal User:alice --topic orders      (every operation)
 //! ```
@@ -30,13 +31,17 @@ pub struct AclArgs {
 #[derive(Debug, Clone, Args)]
 pub struct Resource {
     /// A topic (with --prefixed: every topic whose name starts with it; `*`: every topic).
-    #[arg(long, conflicts_with_all = ["group", "cluster"])]
+    #[arg(long, conflicts_with_all = ["group", "cluster", "transactional_id"])]
     pub topic: Option<String>,
     /// A consumer group (same rules as --topic).
-    #[arg(long, conflicts_with_all = ["topic", "cluster"])]
+    #[arg(long, conflicts_with_all = ["topic", "cluster", "transactional_id"])]
     pub group: Option<String>,
+    /// A producer's transactional.id (same rules as --topic): WRITE lets it run
+    /// transactions, DESCRIBE find its coordinator.
+    #[arg(long, conflicts_with_all = ["topic", "group", "cluster"])]
+    pub transactional_id: Option<String>,
     /// The cluster (topic creation, ACL and user management, ...).
-    #[arg(long, conflicts_with_all = ["topic", "group"])]
+    #[arg(long, conflicts_with_all = ["topic", "group", "transactional_id"])]
     pub cluster: bool,
     /// The name is a prefix (PREFIXED) rather than a name (LITERAL).
     #[arg(long)]
@@ -94,6 +99,8 @@ impl Resource {
             Some((ResourceType::Topic, t.clone(), pattern))
         } else if let Some(g) = &self.group {
             Some((ResourceType::Group, g.clone(), pattern))
+        } else if let Some(t) = &self.transactional_id {
+            Some((ResourceType::TransactionalId, t.clone(), pattern))
         } else if self.cluster {
             Some((
                 ResourceType::Cluster,
@@ -176,7 +183,7 @@ async fn acl_async(bootstrap: String, cmd: AclCommand) -> Res<Value> {
         } => {
             let (rtype, name, pattern) = resource
                 .named()
-                .ok_or("name the resource: --topic, --group or --cluster")?;
+                .ok_or("name the resource: --topic, --group, --transactional-id or --cluster")?;
             let perm = if deny {
                 Permission::Deny
             } else {
@@ -254,7 +261,9 @@ async fn acl_async(bootstrap: String, cmd: AclCommand) -> Res<Value> {
             resource,
         } => {
             if resource.named().is_none() {
-                return Err("name the resource: --topic, --group or --cluster".into());
+                return Err(
+                    "name the resource: --topic, --group, --transactional-id or --cluster".into(),
+                );
             }
             let ops = operations(&operation)?;
             let filters: Vec<DeleteAclsFilter> = if ops.is_empty() {

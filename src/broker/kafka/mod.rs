@@ -260,7 +260,13 @@ async fn process_request(
         }
         Body::AddOffsetsToTxn(a) => one(&req, &txn::add_offsets(&shard, req.version, a).await),
         Body::EndTxn(e) => one(&req, &txn::end_txn(&shard, req.version, e).await),
-        Body::TxnOffsetCommit(t) => one(&req, &txn::txn_offset_commit(&shard, t).await),
+        Body::TxnOffsetCommit(t) => {
+            let mut resp = txn::txn_offset_commit(&shard, t).await;
+            if let Body::TxnOffsetCommit(all) = &req.body {
+                authz::patch_txn_offset_commit(&mut resp, all, &denied);
+            }
+            one(&req, &resp)
+        }
         Body::DescribeTransactions(d) => one(&req, &txn::describe_transactions(&shard, d).await),
         Body::ListTransactions(l) => one(&req, &txn::list_transactions(&shard, l).await),
         Body::FindCoordinator(f) => {

@@ -57,6 +57,9 @@ pub struct Global {
     /// (`listener * cores + core`; set by that core).
     pub core_ports: Vec<std::sync::atomic::AtomicU16>,
     pub exited: AtomicUsize,
+    /// Core 0's start-up step (`core::STARTUP_STEPS`): named by another core that gives up
+    /// waiting for core 0's listener, so a hang says where it is.
+    pub core0_step: AtomicUsize,
 }
 
 impl Global {
@@ -72,6 +75,7 @@ impl Global {
                 .map(|_| std::sync::atomic::AtomicU16::new(0))
                 .collect(),
             exited: AtomicUsize::new(0),
+            core0_step: AtomicUsize::new(0),
         }
     }
 }

@@ -91,13 +91,14 @@ impl Shard {
         let weak = Rc::downgrade(self);
         glommio::spawn_local(async move {
             loop {
+                // Sleep first: right after start-up the other cores may still be opening
+                // the logs the first tick's markers go to.
+                glommio::timer::sleep(Duration::from_millis(1000)).await;
                 let Some(shard) = weak.upgrade() else { break };
                 if shard.shutdown.is_fired() {
                     break;
                 }
                 shard.txn_tick().await;
-                drop(shard);
-                glommio::timer::sleep(Duration::from_millis(1000)).await;
             }
         })
         .detach();
@@ -494,7 +495,15 @@ impl Shard {
         let now = wall_clock_ms();
         let writes = parts.into_iter().map(|(topic, partition)| async move {
             let Some(part) = self.partition(&topic, partition) else {
-                return errors::UNKNOWN_TOPIC_OR_PARTITION;
+                // Owned here but not open (yet: a coordinator finishing a transaction right
+                // after start-up may ask before this core opened its logs; or its open
+                // failed): the marker must still be written, so the coordinator retries.
+                // Not owned here any more: the topic is gone, no marker is needed.
+                return if self.metadata().owner(&topic, partition) == Some(self.id) {
+                    errors::NOT_LEADER_OR_FOLLOWER
+                } else {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                };
             };
             let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
             let written = async {

@@ -153,6 +153,12 @@ pub(super) fn split(shard: &Shard, req: &Request, session: &Session) -> (Option<
                 .retain(|t| keep(topic(shard, session, Read, &t.name), &t.name));
             Body::OffsetCommit(c)
         }
+        Body::TxnOffsetCommit(c) => {
+            let mut c = c.clone();
+            c.topics
+                .retain(|t| keep(topic(shard, session, Read, &t.name), &t.name));
+            Body::TxnOffsetCommit(c)
+        }
         Body::OffsetDelete(d) => {
             let mut d = d.clone();
             d.topics

@@ -2,11 +2,12 @@
 //! request returns (topics hidden, errors in place of what the principal may not see).
 
 use kafka_protocol::messages::*;
-use weir::acl::{Operation, Session};
+use weir::acl::{Operation, ResourceType, Session};
 
 use super::super::s;
 use super::{
-    cluster, config_key, config_resource_ok, group, may_create, on, topic, topic_error, Denied,
+    allowed, cluster, config_key, config_resource_ok, group, may_create, on, topic, topic_error,
+    Denied,
 };
 use crate::broker::errors;
 use crate::broker::shard::Shard;
@@ -121,6 +122,29 @@ pub(crate) fn patch_offset_commit(
             .iter()
             .map(|p| {
                 let mut rp = offset_commit_response::OffsetCommitResponsePartition::default();
+                rp.partition_index = p.partition_index;
+                rp.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+                rp
+            })
+            .collect();
+        r.topics.push(rt);
+    }
+}
+
+pub(crate) fn patch_txn_offset_commit(
+    r: &mut TxnOffsetCommitResponse,
+    req: &TxnOffsetCommitRequest,
+    denied: &Denied,
+) {
+    for t in req.topics.iter().filter(|t| topic_error(denied, &t.name)) {
+        let mut rt = txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
+        rt.name = t.name.clone();
+        rt.partitions = t
+            .partitions
+            .iter()
+            .map(|p| {
+                let mut rp =
+                    txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
                 rp.partition_index = p.partition_index;
                 rp.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
                 rp
@@ -259,19 +283,28 @@ pub(crate) fn patch_find_coordinator(
     req: &FindCoordinatorRequest,
     r: &mut FindCoordinatorResponse,
 ) {
-    if !on(shard) || req.key_type != 0 {
+    // DESCRIBE on the group (key type 0) or on the transactional id (1), as Kafka checks.
+    let (denied_code, rtype) = match req.key_type {
+        0 => (errors::GROUP_AUTHORIZATION_FAILED, ResourceType::Group),
+        1 => (
+            errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            ResourceType::TransactionalId,
+        ),
+        _ => return,
+    };
+    if !on(shard) {
         return;
     }
-    let denied = |key: &str| !group(shard, session, Operation::Describe, key);
+    let denied = |key: &str| !allowed(shard, session, Operation::Describe, rtype, key);
     if denied(&req.key) && r.coordinators.is_empty() {
-        r.error_code = errors::GROUP_AUTHORIZATION_FAILED;
+        r.error_code = denied_code;
         r.node_id = (-1).into();
         r.host = s("");
         r.port = -1;
     }
     for c in &mut r.coordinators {
         if denied(&c.key) {
-            c.error_code = errors::GROUP_AUTHORIZATION_FAILED;
+            c.error_code = denied_code;
             c.node_id = (-1).into();
             c.host = s("");
             c.port = -1;
