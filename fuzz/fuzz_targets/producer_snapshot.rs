@@ -11,30 +11,12 @@
 //! and the trailing CRC-32C, so the fuzzer gets past the checksum into the parser.
 #![no_main]
 
-use std::cell::RefCell;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use weir_storage::batch::{self, RecordBatchBuilder, TRANSACTIONAL_FLAG};
-use weir_storage::io::{SimDisk, Vfs, BLOCK};
+use weir_storage::io::SimDisk;
 use weir_storage::{BatchCache, Log, LogConfig};
-
-thread_local! {
-    static EXECUTOR: RefCell<Option<glommio::LocalExecutor>> = const { RefCell::new(None) };
-}
-
-fn run<T>(fut: impl std::future::Future<Output = T>) -> T {
-    EXECUTOR.with(|cell| {
-        let mut ex = cell.borrow_mut();
-        let ex = ex.get_or_insert_with(|| {
-            glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-                .io_memory(256 << 10)
-                .make()
-                .expect("glommio executor")
-        });
-        ex.run(fut)
-    })
-}
 
 fn config() -> LogConfig {
     LogConfig {
@@ -49,18 +31,6 @@ fn config() -> LogConfig {
         retention_ms: None,
         ..LogConfig::default()
     }
-}
-
-async fn write_file(vfs: &Vfs, path: &Path, bytes: &[u8]) {
-    let f = vfs.open(path, true).await.expect("sim open");
-    if !bytes.is_empty() {
-        let len = (bytes.len() as u64).div_ceil(BLOCK) * BLOCK;
-        let mut buf = f.alloc(len as usize);
-        buf.as_mut()[..bytes.len()].copy_from_slice(bytes);
-        f.write_at(buf, 0).await.expect("sim write");
-    }
-    f.truncate(bytes.len() as u64).await.expect("sim truncate");
-    f.fdatasync().await.expect("sim sync");
 }
 
 fn producer_batch(pid: i64, seq: i32, txn: bool) -> bytes::Bytes {
@@ -81,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
         snapshot[n..].copy_from_slice(&crc.to_be_bytes());
     }
     let crash = mode & 2 != 0;
-    run(async move {
+    weir_fuzz::run(async move {
         let disk = SimDisk::new();
         let vfs = disk.vfs();
         let dir = Path::new("/fuzz/p0");
@@ -90,17 +60,23 @@ fuzz_target!(|data: &[u8]| {
             .await
             .expect("open");
         for seq in 0..30 {
-            log.append(producer_batch(1, seq, false)).await.expect("idempotent");
+            log.append(producer_batch(1, seq, false))
+                .await
+                .expect("idempotent");
         }
         log.append(producer_batch(2, 0, true)).await.expect("txn");
         log.append(batch::marker_batch(2, 0, false, 0, 1))
             .await
             .expect("abort");
-        log.append(producer_batch(3, 0, true)).await.expect("open txn");
+        log.append(producer_batch(3, 0, true))
+            .await
+            .expect("open txn");
         log.close().await.expect("close");
-        write_file(&vfs, &dir.join("producer_state"), &snapshot).await;
+        weir_fuzz::write_file(&vfs, &dir.join("producer_state"), &snapshot).await;
         if crash {
-            vfs.remove(&dir.join("clean_shutdown")).await.expect("remove marker");
+            vfs.remove(&dir.join("clean_shutdown"))
+                .await
+                .expect("remove marker");
         }
         let Ok(log) = Log::open_in(vfs.clone(), dir, cfg.clone(), BatchCache::new(1 << 20)).await
         else {
@@ -113,12 +89,19 @@ fuzz_target!(|data: &[u8]| {
             "last stable offset out of range: {wm:?}"
         );
         for a in log.aborted_transactions(0, u64::MAX) {
-            assert!(a.first_offset <= a.last_offset, "aborted range reversed: {a:?}");
+            assert!(
+                a.first_offset <= a.last_offset,
+                "aborted range reversed: {a:?}"
+            );
         }
         let end = wm.log_end_offset;
         // Whatever the snapshot said, the log takes new batches and markers at its end.
         let info = log
-            .append(RecordBatchBuilder::new(1).record(None, Some(b"after"), &[]).build())
+            .append(
+                RecordBatchBuilder::new(1)
+                    .record(None, Some(b"after"), &[])
+                    .build(),
+            )
             .await
             .expect("append after reopen");
         assert_eq!(info.base_offset, end);

@@ -12,30 +12,12 @@
 //! marker is present (recovery must still not trust a segment without valid indexes).
 #![no_main]
 
-use std::cell::RefCell;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use weir_storage::batch::{self, RecordBatchBuilder};
-use weir_storage::io::{SimDisk, Vfs, BLOCK};
+use weir_storage::io::SimDisk;
 use weir_storage::{BatchCache, Log, LogConfig};
-
-thread_local! {
-    static EXECUTOR: RefCell<Option<glommio::LocalExecutor>> = const { RefCell::new(None) };
-}
-
-fn run<T>(fut: impl std::future::Future<Output = T>) -> T {
-    EXECUTOR.with(|cell| {
-        let mut ex = cell.borrow_mut();
-        let ex = ex.get_or_insert_with(|| {
-            glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-                .io_memory(256 << 10)
-                .make()
-                .expect("glommio executor")
-        });
-        ex.run(fut)
-    })
-}
 
 fn config(small: bool) -> LogConfig {
     if small {
@@ -60,18 +42,6 @@ fn config(small: bool) -> LogConfig {
             ..LogConfig::default()
         }
     }
-}
-
-async fn write_file(vfs: &Vfs, path: &Path, bytes: &[u8]) {
-    let f = vfs.open(path, true).await.expect("sim open");
-    if !bytes.is_empty() {
-        let len = (bytes.len() as u64).div_ceil(BLOCK) * BLOCK;
-        let mut buf = f.alloc(len as usize);
-        buf.as_mut()[..bytes.len()].copy_from_slice(bytes);
-        f.write_at(buf, 0).await.expect("sim write");
-    }
-    f.truncate(bytes.len() as u64).await.expect("sim truncate");
-    f.fdatasync().await.expect("sim sync");
 }
 
 /// Reads the whole log from its start; checks every batch. Returns (base, last) offsets of
@@ -132,17 +102,17 @@ fuzz_target!(|data: &[u8]| {
     }
     let small = mode & 4 != 0;
     let marker = mode & 8 != 0;
-    run(async move {
+    weir_fuzz::run(async move {
         let disk = SimDisk::new();
         let vfs = disk.vfs();
         let dir = Path::new("/fuzz/p0");
-        write_file(&vfs, &dir.join("00000000000000000000.log"), &bytes).await;
+        weir_fuzz::write_file(&vfs, &dir.join("00000000000000000000.log"), &bytes).await;
         if marker {
             // A well-formed clean-shutdown marker claiming some log end offset.
             let mut m = b"WEIRCLN1".to_vec();
             m.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
             m.extend_from_slice(&crc32c::crc32c(&m).to_be_bytes());
-            write_file(&vfs, &dir.join("clean_shutdown"), &m).await;
+            weir_fuzz::write_file(&vfs, &dir.join("clean_shutdown"), &m).await;
         }
         let cfg = config(small);
         let max_bytes = if small { 3000 } else { 1 << 20 };

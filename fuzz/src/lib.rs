@@ -94,3 +94,37 @@ pub fn known_issues_on() -> bool {
 pub fn decode_records_masked(bytes: &[u8]) -> Result<Option<Vec<Record>>, KnownIssue> {
     Ok(batch::decode_records(bytes))
 }
+
+thread_local! {
+    static EXECUTOR: std::cell::RefCell<Option<glommio::LocalExecutor>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `fut` on this thread's glommio executor (made once, small io_memory): the targets that
+/// drive a `Log` on a simulated disk.
+pub fn run<T>(fut: impl std::future::Future<Output = T>) -> T {
+    EXECUTOR.with(|cell| {
+        let mut ex = cell.borrow_mut();
+        let ex = ex.get_or_insert_with(|| {
+            glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+                .io_memory(256 << 10)
+                .make()
+                .expect("glommio executor")
+        });
+        ex.run(fut)
+    })
+}
+
+/// Writes `bytes` as the whole file at `path` on a simulated disk, synced.
+pub async fn write_file(vfs: &weir_storage::io::Vfs, path: &std::path::Path, bytes: &[u8]) {
+    use weir_storage::io::BLOCK;
+    let f = vfs.open(path, true).await.expect("sim open");
+    if !bytes.is_empty() {
+        let len = (bytes.len() as u64).div_ceil(BLOCK) * BLOCK;
+        let mut buf = f.alloc(len as usize);
+        buf.as_mut()[..bytes.len()].copy_from_slice(bytes);
+        f.write_at(buf, 0).await.expect("sim write");
+    }
+    f.truncate(bytes.len() as u64).await.expect("sim truncate");
+    f.fdatasync().await.expect("sim sync");
+}

@@ -9,29 +9,7 @@ use weir_storage::BatchCache;
 
 use super::coordinator::*;
 
-fn run<F, Fut>(f: F)
-where
-    F: FnOnce(std::path::PathBuf) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    // Under target/, on the real filesystem (direct I/O does not work on tmpfs).
-    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tmp");
-    std::fs::create_dir_all(&base).expect("test tmp dir");
-    let dir = tempfile::tempdir_in(base).expect("tempdir");
-    let path = dir.path().to_owned();
-    glommio::LocalExecutorBuilder::default()
-        .io_memory(1 << 20)
-        .spawn(move || async move {
-            weir_storage::io::prime_dma_probe(&path)
-                .await
-                .expect("prime");
-            f(path).await
-        })
-        .expect("spawn")
-        .join()
-        .expect("join");
-    drop(dir);
-}
+use super::offsets::run_on_disk as run;
 
 fn config() -> GroupConfig {
     GroupConfig {

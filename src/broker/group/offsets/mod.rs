@@ -461,6 +461,34 @@ impl Drop for Unapplied<'_> {
     }
 }
 
+/// Runs `f` on a glommio executor with a fresh directory under target/ (on the real
+/// filesystem: direct I/O does not work on tmpfs), the direct-I/O probe primed: for tests of
+/// the logs kept here and of the coordinator above them.
+#[cfg(test)]
+pub(crate) fn run_on_disk<F, Fut>(f: F)
+where
+    F: FnOnce(std::path::PathBuf) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    // Under target/, on the real filesystem (direct I/O does not work on tmpfs).
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tmp");
+    std::fs::create_dir_all(&base).expect("test tmp dir");
+    let dir = tempfile::tempdir_in(base).expect("tempdir");
+    let path = dir.path().to_owned();
+    glommio::LocalExecutorBuilder::default()
+        .io_memory(1 << 20)
+        .spawn(move || async move {
+            weir_storage::io::prime_dma_probe(&path)
+                .await
+                .expect("prime");
+            f(path).await
+        })
+        .expect("spawn")
+        .join()
+        .expect("join");
+    drop(dir);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,48 +179,36 @@ mod tests {
     /// a commit marker applies them, an abort drops them, also across restarts.
     #[test]
     fn pending_offsets_survive_restarts_and_end_with_their_marker() {
-        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tmp");
-        std::fs::create_dir_all(&base).expect("test tmp dir");
-        let dir = tempfile::tempdir_in(base).expect("tempdir");
-        let path = dir.path().to_owned();
-        glommio::LocalExecutorBuilder::default()
-            .io_memory(1 << 20)
-            .spawn(move || async move {
-                weir_storage::io::prime_dma_probe(&path)
-                    .await
-                    .expect("prime");
-                let cache = BatchCache::new(8 << 20);
-                let open = || OffsetStore::open(&path, 1, cache.clone());
-                let s = open().await.expect("open");
-                s.commit("g", vec![("t".into(), 0, c(1))])
-                    .await
-                    .expect("commit");
-                s.txn_commit(7, "g", vec![("t".into(), 0, c(5))])
-                    .await
-                    .expect("txn commit");
-                s.txn_commit(8, "g", vec![("t".into(), 1, c(9))])
-                    .await
-                    .expect("txn commit");
-                assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(1), "pending");
-                assert!(s.has_pending("g", "t", 0) && s.has_pending("g", "t", 1));
-                drop(s); // no clean close
+        super::super::run_on_disk(|path| async move {
+            let cache = BatchCache::new(8 << 20);
+            let open = || OffsetStore::open(&path, 1, cache.clone());
+            let s = open().await.expect("open");
+            s.commit("g", vec![("t".into(), 0, c(1))])
+                .await
+                .expect("commit");
+            s.txn_commit(7, "g", vec![("t".into(), 0, c(5))])
+                .await
+                .expect("txn commit");
+            s.txn_commit(8, "g", vec![("t".into(), 1, c(9))])
+                .await
+                .expect("txn commit");
+            assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(1), "pending");
+            assert!(s.has_pending("g", "t", 0) && s.has_pending("g", "t", 1));
+            drop(s); // no clean close
 
-                let s = open().await.expect("reopen");
-                assert!(s.has_pending("g", "t", 0), "pending after a crash");
-                s.txn_end(7, "g", true).await.expect("commit marker");
-                s.txn_end(8, "g", false).await.expect("abort marker");
-                assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(5));
-                assert_eq!(s.get("g", "t", 1), None, "aborted");
-                drop(s);
+            let s = open().await.expect("reopen");
+            assert!(s.has_pending("g", "t", 0), "pending after a crash");
+            s.txn_end(7, "g", true).await.expect("commit marker");
+            s.txn_end(8, "g", false).await.expect("abort marker");
+            assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(5));
+            assert_eq!(s.get("g", "t", 1), None, "aborted");
+            drop(s);
 
-                let s = open().await.expect("reopen");
-                assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(5));
-                assert_eq!(s.get("g", "t", 1), None);
-                assert!(!s.has_pending("g", "t", 0) && !s.has_pending("g", "t", 1));
-                s.close().await.expect("close");
-            })
-            .expect("spawn")
-            .join()
-            .expect("join");
+            let s = open().await.expect("reopen");
+            assert_eq!(s.get("g", "t", 0).map(|c| c.offset), Some(5));
+            assert_eq!(s.get("g", "t", 1), None);
+            assert!(!s.has_pending("g", "t", 0) && !s.has_pending("g", "t", 1));
+            s.close().await.expect("close");
+        });
     }
 }
