@@ -37,16 +37,9 @@ async fn marker(log: &Log, pid: i64, epoch: i16, commit: bool) -> u64 {
 /// Offsets of the batches a read_committed read from 0 returns.
 async fn committed_offsets(log: &Log) -> Vec<u64> {
     let out = log.read_committed(0, 1 << 20, 1 << 20).await.expect("read");
-    let mut offsets = Vec::new();
-    for chunk in &out.chunks {
-        let mut at = 0;
-        while at < chunk.len() {
-            let h = batch::BatchHeader::parse(&chunk[at..]).expect("header");
-            offsets.push(h.base_offset.get() as u64);
-            at += h.total_bytes();
-        }
-    }
-    offsets
+    out.batches()
+        .map(|(h, _)| h.base_offset.get() as u64)
+        .collect()
 }
 
 #[test]

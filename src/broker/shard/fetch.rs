@@ -13,21 +13,6 @@ use crate::broker::errors::{self, storage_error_code};
 use crate::broker::sync::Event;
 use crate::broker::wheel::WheelKey;
 
-/// The offset after the last batch of `chunks` (whole batches, in offset order).
-fn end_offset(chunks: &[bytes::Bytes]) -> Option<u64> {
-    let last = chunks.last()?;
-    let mut at = 0;
-    let mut end = None;
-    while let Some(h) = weir_storage::batch::BatchHeader::parse(&last[at..]) {
-        end = Some(h.last_offset() as u64 + 1);
-        at += h.total_bytes();
-        if h.total_bytes() == 0 || at >= last.len() {
-            break;
-        }
-    }
-    end
-}
-
 impl Shard {
     // ---- Fetch ----
 
@@ -82,7 +67,7 @@ impl Shard {
                         r.last_stable_offset = read.watermarks.last_stable_offset as i64;
                         r.log_start_offset = read.watermarks.log_start_offset as i64;
                         if p.committed {
-                            if let Some(end) = end_offset(&read.chunks) {
+                            if let Some(end) = read.next_offset() {
                                 r.aborted = part
                                     .log
                                     .aborted_transactions(p.offset as u64, end)

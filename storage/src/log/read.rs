@@ -50,6 +50,51 @@ impl ReadOutcome {
     }
 }
 
+impl ReadOutcome {
+    /// The offset after the last batch read (`None` if nothing was). Walks the batch headers
+    /// across the chunks without joining them.
+    pub fn next_offset(&self) -> Option<u64> {
+        let mut next = None;
+        let mut pieces = self.chunks.iter().filter(|c| !c.is_empty());
+        let mut cur: &[u8] = pieces.next()?;
+        loop {
+            // The header of the batch at the front of `cur`, gathered across pieces.
+            let mut head = [0u8; HEADER_BYTES];
+            let (mut got, mut at, mut rest) = (0, cur, pieces.clone());
+            while got < HEADER_BYTES {
+                let n = at.len().min(HEADER_BYTES - got);
+                head[got..got + n].copy_from_slice(&at[..n]);
+                got += n;
+                if got < HEADER_BYTES {
+                    match rest.next() {
+                        Some(p) => at = p,
+                        None => return next,
+                    }
+                }
+            }
+            let h = BatchHeader::parse(&head)?;
+            let total = h.total_bytes();
+            if total == 0 {
+                return next;
+            }
+            next = Some(h.last_offset() as u64 + 1);
+            // Skip the batch.
+            let mut skip = total;
+            loop {
+                if skip < cur.len() {
+                    cur = &cur[skip..];
+                    break;
+                }
+                skip -= cur.len();
+                match pieces.next() {
+                    Some(p) => cur = p,
+                    None => return next,
+                }
+            }
+        }
+    }
+}
+
 /// Does `chunk` hold whole batches only?
 fn tiles(chunk: &[u8]) -> bool {
     let mut pos = 0;
