@@ -57,9 +57,9 @@ pub fn find_coordinator(
         };
         let node = shard.node_of(core);
         let brokers = shard.brokers(listener);
-        match brokers.get(node as usize) {
-            Some((h, p)) => (node, h.clone(), *p),
-            None => (0, brokers[0].0.clone(), brokers[0].1),
+        match brokers.iter().find(|b| b.0 == node) {
+            Some((_, h, p)) => (node, h.clone(), *p),
+            None => brokers[0].clone(),
         }
     };
     let mut r = FindCoordinatorResponse::default();
