@@ -151,11 +151,11 @@ impl Node {
             // ones its previous life proposed).
             next_req: Cell::new(
                 (id << 48)
-                    ^ (std::time::SystemTime::now()
+                    | ((std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_micros() as u64)
-                        & ((1 << 48) - 1))
-                        << 8,
+                        << 8)
+                        & ((1 << 48) - 1)),
             ),
             hooks,
         });
@@ -301,6 +301,13 @@ impl Node {
                     term = self.raw.borrow().raft.term,
                     "metadata leader changed"
                 );
+                // Requests forwarded to the old leader may never be answered: they try the
+                // new one now rather than at their timeout.
+                let waiting: Vec<Placed> =
+                    self.forwards.borrow_mut().drain().map(|(_, s)| s).collect();
+                for slot in waiting {
+                    slot.set(Err("the metadata leader changed".into()));
+                }
             }
             self.leader.set(ss.leader_id);
         }

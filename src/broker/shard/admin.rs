@@ -117,10 +117,18 @@ impl Shard {
         {
             Err((
                 errors::INVALID_REPLICATION_FACTOR,
-                format!(
-                    "replication factor {} is not available: each partition has one replica",
-                    t.replication_factor
-                ),
+                if meta.local_broker.is_some() {
+                    format!(
+                        "replication factor {} is not available: partitions have one replica \
+                         (replication across brokers is not there yet)",
+                        t.replication_factor
+                    )
+                } else {
+                    format!(
+                        "replication factor {} is not available: this is a single broker",
+                        t.replication_factor
+                    )
+                },
             ))
         } else if let Some(e) = bad_config {
             Err((errors::INVALID_CONFIG, e))
