@@ -20,6 +20,8 @@ import socket
 import struct
 import time
 
+import kafka
+import kafka.admin
 import pytest
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
@@ -289,6 +291,24 @@ def test_cluster_metadata(cluster):
     rd_produce(rd_producer(bootstrap_all, acks="all"), "payments", pay)
     got = rd_consume(bootstrap_all, "payments", range(6), 180)
     assert sorted(r.value for r in got) == sorted(m.value for m in pay)
+
+    # kafka-python's admin (it sends CreateTopics to the controller Metadata names: the
+    # answering broker's own node, which forwards) through broker 2.
+    kp = kafka.KafkaAdminClient(bootstrap_servers=b2.bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        kp.create_topics([kafka.admin.NewTopic("audit", 2, 1)])
+    finally:
+        kp.close()
+    topic_everywhere(cluster, "audit", 2)
+
+    # Garbage on a broker's inter-broker port closes that connection, not the broker.
+    peer_port = int(b1.settings["controller.quorum.voters"].split(",")[0].rsplit(":", 1)[1])
+    for junk in (b"\x00\x00\x00\x05\x09abcd", b"\xff\xff\xff\xff", b"\x00\x00\x00\x03\x01\xff\xff"):
+        with socket.create_connection(("127.0.0.1", peer_port), timeout=5) as s:
+            s.sendall(junk)
+            s.settimeout(5)
+            assert s.recv(1) == b""  # closed by the broker
+    b1.check_alive()
 
     # DeleteTopics through the restarted broker removes it everywhere.
     admin = rd_admin(dead.bootstrap)  # must outlive its futures
