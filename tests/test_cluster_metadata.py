@@ -23,12 +23,13 @@ import time
 import kafka
 import kafka.admin
 import pytest
-from confluent_kafka import TopicCollection
+from confluent_kafka import TopicCollection, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import kafka_wire as kw
-from clients import CLIENT_TIMEOUT_S, Msg, rd_admin, rd_consume, rd_produce, rd_producer
+from clients import (CLIENT_TIMEOUT_S, Msg, rd_admin, rd_consume, rd_consumer, rd_poll, rd_produce,
+                     rd_producer)
 from conftest import Broker, _new_workdir
 
 NOT_LEADER_OR_FOLLOWER = 6
@@ -242,10 +243,14 @@ def test_cluster_metadata(cluster):
     wait_until("altered configs on every broker",
                lambda: all(applied(b)["topics"][topic]["configs"] == want for b in cluster))
     admin1 = rd_admin(b1.bootstrap)
-    [cf] = admin1.describe_configs([ConfigResource(ResourceType.TOPIC, topic)],
-                                   request_timeout=CLIENT_TIMEOUT_S).values()
-    got = {k: v.value for k, v in cf.result(CLIENT_TIMEOUT_S).items()}
-    assert got["retention.ms"] == "7200000" and got["cleanup.policy"] == "compact"
+
+    def described():
+        # Any broker may answer; each applies the change on its own (eventually) consistent.
+        [cf] = admin1.describe_configs([ConfigResource(ResourceType.TOPIC, topic)],
+                                       request_timeout=CLIENT_TIMEOUT_S).values()
+        got = {k: v.value for k, v in cf.result(CLIENT_TIMEOUT_S).items()}
+        return got["retention.ms"] == "7200000" and got["cleanup.policy"] == "compact"
+    wait_until("DescribeConfigs showing the change", described)
 
     # A partition produced to a broker that does not hold it: NOT_LEADER_OR_FOLLOWER.
     owner = {p: meta["brokers"][p] for p in range(6)}
@@ -261,6 +266,25 @@ def test_cluster_metadata(cluster):
     got = rd_consume(bootstrap_all, topic, range(6), 600 + 6)
     values = sorted(r.value for r in got)
     assert values == sorted([m.value for m in msgs] + [b"placed"] * 6)
+
+    # A consumer group: one coordinator for the whole cluster, so offsets committed by a
+    # consumer bootstrapped on all three are what a consumer bootstrapped on broker 3 finds.
+    group = "billing"
+    c = rd_consumer(bootstrap_all, **{"group.id": group, "enable.auto.offset.store": True})
+    try:
+        c.subscribe([topic])
+        assert len(rd_poll(c, 606)) == 606
+        c.commit(asynchronous=False)
+    finally:
+        c.close()
+    c = rd_consumer(b3.bootstrap, **{"group.id": group})
+    try:
+        committed = c.committed([TopicPartition(topic, p) for p in range(6)], timeout=CLIENT_TIMEOUT_S)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=CLIENT_TIMEOUT_S)[1]
+                for p in range(6)}
+        assert {tp.partition: tp.offset for tp in committed} == ends
+    finally:
+        c.close()
 
     # kill -9 the metadata leader; a topic created on a survivor; the dead one restarts and has both.
     leader = leader_broker(cluster)
