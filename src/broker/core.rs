@@ -98,13 +98,6 @@ pub(super) async fn core_main(
     step(3);
     shard.open_txns().await?;
     step(4);
-    // The metadata Raft group (core 0, cluster only): started before the listeners, so a
-    // broker catches up with the cluster's metadata while it binds them.
-    let cluster = match cluster {
-        Some(boot) => Some(start_cluster(&shard, boot)?),
-        None => None,
-    };
-
     let wheel_queue = glommio::executor().create_task_queue(
         glommio::Shares::default(),
         glommio::Latency::Matters(Duration::from_millis(2)),
@@ -218,8 +211,19 @@ pub(super) async fn core_main(
             glommio::spawn_local(server::accept_loop(shard.clone(), l, ep)).detach();
         }
     }
-    // Every endpoint is known now: tell the cluster.
-    if let Some(node) = cluster {
+    // The metadata Raft group (core 0, cluster only). Started once every core has opened its
+    // logs and bound its listeners: applying a committed record makes every core open or
+    // retire logs (`Req::Apply`), which must not race a core's own start-up opening. Then
+    // this broker registers its endpoints, all known now.
+    if let Some(boot) = cluster {
+        let started = Instant::now();
+        while global.bound.load(Ordering::SeqCst) < cores {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("the other cores never bound their listeners".into());
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        let node = start_cluster(&shard, boot)?;
         glommio::spawn_local(shard.clone().register_broker(node)).detach();
     }
 

@@ -274,6 +274,15 @@ impl Shard {
         for name in created.iter().filter(|n| !before.topics.contains_key(*n)) {
             self.remove_stale_dirs(name).await;
         }
+        if self.shutdown.is_fired() {
+            // The cores are closing their logs: not applied here now. The entries are
+            // committed; the next start applies them (the file keeps the older index).
+            info!(
+                index = last,
+                "shutting down: committed metadata left to apply at the next start"
+            );
+            return outcomes;
+        }
         meta.applied_index = last;
         match self.commit_metadata_reporting(meta).await {
             Ok(failures) => {
