@@ -342,6 +342,21 @@ def test_cluster_metadata(cluster):
     wait_until("payments deleted everywhere",
                lambda: all("payments" not in applied(b)["topics"] for b in cluster))
 
+    # Every broker stops cleanly (SIGTERM, exit 0), and the whole cluster comes back with its
+    # metadata and records: the same topics on every broker, the records all there.
+    before = {b.data_dir: applied(b)["topics"] for b in cluster}
+    for b in cluster:
+        b.stop()
+    for b in cluster:
+        b.start()
+    assert {b.data_dir: applied(b)["topics"] for b in cluster} == before
+    assert set(before[b1.data_dir]) == {"orders", "audit"}
+    topic_everywhere(cluster, "audit", 2)
+    got = rd_consume(",".join(b.bootstrap for b in cluster), topic, range(6), 600 + 6)
+    assert sorted(r.value for r in got) == values
+    create(b2.bootstrap, "after-restart", 1)
+    topic_everywhere(cluster, "after-restart", 1)
+
 
 @pytest.mark.timeout(240)
 def test_metadata_leader_kills_lose_no_acknowledged_creation(cluster):
