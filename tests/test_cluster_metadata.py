@@ -254,13 +254,20 @@ def test_cluster_metadata(cluster):
         return got["retention.ms"] == "7200000" and got["cleanup.policy"] == "compact"
     wait_until("DescribeConfigs showing the change", described)
 
-    # A partition produced to a broker that does not hold it: NOT_LEADER_OR_FOLLOWER.
+    # A partition produced to or fetched from a broker that does not hold it:
+    # NOT_LEADER_OR_FOLLOWER; its own broker takes it.
     owner = {p: meta["brokers"][p] for p in range(6)}
     for p in range(6):
         wrong = next(b for i, b in enumerate(cluster) if i + 1 != owner[p])
         right = cluster[owner[p] - 1]
         assert produce_v3(wrong.bootstrap, topic, p, b"misplaced") == NOT_LEADER_OR_FOLLOWER
         assert produce_v3(right.bootstrap, topic, p, b"placed") == 0
+        for b, want in ((wrong, NOT_LEADER_OR_FOLLOWER), (right, 0)):
+            with kw.connect(b.bootstrap) as sock:
+                sock.sendall(kw.fetch(9, topic, p, max_wait_ms=0))
+                _, body = kw.read_response(sock)
+            [fetched] = kw.parse_fetch_v4(body)
+            assert fetched["error"] == want, (p, b.bootstrap, fetched)
     # librdkafka bootstrapped on all three delivers every record to its partition's broker.
     bootstrap_all = ",".join(b.bootstrap for b in cluster)
     msgs = [Msg(key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 6) for i in range(600)]
