@@ -26,7 +26,9 @@ import kafka
 import kafka.admin
 import pytest
 from confluent_kafka import TopicCollection, TopicPartition
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AlterConfigOpType,
+                                  ConfigEntry, ConfigResource, NewTopic, ResourcePatternType, ResourceType,
+                                  ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion)
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import kafka_wire as kw
@@ -334,6 +336,27 @@ def test_cluster_metadata(cluster):
         kp.close()
     topic_everywhere(cluster, "audit", 2)
 
+    # ACLs and SASL users are cluster metadata too: created through one broker, on all.
+    acl = AclBinding(ResourceType.TOPIC, "audit", ResourcePatternType.LITERAL, "User:alice", "*",
+                     AclOperation.WRITE, AclPermissionType.ALLOW)
+    for f in admin1.create_acls([acl]).values():
+        f.result(CLIENT_TIMEOUT_S)
+    alice = UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+                                         b"alice-secret")
+    for f in admin2.alter_user_scram_credentials([alice]).values():
+        f.result(CLIENT_TIMEOUT_S)
+    wait_until("the ACL and the user on every broker", lambda: all(
+        len(applied(b).get("acls", [])) == 1 and "SCRAM-SHA-256" in applied(b).get("users", {}).get("alice", {})
+        for b in cluster))
+    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                             AclOperation.ANY, AclPermissionType.ANY)
+    admin3 = rd_admin(b3.bootstrap)
+    wait_until("DescribeAcls listing it", lambda: [str(b) for b in admin3.describe_acls(every).result(
+        CLIENT_TIMEOUT_S)] == [str(acl)])
+    for f in admin3.delete_acls([every]).values():
+        assert [str(b) for b in f.result(CLIENT_TIMEOUT_S)] == [str(acl)]
+    wait_until("the ACL deleted everywhere", lambda: all(not applied(b).get("acls") for b in cluster))
+
     # Garbage on a broker's inter-broker port closes that connection, not the broker.
     peer_port = int(b1.settings["controller.quorum.voters"].split(",")[0].rsplit(":", 1)[1])
     for junk in (b"\x00\x00\x00\x05\x09abcd", b"\xff\xff\xff\xff", b"\x00\x00\x00\x03\x01\xff\xff"):
@@ -358,6 +381,7 @@ def test_cluster_metadata(cluster):
         b.start()
     assert {b.data_dir: applied(b)["topics"] for b in cluster} == before
     assert set(before[b1.data_dir]) == {"orders", "audit"}
+    assert "alice" in applied(b3)["users"]
     topic_everywhere(cluster, "audit", 2)
     got = rd_consume(",".join(b.bootstrap for b in cluster), topic, range(6), 600 + 6)
     assert sorted(r.value for r in got) == values

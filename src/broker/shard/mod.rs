@@ -11,6 +11,7 @@
 //! topic names, `bytes::Bytes` records, `Arc<Metadata>` snapshots.
 
 mod admin;
+mod checks;
 mod cleaner;
 mod fetch;
 mod lifecycle;

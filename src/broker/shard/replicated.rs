@@ -1,5 +1,5 @@
-//! A broker in a cluster (`controller.quorum.voters`): topic administration through the
-//! metadata Raft group (core 0), applying its committed records, registering this broker's
+//! A broker in a cluster (`controller.quorum.voters`): topic, user and ACL administration
+//! through the metadata Raft group (core 0), applying its committed records, registering this broker's
 //! endpoints, and the node ids and brokers clients are told about.
 //!
 //! Standalone (no voters) nothing here changes a thing: `cluster_node` is `None`, node ids
@@ -19,12 +19,30 @@ use crate::broker::errors;
 /// How long an admin request waits for its change to be committed and applied here.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The ACLs each DeleteAcls filter deletes (an ACL goes to the first filter that matches it).
+pub(super) fn acls_matching(
+    meta: &Metadata,
+    filters: &[weir::acl::AclFilter],
+) -> Vec<Vec<weir::acl::AclBinding>> {
+    let mut deleted = vec![Vec::new(); filters.len()];
+    for b in &meta.acls {
+        if let Some(i) = filters.iter().position(|f| f.matches(b)) {
+            deleted[i].push(b.clone());
+        }
+    }
+    deleted
+}
+
 /// The Kafka error of a record's outcome.
 fn outcome_code(o: &Outcome) -> (i16, Option<String>) {
     match o {
         Outcome::Done | Outcome::Unchanged => (errors::NONE, None),
         Outcome::TopicExists => (errors::TOPIC_ALREADY_EXISTS, None),
         Outcome::UnknownTopic => (errors::UNKNOWN_TOPIC_OR_PARTITION, None),
+        Outcome::NotFound => (
+            errors::RESOURCE_NOT_FOUND,
+            Some("Attempt to delete a user credential that does not exist".into()),
+        ),
         Outcome::InvalidPartitions(m) => (errors::INVALID_PARTITIONS, Some(m.clone())),
         Outcome::Invalid(m) => (errors::INVALID_REQUEST, Some(m.clone())),
     }
@@ -237,6 +255,46 @@ impl Shard {
         results
     }
 
+    /// AlterUserScramCredentials in a cluster: one `AlterUser` record per change (checked in
+    /// form by the connection's core), answered with each one's outcome.
+    pub(super) async fn cluster_alter_users(
+        &self,
+        node: &Rc<Node>,
+        changes: Vec<UserChange>,
+    ) -> Vec<(String, i16, Option<String>)> {
+        let users: Vec<String> = changes.iter().map(|c| c.user.clone()).collect();
+        let records = changes
+            .into_iter()
+            .map(|c| Record::AlterUser {
+                user: c.user,
+                mechanism: c.mechanism.name().to_string(),
+                credential: c.credential,
+            })
+            .collect();
+        match node.submit(records, ADMIN_TIMEOUT).await {
+            Ok(outcomes) => users
+                .into_iter()
+                .zip(outcomes)
+                .map(|(u, o)| {
+                    let (code, message) = outcome_code(&o);
+                    (u, code, message)
+                })
+                .collect(),
+            Err(e) => users
+                .into_iter()
+                .map(|u| (u, errors::REQUEST_TIMED_OUT, Some(e.clone())))
+                .collect(),
+        }
+    }
+
+    /// CreateAcls / DeleteAcls in a cluster: one record, committed and applied here.
+    pub(super) async fn cluster_acls(&self, node: &Rc<Node>, record: Record) -> Result<(), String> {
+        if matches!(&record, Record::DeleteAcls { acls } if acls.is_empty()) {
+            return Ok(());
+        }
+        node.submit(vec![record], ADMIN_TIMEOUT).await.map(|_| ())
+    }
+
     /// Core 0, in a cluster: applies committed metadata batches (the same way on every
     /// broker), saves the result with its Raft index, and applies it on every core. One
     /// outcome per record.
@@ -245,8 +303,8 @@ impl Shard {
         batches: Vec<(u64, Batch)>,
         last: u64,
     ) -> Vec<Vec<Outcome>> {
-        // Serialized with this broker's own changes (users, ACLs), which also replace the
-        // metadata. At shutdown the semaphore is closed: apply anyway.
+        // Serialized with any other writer of core 0's metadata (the single-broker admin
+        // paths take the same lock). At shutdown the semaphore is closed: apply anyway.
         let _lock = self.admin_lock.acquire_permit(1).await;
         let before = self.metadata();
         let mut meta = (*before).clone();
