@@ -7,6 +7,7 @@
 pub mod acl;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod metadata;
 pub mod protocol;

@@ -20,6 +20,23 @@ const FORMAT_VERSION: u32 = 1;
 /// Space held back so that metadata can still be saved on a full disk (see `Metadata::save`).
 pub const RESERVE_FILE: &str = ".weir-metadata-reserve";
 
+/// Where a broker's clients connect, per listener (in `listeners` order): its bootstrap
+/// (host, port), and with `listeners.per.core` each core's own (host, port).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ListenerEndpoints {
+    pub host: String,
+    pub port: i32,
+    #[serde(default)]
+    pub cores: Vec<(String, i32)>,
+}
+
+/// A registered broker: its core count and its client endpoints.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BrokerInfo {
+    pub cores: usize,
+    pub listeners: Vec<ListenerEndpoints>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TopicMeta {
     /// Kafka topic id (UUID), as 16 bytes in hex.
@@ -28,6 +45,10 @@ pub struct TopicMeta {
     pub owners: Vec<usize>,
     /// Topic-level config overrides (Kafka names, e.g. `retention.ms`).
     pub configs: BTreeMap<String, String>,
+    /// In a cluster (`controller.quorum.voters`): the broker of each partition, indexed like
+    /// `owners` (which then names a core of that broker). Empty on a standalone broker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub brokers: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -45,6 +66,21 @@ pub struct Metadata {
     /// ACLs (CreateAcls / DeleteAcls), in a stable order without duplicates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acls: Vec<AclBinding>,
+    /// In a cluster: every registered broker (`RegisterBroker` records, `crate::cluster`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub brokers: BTreeMap<u64, BrokerInfo>,
+    /// In a cluster: the index of the last metadata Raft entry applied to this snapshot
+    /// (the file is the metadata group's applied state).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub applied_index: u64,
+    /// In a cluster: this broker's id (`node.id`), set at start-up, never stored. Partitions
+    /// placed on other brokers have no owner core here (`owner` is `None`).
+    #[serde(skip)]
+    pub local_broker: Option<u64>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Metadata {
@@ -56,6 +92,9 @@ impl Metadata {
             topics: BTreeMap::new(),
             users: BTreeMap::new(),
             acls: Vec::new(),
+            brokers: BTreeMap::new(),
+            applied_index: 0,
+            local_broker: None,
         }
     }
 
@@ -110,10 +149,18 @@ impl Metadata {
                     t.owners.len()
                 ));
             }
-            if let Some(bad) = t.owners.iter().find(|&&o| o >= m.cores) {
+            // In a cluster a partition's core is one of its broker's, whose count may differ.
+            let cores = if t.brokers.is_empty() {
+                m.cores
+            } else {
+                if t.brokers.len() != t.owners.len() {
+                    return Err(format!("topic {name}: brokers and owners differ in length"));
+                }
+                Self::MAX_CORES
+            };
+            if let Some(bad) = t.owners.iter().find(|&&o| o >= cores) {
                 return Err(format!(
-                    "topic {name}: owner core {bad} is not below the core count {}",
-                    m.cores
+                    "topic {name}: owner core {bad} is not below the core count {cores}"
                 ));
             }
         }
@@ -232,12 +279,45 @@ impl Metadata {
         true
     }
 
-    /// Owner core of a partition, if the partition exists.
+    /// Owner core of a partition, if the partition exists on this broker (in a cluster, a
+    /// partition placed on another broker has no owner here: see `placed_elsewhere`).
     pub fn owner(&self, topic: &str, partition: i32) -> Option<usize> {
         let t = self.topics.get(topic)?;
+        let p = usize::try_from(partition).ok()?;
+        if let (Some(here), Some(&b)) = (self.local_broker, t.brokers.get(p)) {
+            if b != here {
+                return None;
+            }
+        }
+        t.owners.get(p).copied()
+    }
+
+    /// Whether the partition exists (on this broker or, in a cluster, on any).
+    pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
+        self.topics
+            .get(topic)
+            .is_some_and(|t| usize::try_from(partition).is_ok_and(|p| p < t.owners.len()))
+    }
+
+    /// In a cluster: the partition exists but lives on another broker (requests for it get
+    /// NOT_LEADER_OR_FOLLOWER, and the client refreshes its metadata).
+    pub fn placed_elsewhere(&self, topic: &str, partition: i32) -> bool {
+        let (Some(here), Some(t)) = (self.local_broker, self.topics.get(topic)) else {
+            return false;
+        };
         usize::try_from(partition)
             .ok()
-            .and_then(|p| t.owners.get(p).copied())
+            .and_then(|p| t.brokers.get(p))
+            .is_some_and(|&b| b != here)
+    }
+
+    /// The (broker, core) of every partition of `t`: the broker is `local` when the topic
+    /// has no placement (a standalone broker).
+    pub fn placement(t: &TopicMeta, local: u64) -> impl Iterator<Item = (u64, usize)> + '_ {
+        t.owners
+            .iter()
+            .enumerate()
+            .map(move |(p, &core)| (t.brokers.get(p).copied().unwrap_or(local), core))
     }
 }
 
@@ -292,6 +372,7 @@ mod tests {
                 id: new_topic_id(),
                 owners,
                 configs: BTreeMap::new(),
+                brokers: Vec::new(),
             },
         );
         m.save(&dir).unwrap();
@@ -315,6 +396,7 @@ mod tests {
                 id: new_topic_id(),
                 owners: vec![0, 1],
                 configs: BTreeMap::new(),
+                brokers: Vec::new(),
             },
         );
         let good = serde_json::to_vec(&m).unwrap();

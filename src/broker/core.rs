@@ -43,7 +43,9 @@ pub(super) async fn core_main(
         Vec<std::net::SocketAddr>,
         Option<Arc<super::tls::TlsSource>>,
     ),
-    watch: std::os::unix::net::UnixStream,
+    // The socket the signal thread wakes this core with, and (core 0 of a broker in a
+    // cluster) what its metadata Raft node starts from.
+    (watch, cluster): (std::os::unix::net::UnixStream, Option<super::cluster::Boot>),
 ) -> Result<(), String> {
     // glommio's shared channels (the meshes, and joining them) wake a sleeping executor
     // through an eventfd and can lose that wake-up (glommio#261): both cores then sleep in
@@ -96,7 +98,6 @@ pub(super) async fn core_main(
     step(3);
     shard.open_txns().await?;
     step(4);
-
     let wheel_queue = glommio::executor().create_task_queue(
         glommio::Shares::default(),
         glommio::Latency::Matters(Duration::from_millis(2)),
@@ -210,6 +211,21 @@ pub(super) async fn core_main(
             glommio::spawn_local(server::accept_loop(shard.clone(), l, ep)).detach();
         }
     }
+    // The metadata Raft group (core 0, cluster only). Started once every core has opened its
+    // logs and bound its listeners: applying a committed record makes every core open or
+    // retire logs (`Req::Apply`), which must not race a core's own start-up opening. Then
+    // this broker registers its endpoints, all known now.
+    if let Some(boot) = cluster {
+        let started = Instant::now();
+        while global.bound.load(Ordering::SeqCst) < cores {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("the other cores never bound their listeners".into());
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        let node = start_cluster(&shard, boot)?;
+        glommio::spawn_local(shard.clone().register_broker(node)).detach();
+    }
 
     // Shutdown watcher: woken by the byte the signal thread writes to this core's socket.
     {
@@ -261,6 +277,24 @@ pub(super) async fn core_main(
         glommio::timer::sleep(Duration::from_millis(5)).await;
     }
     Ok(())
+}
+
+/// Starts the metadata Raft node on core 0, applying committed records through the shard.
+fn start_cluster(
+    shard: &std::rc::Rc<Shard>,
+    boot: super::cluster::Boot,
+) -> Result<std::rc::Rc<super::cluster::Node>, String> {
+    let (applier, reader) = (shard.clone(), shard.clone());
+    let hooks = super::cluster::Hooks {
+        apply: Box::new(move |batches, last| {
+            let shard = applier.clone();
+            Box::pin(async move { shard.apply_cluster(batches, last).await })
+        }),
+        current: Box::new(move || reader.metadata()),
+    };
+    let node = super::cluster::Node::start(boot, hooks)?;
+    shard.set_cluster_node(node.clone());
+    Ok(node)
 }
 
 /// `listeners.per.core`: the (host, port) advertised for each core on listener `li`. The

@@ -11,6 +11,7 @@
 //! - `streaming`, `server`, `metrics_endpoint`: connections (Kafka and HTTP);
 //! - `listen`, `core` and this file: start-up and shutdown.
 
+mod cluster;
 mod core;
 mod errors;
 mod group;
@@ -64,6 +65,13 @@ pub struct ServeArgs {
     /// A Kafka-named setting, e.g. --set log.retention.ms=60000 (repeatable)
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// This broker's id in a cluster (the `node.id` setting); needs --peers
+    #[arg(long)]
+    node_id: Option<u64>,
+    /// Every broker of the cluster, this one included, as ID@HOST:PORT,... (inter-broker
+    /// addresses; the `controller.quorum.voters` setting); needs --node-id
+    #[arg(long)]
+    peers: Option<String>,
 }
 
 /// CPUs this process may run on (sched_getaffinity), in order.
@@ -99,6 +107,12 @@ fn build_config(args: &ServeArgs) -> Result<BrokerConfig, String> {
     }
     if let Some(a) = &args.advertised_listener {
         c.set("advertised.listeners", a)?;
+    }
+    if let Some(id) = args.node_id {
+        c.set("node.id", &id.to_string())?;
+    }
+    if let Some(p) = &args.peers {
+        c.set("controller.quorum.voters", p)?;
     }
     // Environment variables last: they override the file and the flags.
     let applied = c.apply_env(std::env::vars())?;
@@ -139,6 +153,43 @@ fn check_io_uring() -> Result<(), String> {
     Err(format!(
         "io_uring is unavailable ({e}): {why}. See docs/running.md."
     ))
+}
+
+/// A cluster's addresses (`node.id` + `controller.quorum.voters`): this broker's own
+/// inter-broker address (checked free) and every peer's, resolved. `None`: standalone.
+#[allow(clippy::type_complexity)]
+fn cluster_addresses(
+    config: &BrokerConfig,
+) -> Result<Option<(std::net::SocketAddr, Vec<(u64, std::net::SocketAddr)>)>, String> {
+    let (id, voters) = match (config.node_id, config.voters.as_slice()) {
+        (None, []) => return Ok(None),
+        (Some(_), []) => {
+            return Err("node.id (--node-id) needs controller.quorum.voters (--peers)".into())
+        }
+        (None, _) => {
+            return Err("controller.quorum.voters (--peers) needs node.id (--node-id)".into())
+        }
+        (Some(id), v) => (id, v),
+    };
+    let resolve = |addr: &str| -> Result<std::net::SocketAddr, String> {
+        addr.to_socket_addrs()
+            .map_err(|e| format!("controller.quorum.voters {addr}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("controller.quorum.voters {addr}: no address"))
+    };
+    let own = voters.iter().find(|v| v.id == id).ok_or_else(|| {
+        format!("node.id {id} is not one of controller.quorum.voters (--peers must name this broker too)")
+    })?;
+    let listen = resolve(&own.addr)?;
+    listen::check_free(
+        "the inter-broker address (controller.quorum.voters)",
+        listen,
+    )?;
+    let mut peers = Vec::new();
+    for v in voters.iter().filter(|v| v.id != id) {
+        peers.push((v.id, resolve(&v.addr)?));
+    }
+    Ok(Some((listen, peers)))
 }
 
 pub fn serve(args: ServeArgs) -> Result<(), String> {
@@ -220,6 +271,9 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             ));
         }
     }
+    // A cluster: this broker's own inter-broker address and its peers', resolved here (no
+    // DNS on the cores).
+    let cluster_addrs = cluster_addresses(&config)?;
     shard::data_dir_ok(&config.data_dir)?;
     // Absolute from here on: logs name the real place, and glommio cannot open relative paths.
     config.data_dir = std::path::absolute(&config.data_dir)
@@ -228,6 +282,17 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     // Metadata: loaded (or created) before any executor starts; partitions are re-spread
     // if the core count changed since the last run.
     let mut meta = Metadata::load(&config.data_dir)?.unwrap_or_else(|| Metadata::empty(cores));
+    meta.local_broker = config.node_id;
+    if config.node_id.is_some()
+        && meta.cores != cores
+        && meta.topics.values().any(|t| !t.brokers.is_empty())
+    {
+        return Err(format!(
+            "the core count changed ({} to {cores}): moving a cluster broker's partitions \
+             between cores is not supported yet; start it with --cores {}",
+            meta.cores, meta.cores
+        ));
+    }
     if meta.respread(cores) {
         info!(
             cores,
@@ -265,6 +330,16 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("probe executor failed: {e}"))?
             .map_err(|e| format!("priming direct I/O in {}: {e}", config.data_dir.display()))?;
     }
+    let mut cluster_boot = match cluster_addrs {
+        None => None,
+        Some((listen, peers)) => Some(cluster::Boot {
+            id: config.node_id.expect("checked with the voters"),
+            peers,
+            listen,
+            log: cluster::store::load(&config.data_dir)?,
+            applied: meta.applied_index,
+        }),
+    };
     let meta = Arc::new(meta);
     let config = Arc::new(config);
     let global = Arc::new(Global::new(cores, listen_addrs.len()));
@@ -332,6 +407,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         let (req_mesh, resp_mesh) = (req_mesh.clone(), resp_mesh.clone());
         let (listen_addrs, tls) = (listen_addrs.clone(), tls.clone());
         let watch = watch_fds.pop_front().expect("one watch socket per core");
+        let cluster = if i == 0 { cluster_boot.take() } else { None };
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("weir-core-{i}"))
             .io_memory(2 << 20)
@@ -344,7 +420,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
                     meta,
                     (req_mesh, resp_mesh),
                     (listen_addrs, tls),
-                    watch,
+                    (watch, cluster),
                 )
                 .await;
                 if let Err(e) = &res {

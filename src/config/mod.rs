@@ -52,6 +52,33 @@ const fn setting(
     }
 }
 
+/// `node.id`: -1 (standalone) or a broker id.
+fn parse_node_id(key: &str, value: &str) -> Result<Option<u64>, String> {
+    let v = value.trim();
+    if v == "-1" {
+        return Ok(None);
+    }
+    let id: u64 = v
+        .parse()
+        .map_err(|_| format!("{key}: '{v}' is not an id"))?;
+    if id == 0 || id > crate::cluster::MAX_BROKER_ID {
+        return Err(format!(
+            "{key}: {id} is not in 1..={}",
+            crate::cluster::MAX_BROKER_ID
+        ));
+    }
+    Ok(Some(id))
+}
+
+/// `controller.quorum.voters`: `none` (or empty) or `ID@HOST:PORT,...`.
+fn parse_voters_setting(value: &str) -> Result<Vec<crate::cluster::Voter>, String> {
+    let v = value.trim();
+    if v.is_empty() || v == "none" {
+        return Ok(Vec::new());
+    }
+    crate::cluster::parse_voters(v)
+}
+
 /// Every setting `BrokerConfig::set` accepts.
 pub const SETTINGS: &[Setting] = &[
     setting("log.dirs", "./data", "path", None,
@@ -80,6 +107,10 @@ pub const SETTINGS: &[Setting] = &[
         "With the authorizer on: a resource that no ACL names is open to everyone (true) or to super users only (false, Kafka's default)."),
     setting("listeners.per.core", "true", "bool", None,
         "Also listen on one port per core for each listener (that listener's port + 1 + core, so listeners' ports must be more than the core count apart; kernel-picked when the port is 0) and advertise each core as its own broker in Metadata, the leader of the partitions it owns and the coordinator of its groups, so clients send produce and fetch straight to the owning core (no cross-core hop). Each listener's own port stays its bootstrap address."),
+    setting("node.id", "-1", "id", None,
+        "This broker's id in a cluster (1 to 2097150; flag `--node-id`); -1: a standalone broker. Needs `controller.quorum.voters` (docs/running.md, \"A cluster of brokers\")."),
+    setting("controller.quorum.voters", "none", "ID@HOST:PORT,...", None,
+        "The brokers of a cluster and their inter-broker addresses (flag `--peers`), this broker's own included: every one is a voter of the metadata Raft group (docs/replication.md). This broker listens for the others on its own entry's address. `none`: a standalone broker (no Raft, today's single-node path)."),
     setting("offset.metadata.max.bytes", "4096", "bytes", None,
         "Largest metadata string an OffsetCommit may store with an offset; a larger one is refused with OFFSET_METADATA_TOO_LARGE (that partition's commit only)."),
     setting("transaction.max.timeout.ms", "900000", "ms", None,
@@ -182,6 +213,10 @@ pub struct BrokerConfig {
     pub listeners_per_core: bool,
     /// `offset.metadata.max.bytes`: largest committed-offset metadata.
     pub offset_metadata_max_bytes: usize,
+    /// `node.id`: this broker's id in a cluster (`None`: standalone).
+    pub node_id: Option<u64>,
+    /// `controller.quorum.voters`: every broker of the cluster (empty: standalone).
+    pub voters: Vec<crate::cluster::Voter>,
     pub socket_request_max_bytes: usize,
     /// How often each core applies retention.
     pub retention_check_interval_ms: u64,
@@ -255,6 +290,8 @@ impl Default for BrokerConfig {
             producer_id_expiration_ms: 86_400_000,
             listeners_per_core: true,
             offset_metadata_max_bytes: 4096,
+            node_id: None,
+            voters: Vec::new(),
             socket_request_max_bytes: 100 << 20,
             retention_check_interval_ms: 30_000,
             max_parked_fetches: 100_000,
@@ -375,6 +412,8 @@ impl BrokerConfig {
                 self.producer_id_expiration_ms = parse_num::<u32>(key, value)?.max(1).into();
             }
             "listeners.per.core" => self.listeners_per_core = parse_bool(key, value)?,
+            "node.id" => self.node_id = parse_node_id(key, value)?,
+            "controller.quorum.voters" => self.voters = parse_voters_setting(value)?,
             "offset.metadata.max.bytes" => {
                 self.offset_metadata_max_bytes = parse_num(key, value)?;
                 // Stored with a u16 length (group::offsets).
@@ -540,6 +579,15 @@ impl BrokerConfig {
             "transactional.id.expiration.ms" => self.transactional_id_expiration_ms.to_string(),
             "producer.id.expiration.ms" => self.producer_id_expiration_ms.to_string(),
             "listeners.per.core" => self.listeners_per_core.to_string(),
+            "node.id" => self.node_id.map_or("-1".to_string(), |id| id.to_string()),
+            "controller.quorum.voters" => match self.voters.as_slice() {
+                [] => "none".to_string(),
+                v => v
+                    .iter()
+                    .map(|v| format!("{}@{}", v.id, v.addr))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            },
             "offset.metadata.max.bytes" => self.offset_metadata_max_bytes.to_string(),
             "log.segment.bytes" => self.segment_bytes.to_string(),
             "log.roll.ms" => opt(self.segment_ms),

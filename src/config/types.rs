@@ -31,11 +31,13 @@ pub fn config_type(name: &str) -> ConfigType {
         | "ssl.client.auth"
         | "authorizer.class.name"
         | "super.users" => String,
+        "controller.quorum.voters" => List,
         "listeners.per.core"
         | "auto.create.topics.enable"
         | "log.cleaner.enable"
         | "allow.everyone.if.no.acl.found" => Boolean,
         "offset.metadata.max.bytes"
+        | "node.id"
         | "num.partitions"
         | "log.segment.bytes"
         | "log.retention.hours"

@@ -99,14 +99,13 @@ pub(super) fn describe_cluster(shard: &Rc<Shard>, listener: usize) -> DescribeCl
     let mut r = DescribeClusterResponse::default();
     r.endpoint_type = 1;
     r.cluster_id = s("weir");
-    r.controller_id = BrokerId(0);
+    r.controller_id = BrokerId(shard.controller_node());
     r.cluster_authorized_operations = i32::MIN;
     r.brokers = endpoints
         .iter()
-        .enumerate()
-        .map(|(id, (host, port))| {
+        .map(|(id, host, port)| {
             let mut b = DescribeClusterBroker::default();
-            b.broker_id = BrokerId(id as i32);
+            b.broker_id = BrokerId(*id);
             b.host = s(host);
             b.port = *port;
             b

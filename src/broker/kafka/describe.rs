@@ -67,7 +67,7 @@ pub(super) fn describe_topic_partitions(
         } else {
             0
         };
-        for (p, &owner) in tm.owners.iter().enumerate().skip(start) {
+        for p in (0..tm.owners.len()).skip(start) {
             if budget == 0 {
                 let mut c = Cursor::default();
                 c.topic_name = TopicName(s(&name));
@@ -76,7 +76,7 @@ pub(super) fn describe_topic_partitions(
                 break;
             }
             budget -= 1;
-            let leader = BrokerId(shard.node_of(owner));
+            let leader = BrokerId(shard.leader_node(&meta, tm, p));
             let mut mp = DescribeTopicPartitionsResponsePartition::default();
             mp.partition_index = p as i32;
             mp.leader_id = leader;

@@ -71,6 +71,9 @@ pub async fn gather_fetch(
             };
             match meta.owner(&name, fp.partition) {
                 _ if unknown != errors::NONE => r.error = unknown,
+                None if meta.placed_elsewhere(&name, fp.partition) => {
+                    r.error = errors::NOT_LEADER_OR_FOLLOWER
+                }
                 None => r.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(owner) => {
                     let g = groups.entry(owner).or_default();

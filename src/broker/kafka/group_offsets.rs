@@ -31,7 +31,7 @@ pub async fn offset_commit(shard: &Rc<Shard>, req: &OffsetCommitRequest) -> Offs
             let meta = &meta;
             t.partitions
                 .iter()
-                .map(move |p| meta.owner(&name, p.partition_index).is_some())
+                .map(move |p| meta.has_partition(&name, p.partition_index))
         })
         .collect();
     // Kafka also refuses (does not cut) metadata over offset.metadata.max.bytes, per partition.
@@ -289,7 +289,7 @@ pub async fn offset_delete(shard: &Rc<Shard>, req: &OffsetDeleteRequest) -> Offs
         .map(|t| {
             t.partitions
                 .iter()
-                .map(|p| meta.owner(t.name.as_str(), p.partition_index).is_some())
+                .map(|p| meta.has_partition(t.name.as_str(), p.partition_index))
                 .collect()
         })
         .collect();

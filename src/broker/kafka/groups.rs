@@ -50,6 +50,11 @@ pub fn find_coordinator(
     // The group's core (its offsets bucket's owner), or the transactional id's (its
     // transaction log bucket's owner), when each core is its own broker.
     let endpoint = |key: &str| -> (i32, String, i32) {
+        if req.key_type == 0 {
+            if let Some(e) = shard.group_coordinator(key, listener) {
+                return e;
+            }
+        }
         let core = if req.key_type == 1 {
             crate::broker::txn::core_of(key, shard.cores)
         } else {
@@ -57,9 +62,9 @@ pub fn find_coordinator(
         };
         let node = shard.node_of(core);
         let brokers = shard.brokers(listener);
-        match brokers.get(node as usize) {
-            Some((h, p)) => (node, h.clone(), *p),
-            None => (0, brokers[0].0.clone(), brokers[0].1),
+        match brokers.iter().find(|b| b.0 == node) {
+            Some((_, h, p)) => (node, h.clone(), *p),
+            None => brokers[0].clone(),
         }
     };
     let mut r = FindCoordinatorResponse::default();

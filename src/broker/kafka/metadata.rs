@@ -86,17 +86,16 @@ pub(super) async fn metadata(
     let mut r = MetadataResponse::default();
     r.brokers = endpoints
         .iter()
-        .enumerate()
-        .map(|(id, (host, port))| {
+        .map(|(id, host, port)| {
             let mut broker = MetadataResponseBroker::default();
-            broker.node_id = BrokerId(id as i32);
+            broker.node_id = BrokerId(*id);
             broker.host = s(host);
             broker.port = *port;
             broker
         })
         .collect();
     r.cluster_id = Some(s("weir"));
-    r.controller_id = BrokerId(0);
+    r.controller_id = BrokerId(shard.controller_node());
     r.cluster_authorized_operations = i32::MIN;
     let names: Vec<String> = match requested {
         None => meta.topics.keys().cloned().collect(),
@@ -116,12 +115,9 @@ pub(super) async fn metadata(
             }
             Some(tm) => {
                 t.topic_id = topic_uuid(&tm.id);
-                t.partitions = tm
-                    .owners
-                    .iter()
-                    .enumerate()
-                    .map(|(p, &owner)| {
-                        let leader = BrokerId(shard.node_of(owner));
+                t.partitions = (0..tm.owners.len())
+                    .map(|p| {
+                        let leader = BrokerId(shard.leader_node(&meta, tm, p));
                         let mut mp = MetadataResponsePartition::default();
                         mp.partition_index = p as i32;
                         mp.leader_id = leader;

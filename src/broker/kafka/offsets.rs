@@ -34,6 +34,9 @@ pub(super) async fn list_offsets(
                 pr.leader_epoch = 0;
             }
             match meta.owner(&name, p.partition_index) {
+                None if meta.placed_elsewhere(&name, p.partition_index) => {
+                    pr.error_code = errors::NOT_LEADER_OR_FOLLOWER
+                }
                 None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(owner) => {
                     let g = groups.entry(owner).or_default();
@@ -93,6 +96,9 @@ pub(super) async fn delete_records(
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
             match meta.owner(&name, p.partition_index) {
+                None if meta.placed_elsewhere(&name, p.partition_index) => {
+                    pr.error_code = errors::NOT_LEADER_OR_FOLLOWER
+                }
                 None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(owner) => {
                     let g = groups.entry(owner).or_default();

@@ -71,6 +71,9 @@ pub(super) async fn produce(
                 res.error = errors::TOPIC_AUTHORIZATION_FAILED;
             } else {
                 match meta.owner(&name, pd.index) {
+                    None if meta.placed_elsewhere(&name, pd.index) => {
+                        res.error = errors::NOT_LEADER_OR_FOLLOWER
+                    }
                     None => res.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
                     Some(owner) => {
                         let g = groups.entry(owner).or_default();

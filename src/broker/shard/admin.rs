@@ -9,8 +9,8 @@ use tracing::{info, warn};
 
 use super::*;
 use crate::broker::errors::{self};
-use weir::config::apply_topic_config;
-use weir::metadata::{new_topic_id, valid_topic_name, Metadata, TopicMeta};
+use weir::cluster::Record;
+use weir::metadata::{new_topic_id, Metadata, TopicMeta};
 
 impl Shard {
     // ---- Metadata changes (core 0) ----
@@ -20,6 +20,9 @@ impl Shard {
         topics: Vec<NewTopic>,
         validate_only: bool,
     ) -> Vec<TopicResult> {
+        if let Some(node) = self.cluster_node() {
+            return self.cluster_create(&node, topics, validate_only).await;
+        }
         let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
             return Vec::new();
         };
@@ -33,46 +36,12 @@ impl Shard {
                 message: None,
                 partitions: t.partitions,
             };
-            let count = if t.partitions == -1 {
-                self.config.num_partitions as i32
-            } else {
-                t.partitions
-            };
-            r.partitions = count;
-            let mut configs = std::collections::BTreeMap::new();
-            let mut probe = self.config.log_config(&configs);
-            let mut bad_config = None;
-            for (k, v) in &t.configs {
-                let Some(v) = v else { continue };
-                match apply_topic_config(&mut probe, k, v) {
-                    Ok(()) => {
-                        configs.insert(k.clone(), v.clone());
-                    }
-                    Err(e) => bad_config = Some(e),
-                }
-            }
-            if !valid_topic_name(&t.name) {
-                r.error = errors::INVALID_TOPIC_EXCEPTION;
-                r.message = Some(format!("invalid topic name '{}'", t.name));
-            } else if meta.topics.contains_key(&t.name) {
-                r.error = errors::TOPIC_ALREADY_EXISTS;
-                r.message = Some(format!("topic '{}' already exists", t.name));
-            } else if count <= 0 || count > 100_000 {
-                r.error = errors::INVALID_PARTITIONS;
-                r.message = Some(format!("invalid partition count {count}"));
-            } else if t.replication_factor > 1
-                || t.replication_factor == 0
-                || t.replication_factor < -1
-            {
-                r.error = errors::INVALID_REPLICATION_FACTOR;
-                r.message = Some(format!(
-                    "replication factor {} is not available: this is a single broker",
-                    t.replication_factor
-                ));
-            } else if let Some(e) = bad_config {
-                r.error = errors::INVALID_CONFIG;
-                r.message = Some(e);
-            } else if !validate_only {
+            let checked = self.check_new_topic(&meta, &t);
+            r.partitions = self.partition_count(&t);
+            if let Err((code, message)) = checked {
+                r.error = code;
+                r.message = Some(message);
+            } else if let (Ok((count, configs)), false) = (checked, validate_only) {
                 // A crash between a DeleteTopics (metadata saved) and the owner deleting the
                 // log can leave a directory behind: a new topic of that name starts empty.
                 self.remove_stale_dirs(&t.name).await;
@@ -83,6 +52,7 @@ impl Shard {
                         id: new_topic_id(),
                         owners,
                         configs,
+                        brokers: Vec::new(),
                     },
                 );
                 changed = true;
@@ -138,6 +108,11 @@ impl Shard {
         topics: Vec<NewPartitions>,
         validate_only: bool,
     ) -> Vec<TopicResult> {
+        if let Some(node) = self.cluster_node() {
+            return self
+                .cluster_create_partitions(&node, topics, validate_only)
+                .await;
+        }
         let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
             return Vec::new();
         };
@@ -296,6 +271,9 @@ impl Shard {
     }
 
     pub(super) async fn admin_delete(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicResult> {
+        if let Some(node) = self.cluster_node() {
+            return self.cluster_delete(&node, names).await;
+        }
         let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
             return Vec::new();
         };
@@ -332,6 +310,11 @@ impl Shard {
         changes: Vec<ConfigChange>,
         validate_only: bool,
     ) -> Vec<TopicResult> {
+        if let Some(node) = self.cluster_node() {
+            return self
+                .cluster_alter_configs(&node, changes, validate_only)
+                .await;
+        }
         let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
             return Vec::new();
         };
@@ -351,25 +334,16 @@ impl Shard {
                 results.push(r);
                 continue;
             };
-            let mut configs = if c.replace_all {
-                std::collections::BTreeMap::new()
-            } else {
-                t.configs.clone()
+            let configs = match self.altered_configs(t, &c) {
+                Ok(configs) => configs,
+                Err(e) => {
+                    r.error = errors::INVALID_CONFIG;
+                    r.message = Some(e);
+                    results.push(r);
+                    continue;
+                }
             };
-            for (k, v) in &c.ops {
-                match v {
-                    Some(v) => configs.insert(k.clone(), v.trim().to_string()),
-                    None => configs.remove(k),
-                };
-            }
-            let mut probe = self.config.log_config(&std::collections::BTreeMap::new());
-            let bad = configs
-                .iter()
-                .find_map(|(k, v)| apply_topic_config(&mut probe, k, v).err());
-            if let Some(e) = bad {
-                r.error = errors::INVALID_CONFIG;
-                r.message = Some(e);
-            } else if !validate_only && configs != t.configs {
+            if !validate_only && configs != t.configs {
                 info!(topic = %c.topic, ?configs, "topic configs changed");
                 t.configs = configs;
                 changed = true;
@@ -390,6 +364,9 @@ impl Shard {
         self: &Rc<Self>,
         changes: Vec<UserChange>,
     ) -> Vec<(String, i16, Option<String>)> {
+        if let Some(node) = self.cluster_node() {
+            return self.cluster_alter_users(&node, changes).await;
+        }
         let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
             return Vec::new();
         };
@@ -441,6 +418,9 @@ impl Shard {
         self: &Rc<Self>,
         acls: Vec<weir::acl::AclBinding>,
     ) -> Result<(), String> {
+        if let Some(node) = self.cluster_node() {
+            return self.cluster_acls(&node, Record::CreateAcls { acls }).await;
+        }
         let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
             return Err("shutting down".into());
         };
@@ -465,6 +445,13 @@ impl Shard {
         self: &Rc<Self>,
         filters: Vec<weir::acl::AclFilter>,
     ) -> Result<Vec<Vec<weir::acl::AclBinding>>, String> {
+        if let Some(node) = self.cluster_node() {
+            let deleted = super::replicated::acls_matching(&self.metadata(), &filters);
+            let acls = deleted.iter().flatten().cloned().collect();
+            self.cluster_acls(&node, Record::DeleteAcls { acls })
+                .await?;
+            return Ok(deleted);
+        }
         let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
             return Err("shutting down".into());
         };
@@ -484,30 +471,6 @@ impl Shard {
             self.commit_metadata(meta).await?;
         }
         Ok(deleted)
-    }
-
-    /// The brokers a client that came in on `listener` is told about, (host, port) by broker
-    /// id: one per core with `listeners.per.core`, else the one node 0.
-    pub fn brokers(&self, listener: usize) -> Vec<(String, i32)> {
-        match self.core_endpoints.borrow().get(listener) {
-            Some(e) => e.clone(),
-            None => vec![self
-                .advertised
-                .borrow()
-                .get(listener)
-                .cloned()
-                .unwrap_or_default()],
-        }
-    }
-
-    /// The broker id that leads a partition owned by `core` (and coordinates a group living
-    /// there): the core itself with `listeners.per.core`, else the one node 0.
-    pub fn node_of(&self, core: usize) -> i32 {
-        if self.core_endpoints.borrow().is_empty() {
-            0
-        } else {
-            core as i32
-        }
     }
 
     /// Removes `topic-N` directories of a topic that is not in the metadata (on the blocking

@@ -44,11 +44,11 @@ impl Shard {
         }
         for (name, t) in &meta.topics {
             let config = self.config.log_config(&t.configs);
-            for (p, &owner) in t.owners.iter().enumerate() {
-                if owner != self.id {
+            for p in 0..t.owners.len() as i32 {
+                // `owner` is `None` for a partition placed on another broker of a cluster.
+                if meta.owner(name, p) != Some(self.id) {
                     continue;
                 }
-                let p = p as i32;
                 if let Some(existing) = self.partition(name, p) {
                     existing.log.set_config(config.clone());
                     continue;

@@ -11,6 +11,7 @@
 //! topic names, `bytes::Bytes` records, `Arc<Metadata>` snapshots.
 
 mod admin;
+mod checks;
 mod cleaner;
 mod fetch;
 mod lifecycle;
@@ -18,6 +19,7 @@ mod mesh;
 mod msg;
 mod offsets;
 mod produce;
+mod replicated;
 mod txn;
 
 use std::cell::{Cell, RefCell};
@@ -176,6 +178,9 @@ pub struct Shard {
     warned_queue_full: Cell<bool>,
 
     admin_lock: Semaphore,
+    /// Core 0 of a broker in a cluster: the metadata Raft group's node (`None` elsewhere
+    /// and on a standalone broker).
+    cluster: RefCell<Option<Rc<crate::broker::cluster::Node>>>,
     /// The group coordinator of the offset buckets this core owns.
     groups: RefCell<Option<Rc<Coordinator>>>,
     /// The transaction coordinator of the transaction-log buckets this core owns.
@@ -255,6 +260,7 @@ impl Shard {
             warned_queue_full: Cell::new(false),
             metrics: Default::default(),
             admin_lock: Semaphore::new(1),
+            cluster: RefCell::new(None),
             groups: RefCell::new(None),
             txns: RefCell::new(None),
             shutdown: Event::default(),

@@ -1,0 +1,211 @@
+//! Traffic between brokers (core 0 to core 0): one outbound TCP connection per peer, written
+//! by that peer's sender task, and the connections peers open to us, read by a task each.
+//!
+//! A frame is `length (u32 BE) | kind (u8) | body`, the length counting kind and body:
+//! - kind 1: a raft-rs `Message` (protobuf);
+//! - kind 2: `Forward` (JSON): an admin request's records for the metadata leader;
+//! - kind 3: `Reply` (JSON): the Raft index the leader proposed them at, or why not.
+//!
+//! A peer that sends a frame that does not decode loses that connection, never more.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use protobuf::Message as _;
+use raft::prelude::Message;
+use serde::{Deserialize, Serialize};
+use tracing::{debug, info};
+use weir::cluster::Record;
+
+use crate::broker::sync::Notify;
+
+/// Largest frame accepted from a peer.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+/// Frames queued for a peer that cannot be reached; past it the oldest are dropped (Raft
+/// resends what matters).
+const MAX_QUEUED: usize = 4096;
+const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+const KIND_RAFT: u8 = 1;
+const KIND_FORWARD: u8 = 2;
+const KIND_REPLY: u8 = 3;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Forward {
+    pub from: u64,
+    pub req: u64,
+    pub records: Vec<Record>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub req: u64,
+    /// The Raft index of the proposed entry, or why it was not proposed.
+    pub result: Result<u64, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Raft(Message),
+    Forward(Forward),
+    Reply(Reply),
+}
+
+impl Frame {
+    pub fn encode(&self) -> Vec<u8> {
+        let (kind, body) = match self {
+            Frame::Raft(m) => (KIND_RAFT, m.write_to_bytes().expect("a message encodes")),
+            Frame::Forward(f) => (KIND_FORWARD, serde_json::to_vec(f).expect("encodes")),
+            Frame::Reply(r) => (KIND_REPLY, serde_json::to_vec(r).expect("encodes")),
+        };
+        let mut out = Vec::with_capacity(5 + body.len());
+        out.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
+        out.push(kind);
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Decodes a frame's kind and body (after the length).
+    pub fn decode(kind_and_body: &[u8]) -> Result<Frame, String> {
+        let (&kind, body) = kind_and_body.split_first().ok_or("empty frame")?;
+        match kind {
+            KIND_RAFT => Message::parse_from_bytes(body)
+                .map(Frame::Raft)
+                .map_err(|e| format!("bad Raft message: {e}")),
+            KIND_FORWARD => serde_json::from_slice(body)
+                .map(Frame::Forward)
+                .map_err(|e| format!("bad forward: {e}")),
+            KIND_REPLY => serde_json::from_slice(body)
+                .map(Frame::Reply)
+                .map_err(|e| format!("bad reply: {e}")),
+            k => Err(format!("unknown frame kind {k}")),
+        }
+    }
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of the stream.
+pub async fn read_frame(stream: &mut TcpStream) -> Result<Option<Frame>, String> {
+    let mut len = [0u8; 4];
+    match stream.read_exact(&mut len).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME_BYTES {
+        return Err(format!("frame of {len} bytes"));
+    }
+    let mut buf = vec![0u8; len];
+    stream
+        .read_exact(&mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    Frame::decode(&buf).map(Some)
+}
+
+/// One peer broker: the frames waiting to be written to it, and its sender task's wake-up.
+pub struct Peer {
+    pub id: u64,
+    addr: SocketAddr,
+    queue: RefCell<VecDeque<Vec<u8>>>,
+    work: Notify,
+}
+
+impl Peer {
+    pub fn new(id: u64, addr: SocketAddr) -> Rc<Peer> {
+        Rc::new(Peer {
+            id,
+            addr,
+            queue: RefCell::new(VecDeque::new()),
+            work: Notify::default(),
+        })
+    }
+
+    pub fn send(&self, frame: &Frame) {
+        let mut q = self.queue.borrow_mut();
+        if q.len() >= MAX_QUEUED {
+            q.pop_front();
+        }
+        q.push_back(frame.encode());
+        drop(q);
+        self.work.notify();
+    }
+
+    /// The sender task: connects (again after any error), then writes queued frames.
+    pub async fn run(self: Rc<Self>) {
+        let mut connected_before = false;
+        loop {
+            let mut stream = match TcpStream::connect_timeout(self.addr, CONNECT_TIMEOUT).await {
+                Ok(s) => s,
+                Err(e) => {
+                    debug!(peer = self.id, addr = %self.addr, error = %e, "cannot reach peer");
+                    glommio::timer::sleep(RECONNECT_PAUSE).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            if !connected_before {
+                info!(peer = self.id, addr = %self.addr, "connected to peer broker");
+                connected_before = true;
+            }
+            'conn: loop {
+                let frames: Vec<Vec<u8>> = self.queue.borrow_mut().drain(..).collect();
+                if frames.is_empty() {
+                    self.work.notified().await;
+                    continue;
+                }
+                for f in frames {
+                    if let Err(e) = stream.write_all(&f).await {
+                        debug!(peer = self.id, error = %e, "peer connection lost; reconnecting");
+                        break 'conn;
+                    }
+                }
+            }
+            glommio::timer::sleep(RECONNECT_PAUSE).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weir::cluster::Record;
+
+    #[test]
+    fn frames_roundtrip_and_garbage_is_an_error() {
+        let m = Message {
+            from: 1,
+            to: 2,
+            term: 7,
+            ..Default::default()
+        };
+        let frames = [
+            Frame::Raft(m),
+            Frame::Forward(Forward {
+                from: 2,
+                req: 9,
+                records: vec![Record::DeleteTopic { name: "t".into() }],
+            }),
+            Frame::Reply(Reply {
+                req: 9,
+                result: Err("not the leader".into()),
+            }),
+        ];
+        for f in frames {
+            let bytes = f.encode();
+            let len = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+            assert_eq!(len, bytes.len() - 4);
+            assert_eq!(Frame::decode(&bytes[4..]).unwrap(), f);
+        }
+        assert!(Frame::decode(&[]).is_err());
+        assert!(Frame::decode(&[9, 1, 2]).is_err());
+        assert!(Frame::decode(&[KIND_FORWARD, b'{']).is_err());
+        assert!(Frame::decode(&[KIND_RAFT, 0xff, 0xff, 0xff]).is_err());
+    }
+}

@@ -1,0 +1,105 @@
+//! The checks of topic admin requests against a metadata snapshot, shared by the single-broker
+//! path (`admin`) and the cluster path (`replicated`): a new topic's partition count and
+//! config overrides, a topic's overrides after an AlterConfigs.
+
+use super::*;
+use crate::broker::errors;
+use weir::config::apply_topic_config;
+use weir::metadata::{valid_topic_name, Metadata, TopicMeta};
+
+impl Shard {
+    /// The partitions a new topic asks for (-1: `num.partitions`).
+    pub(super) fn partition_count(&self, t: &NewTopic) -> i32 {
+        if t.partitions == -1 {
+            self.config.num_partitions as i32
+        } else {
+            t.partitions
+        }
+    }
+
+    /// CreateTopics' checks of one topic against `meta`: its partition count (-1: the
+    /// default) and its config overrides, or the error code and message.
+    pub(super) fn check_new_topic(
+        &self,
+        meta: &Metadata,
+        t: &NewTopic,
+    ) -> Result<(i32, std::collections::BTreeMap<String, String>), (i16, String)> {
+        let count = self.partition_count(t);
+        let mut configs = std::collections::BTreeMap::new();
+        let mut probe = self.config.log_config(&configs);
+        let mut bad_config = None;
+        for (k, v) in &t.configs {
+            let Some(v) = v else { continue };
+            match apply_topic_config(&mut probe, k, v) {
+                Ok(()) => {
+                    configs.insert(k.clone(), v.clone());
+                }
+                Err(e) => bad_config = Some(e),
+            }
+        }
+        if !valid_topic_name(&t.name) {
+            Err((
+                errors::INVALID_TOPIC_EXCEPTION,
+                format!("invalid topic name '{}'", t.name),
+            ))
+        } else if meta.topics.contains_key(&t.name) {
+            Err((
+                errors::TOPIC_ALREADY_EXISTS,
+                format!("topic '{}' already exists", t.name),
+            ))
+        } else if count <= 0 || count > 100_000 {
+            Err((
+                errors::INVALID_PARTITIONS,
+                format!("invalid partition count {count}"),
+            ))
+        } else if t.replication_factor > 1 || t.replication_factor == 0 || t.replication_factor < -1
+        {
+            Err((
+                errors::INVALID_REPLICATION_FACTOR,
+                if meta.local_broker.is_some() {
+                    format!(
+                        "replication factor {} is not available: partitions have one replica \
+                         (replication across brokers is not there yet)",
+                        t.replication_factor
+                    )
+                } else {
+                    format!(
+                        "replication factor {} is not available: this is a single broker",
+                        t.replication_factor
+                    )
+                },
+            ))
+        } else if let Some(e) = bad_config {
+            Err((errors::INVALID_CONFIG, e))
+        } else {
+            Ok((count, configs))
+        }
+    }
+
+    /// A topic's config overrides after `c`, checked like CreateTopics' (values trimmed).
+    pub(super) fn altered_configs(
+        &self,
+        t: &TopicMeta,
+        c: &ConfigChange,
+    ) -> Result<std::collections::BTreeMap<String, String>, String> {
+        let mut configs = if c.replace_all {
+            std::collections::BTreeMap::new()
+        } else {
+            t.configs.clone()
+        };
+        for (k, v) in &c.ops {
+            match v {
+                Some(v) => configs.insert(k.clone(), v.trim().to_string()),
+                None => configs.remove(k),
+            };
+        }
+        let mut probe = self.config.log_config(&std::collections::BTreeMap::new());
+        match configs
+            .iter()
+            .find_map(|(k, v)| apply_topic_config(&mut probe, k, v).err())
+        {
+            Some(e) => Err(e),
+            None => Ok(configs),
+        }
+    }
+}

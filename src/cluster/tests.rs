@@ -1,0 +1,282 @@
+//! The records' plan and apply, the voters' parsing.
+
+use super::*;
+
+fn broker(cores: usize, port: i32) -> BrokerInfo {
+    BrokerInfo {
+        cores,
+        listeners: vec![ListenerEndpoints {
+            host: "127.0.0.1".into(),
+            port,
+            cores: (0..cores)
+                .map(|c| ("127.0.0.1".into(), port + 1 + c as i32))
+                .collect(),
+        }],
+    }
+}
+
+fn create(name: &str, count: usize) -> Record {
+    Record::CreateTopic {
+        name: name.into(),
+        count,
+        id: String::new(),
+        partitions: Vec::new(),
+        configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+    }
+}
+
+/// Two brokers applying the same planned records end with the same metadata, and the
+/// placement spreads partitions over every (broker, core).
+#[test]
+fn same_records_same_metadata_and_spread() {
+    let mut leader = Metadata::empty(2);
+    let mut r = create("t", 5);
+    assert_eq!(
+        r.plan(&leader).unwrap_err(),
+        "no broker has registered yet",
+        "no placement before any broker registered"
+    );
+    let regs = [
+        Record::RegisterBroker {
+            id: 1,
+            info: broker(2, 9000),
+        },
+        Record::RegisterBroker {
+            id: 2,
+            info: broker(1, 9100),
+        },
+    ];
+    for reg in &regs {
+        assert_eq!(apply(&mut leader, reg), Outcome::Done);
+    }
+    assert_eq!(apply(&mut leader, &regs[0]), Outcome::Unchanged);
+    r.plan(&leader).unwrap();
+    let Record::CreateTopic { partitions, id, .. } = &r else {
+        unreachable!()
+    };
+    assert_eq!(id.len(), 32);
+    let placed: Vec<(u64, usize)> = partitions.iter().map(|p| (p.broker, p.core)).collect();
+    assert_eq!(placed, vec![(1, 0), (1, 1), (2, 0), (1, 0), (1, 1)]);
+    // A batch travels as bytes and is applied by another broker.
+    let batch = Batch {
+        req: 7,
+        records: vec![regs[0].clone(), regs[1].clone(), r.clone()],
+    };
+    let back = Batch::decode(&batch.encode()).unwrap();
+    assert_eq!(back, batch);
+    let mut follower = Metadata::empty(4);
+    for rec in &back.records {
+        apply(&mut follower, rec);
+    }
+    apply(&mut leader, &r);
+    assert_eq!(follower.topics, leader.topics);
+    assert_eq!(follower.brokers, leader.brokers);
+    assert_eq!(follower.topics["t"].brokers, vec![1, 1, 2, 1, 1]);
+    assert_eq!(follower.topics["t"].owners, vec![0, 1, 0, 0, 1]);
+    // The metadata file of a cluster broker round-trips through `parse`.
+    let bytes = serde_json::to_vec(&follower).unwrap();
+    assert_eq!(Metadata::parse(&bytes).unwrap(), follower);
+}
+
+#[test]
+fn owner_is_local_only() {
+    let mut m = Metadata::empty(2);
+    apply(
+        &mut m,
+        &Record::RegisterBroker {
+            id: 1,
+            info: broker(2, 9000),
+        },
+    );
+    apply(
+        &mut m,
+        &Record::RegisterBroker {
+            id: 2,
+            info: broker(2, 9100),
+        },
+    );
+    let mut r = create("t", 4);
+    r.plan(&m).unwrap();
+    assert_eq!(apply(&mut m, &r), Outcome::Done);
+    m.local_broker = Some(2);
+    // Placed (1,0), (1,1), (2,0), (2,1).
+    assert_eq!(m.owner("t", 0), None);
+    assert!(m.placed_elsewhere("t", 0));
+    assert_eq!(m.owner("t", 3), Some(1));
+    assert!(!m.placed_elsewhere("t", 3));
+    assert!(!m.placed_elsewhere("t", 9));
+    m.local_broker = None;
+    assert_eq!(
+        m.owner("t", 0),
+        Some(0),
+        "standalone view: every partition is here"
+    );
+}
+
+#[test]
+fn conflicting_and_invalid_records_change_nothing() {
+    let mut m = Metadata::empty(1);
+    apply(
+        &mut m,
+        &Record::RegisterBroker {
+            id: 1,
+            info: broker(1, 9000),
+        },
+    );
+    let mut a = create("t", 2);
+    a.plan(&m).unwrap();
+    let mut b = create("t", 3);
+    b.plan(&m).unwrap();
+    assert_eq!(apply(&mut m, &a), Outcome::Done);
+    let before = m.clone();
+    assert_eq!(apply(&mut m, &b), Outcome::TopicExists);
+    assert_eq!(m, before);
+    // Unplanned (no placement) and badly named topics are refused.
+    assert!(matches!(
+        apply(&mut m, &create("u", 2)),
+        Outcome::InvalidPartitions(_)
+    ));
+    let mut bad = create("a/b", 1);
+    bad.plan(&m).unwrap();
+    assert!(matches!(apply(&mut m, &bad), Outcome::Invalid(_)));
+    assert_eq!(
+        apply(&mut m, &Record::DeleteTopic { name: "zz".into() }),
+        Outcome::UnknownTopic
+    );
+    let shrink = Record::CreatePartitions {
+        topic: "t".into(),
+        count: 1,
+        added: vec![],
+    };
+    assert!(matches!(
+        apply(&mut m, &shrink),
+        Outcome::InvalidPartitions(_)
+    ));
+    assert_eq!(m, before);
+}
+
+#[test]
+fn alter_configs_grow_and_delete() {
+    let mut m = Metadata::empty(1);
+    apply(
+        &mut m,
+        &Record::RegisterBroker {
+            id: 3,
+            info: broker(1, 9000),
+        },
+    );
+    let mut r = create("t", 1);
+    r.plan(&m).unwrap();
+    apply(&mut m, &r);
+    let set = |k: &str, v: Option<&str>| (k.to_string(), v.map(str::to_string));
+    let alter = Record::AlterConfigs {
+        topic: "t".into(),
+        replace_all: false,
+        ops: vec![
+            set("cleanup.policy", Some("compact")),
+            set("retention.ms", None),
+        ],
+    };
+    assert_eq!(apply(&mut m, &alter), Outcome::Done);
+    assert_eq!(apply(&mut m, &alter), Outcome::Unchanged);
+    assert_eq!(
+        m.topics["t"].configs,
+        BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())])
+    );
+    let replace = Record::AlterConfigs {
+        topic: "t".into(),
+        replace_all: true,
+        ops: vec![set("segment.ms", Some("5000"))],
+    };
+    assert_eq!(apply(&mut m, &replace), Outcome::Done);
+    assert_eq!(m.topics["t"].configs.len(), 1);
+    let mut grow = Record::CreatePartitions {
+        topic: "t".into(),
+        count: 3,
+        added: vec![],
+    };
+    grow.plan(&m).unwrap();
+    assert_eq!(apply(&mut m, &grow), Outcome::Done);
+    assert_eq!(m.topics["t"].brokers, vec![3, 3, 3]);
+    assert_eq!(
+        apply(&mut m, &Record::DeleteTopic { name: "t".into() }),
+        Outcome::Done
+    );
+    assert!(m.topics.is_empty());
+}
+
+#[test]
+fn users_and_acls() {
+    use crate::acl::{Operation, PatternType, Permission, ResourceType};
+    let mut m = Metadata::empty(1);
+    let cred = ScramCredential {
+        salt: "c2FsdA==".into(),
+        iterations: 4096,
+        stored_key: "a2V5".into(),
+        server_key: "a2V5".into(),
+    };
+    let set = Record::AlterUser {
+        user: "alice".into(),
+        mechanism: "SCRAM-SHA-256".into(),
+        credential: Some(cred.clone()),
+    };
+    let del = Record::AlterUser {
+        user: "alice".into(),
+        mechanism: "SCRAM-SHA-256".into(),
+        credential: None,
+    };
+    assert_eq!(apply(&mut m, &del), Outcome::NotFound);
+    assert_eq!(apply(&mut m, &set), Outcome::Done);
+    assert_eq!(apply(&mut m, &set), Outcome::Unchanged);
+    assert_eq!(m.users["alice"]["SCRAM-SHA-256"], cred);
+    assert_eq!(apply(&mut m, &del), Outcome::Done);
+    assert!(m.users.is_empty(), "a user without credentials is gone");
+    let acl = |name: &str| AclBinding {
+        resource_type: ResourceType::Topic,
+        resource_name: name.into(),
+        pattern_type: PatternType::Literal,
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: Operation::Write,
+        permission: Permission::Allow,
+    };
+    let create = Record::CreateAcls {
+        acls: vec![acl("b"), acl("a"), acl("b")],
+    };
+    assert_eq!(apply(&mut m, &create), Outcome::Done);
+    assert_eq!(
+        m.acls,
+        vec![acl("a"), acl("b")],
+        "sorted, without duplicates"
+    );
+    assert_eq!(apply(&mut m, &create), Outcome::Unchanged);
+    let delete = Record::DeleteAcls {
+        acls: vec![acl("a")],
+    };
+    assert_eq!(apply(&mut m, &delete), Outcome::Done);
+    assert_eq!(apply(&mut m, &delete), Outcome::Unchanged);
+    assert_eq!(m.acls, vec![acl("b")]);
+    // They travel in a batch like the topic records.
+    let b = Batch {
+        req: 1,
+        records: vec![set, create, delete],
+    };
+    assert_eq!(Batch::decode(&b.encode()).unwrap(), b);
+}
+
+#[test]
+fn voters() {
+    let v = parse_voters("1@127.0.0.1:9101, 2@localhost:9102").unwrap();
+    assert_eq!(v.len(), 2);
+    assert_eq!(
+        v[1],
+        Voter {
+            id: 2,
+            addr: "localhost:9102".into()
+        }
+    );
+    assert!(parse_voters("0@h:1").is_err());
+    assert!(parse_voters("1@h").is_err());
+    assert!(parse_voters("1@h:1,1@h:2").is_err());
+    assert!(parse_voters("x@h:1").is_err());
+}
