@@ -284,7 +284,12 @@ def broker_factory(request):
         return b.start()
 
     yield make
+    close_brokers(request, brokers)
 
+
+def close_brokers(request, brokers: list[Broker]) -> None:
+    """A fixture's teardown: stops the brokers, keeps their directories if the test failed (or
+    WEIR_TEST_KEEP is set), and fails a passing test whose broker died under it."""
     failed = getattr(request.node, "_weir_failed", False)
     errors = []
     for b in brokers:

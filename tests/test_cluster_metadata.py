@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import socket
 import struct
 import threading
@@ -34,7 +33,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 import kafka_wire as kw
 from clients import (CLIENT_TIMEOUT_S, Msg, rd_admin, rd_consume, rd_consumer, rd_poll, rd_produce,
                      rd_producer)
-from conftest import Broker, _new_workdir
+from conftest import Broker, _new_workdir, close_brokers
 
 NOT_LEADER_OR_FOLLOWER = 6
 NODE_ID_STRIDE = 1024
@@ -70,16 +69,7 @@ def cluster(request):
     wait_until("every broker registered", lambda: all(
         sorted(metadata_v1(b.bootstrap, [])[0]) == every_node for b in brokers), timeout=60.0)
     yield brokers
-    failed = getattr(request.node, "_weir_failed", False)
-    errors = []
-    for b in brokers:
-        if b.proc is not None and b.proc.poll() is not None and not b._stopped:
-            errors.append(f"weir died during the test with code {b.proc.returncode}\n{b.log_tail()}")
-        b.close()
-        if not failed and not errors and not os.environ.get("WEIR_TEST_KEEP"):
-            shutil.rmtree(b.workdir, ignore_errors=True)
-    if errors:
-        pytest.fail("\n".join(errors), pytrace=False)
+    close_brokers(request, brokers)
 
 
 # -- raw requests to one broker ------------------------------------------------------------------
