@@ -501,67 +501,55 @@ mod tests {
     /// offset after reopening.
     #[test]
     fn concurrent_commits_survive_compaction_and_restart() {
-        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tmp");
-        std::fs::create_dir_all(&base).expect("test tmp dir");
-        let dir = tempfile::tempdir_in(base).expect("tempdir");
-        let path = dir.path().to_owned();
-        glommio::LocalExecutorBuilder::default()
-            .io_memory(1 << 20)
-            .spawn(move || async move {
-                weir_storage::io::prime_dma_probe(&path)
-                    .await
-                    .expect("prime");
-                let cache = BatchCache::new(8 << 20);
-                let mut store = OffsetStore::open(&path, 3, cache.clone())
-                    .await
-                    .expect("open");
-                store.compact_min_bytes = 2048;
-                let store = Rc::new(store);
-                const WRITERS: i32 = 16;
-                const ROUNDS: i64 = 60;
-                let mut tasks = Vec::new();
-                for w in 0..WRITERS {
-                    let st = store.clone();
-                    tasks.push(glommio::spawn_local(async move {
-                        let mut acked = -1;
-                        for round in 0..ROUNDS {
-                            let c = Committed {
-                                offset: round,
-                                leader_epoch: -1,
-                                metadata: String::new(),
-                                commit_ms: 0,
-                            };
-                            st.commit(&format!("g{w}"), vec![("t".into(), w, c)])
-                                .await
-                                .expect("commit");
-                            acked = round;
-                        }
-                        (w, acked)
-                    }));
-                }
-                let mut acked = Vec::new();
-                for t in tasks {
-                    acked.push(t.await);
-                }
-                assert!(
-                    store.log.watermarks().log_start_offset > 0,
-                    "no compaction ran: the test did not exercise the race"
+        run_on_disk(|path| async move {
+            let cache = BatchCache::new(8 << 20);
+            let mut store = OffsetStore::open(&path, 3, cache.clone())
+                .await
+                .expect("open");
+            store.compact_min_bytes = 2048;
+            let store = Rc::new(store);
+            const WRITERS: i32 = 16;
+            const ROUNDS: i64 = 60;
+            let mut tasks = Vec::new();
+            for w in 0..WRITERS {
+                let st = store.clone();
+                tasks.push(glommio::spawn_local(async move {
+                    let mut acked = -1;
+                    for round in 0..ROUNDS {
+                        let c = Committed {
+                            offset: round,
+                            leader_epoch: -1,
+                            metadata: String::new(),
+                            commit_ms: 0,
+                        };
+                        st.commit(&format!("g{w}"), vec![("t".into(), w, c)])
+                            .await
+                            .expect("commit");
+                        acked = round;
+                    }
+                    (w, acked)
+                }));
+            }
+            let mut acked = Vec::new();
+            for t in tasks {
+                acked.push(t.await);
+            }
+            assert!(
+                store.log.watermarks().log_start_offset > 0,
+                "no compaction ran: the test did not exercise the race"
+            );
+            let store = Rc::try_unwrap(store).ok().expect("sole owner");
+            store.close().await.expect("close");
+            let reopened = OffsetStore::open(&path, 3, cache).await.expect("reopen");
+            for (w, last) in acked {
+                let got = reopened.get(&format!("g{w}"), "t", w).map(|c| c.offset);
+                assert_eq!(
+                    got,
+                    Some(last),
+                    "group g{w}: acknowledged offset {last} lost"
                 );
-                let store = Rc::try_unwrap(store).ok().expect("sole owner");
-                store.close().await.expect("close");
-                let reopened = OffsetStore::open(&path, 3, cache).await.expect("reopen");
-                for (w, last) in acked {
-                    let got = reopened.get(&format!("g{w}"), "t", w).map(|c| c.offset);
-                    assert_eq!(
-                        got,
-                        Some(last),
-                        "group g{w}: acknowledged offset {last} lost"
-                    );
-                }
-            })
-            .expect("spawn")
-            .join()
-            .expect("join");
+            }
+        });
     }
 
     #[test]
