@@ -379,13 +379,17 @@ def test_cluster_metadata(cluster):
     topic_everywhere(cluster, "after-restart", 1)
 
 
-@pytest.mark.timeout(240)
+# The long run (WEIR_CLUSTER_CYCLES=200) takes ~2-3 s per kill: its timeout grows with it.
+KILL_CYCLES = int(os.environ.get("WEIR_CLUSTER_CYCLES", "3"))
+
+
+@pytest.mark.timeout(240 + 15 * KILL_CYCLES)
 def test_metadata_leader_kills_lose_no_acknowledged_creation(cluster):
     """kill -9 of the metadata leader, again and again, while topics are being created through
     random live brokers: every creation a client saw acknowledged is, at the end, on every
     broker with the same id and placement (WEIR_CLUSTER_CYCLES kills, 3 by default; the design's
     long run is 200)."""
-    cycles = int(os.environ.get("WEIR_CLUSTER_CYCLES", "3"))
+    cycles = KILL_CYCLES
     acked: list[str] = []
     failures: list[str] = []
     t_start = time.monotonic()
