@@ -49,6 +49,12 @@ pub struct TopicMeta {
     /// `owners` (which then names a core of that broker). Empty on a standalone broker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<u64>,
+    /// In a cluster, for a topic of replication factor above 1: every replica of each
+    /// partition as (broker, core), indexed like `owners`; the first is the preferred leader
+    /// and equals (`brokers[p]`, `owners[p]`). Empty at replication factor 1 (and in files
+    /// written before replication), so those topics are stored exactly as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<Vec<(u64, usize)>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -162,6 +168,9 @@ impl Metadata {
                 return Err(format!(
                     "topic {name}: owner core {bad} is not below the core count {cores}"
                 ));
+            }
+            if !t.replicas.is_empty() {
+                check_replicas(t).map_err(|e| format!("topic {name}: {e}"))?;
             }
         }
         for (name, creds) in &m.users {
@@ -311,6 +320,23 @@ impl Metadata {
             .is_some_and(|&b| b != here)
     }
 
+    /// Every replica of partition `p` of `t` as (broker, core), the preferred leader first
+    /// (one replica at replication factor 1; broker `local` on a standalone broker).
+    pub fn replicas_of(t: &TopicMeta, p: usize, local: u64) -> Vec<(u64, usize)> {
+        match t.replicas.get(p) {
+            Some(r) if !r.is_empty() => r.clone(),
+            _ => vec![(
+                t.brokers.get(p).copied().unwrap_or(local),
+                t.owners.get(p).copied().unwrap_or(0),
+            )],
+        }
+    }
+
+    /// The topic's replication factor (1 unless it has replica lists).
+    pub fn replication_factor(t: &TopicMeta) -> usize {
+        t.replicas.first().map_or(1, |r| r.len().max(1))
+    }
+
     /// The (broker, core) of every partition of `t`: the broker is `local` when the topic
     /// has no placement (a standalone broker).
     pub fn placement(t: &TopicMeta, local: u64) -> impl Iterator<Item = (u64, usize)> + '_ {
@@ -319,6 +345,34 @@ impl Metadata {
             .enumerate()
             .map(move |(p, &core)| (t.brokers.get(p).copied().unwrap_or(local), core))
     }
+}
+
+/// A replicated topic's replica lists against its `brokers` and `owners`: one list per
+/// partition, of the same length for all, on distinct brokers, the first one the partition's
+/// (`brokers[p]`, `owners[p]`), every core below `Metadata::MAX_CORES`.
+pub fn check_replicas(t: &TopicMeta) -> Result<(), String> {
+    if t.replicas.len() != t.owners.len() || t.brokers.len() != t.owners.len() {
+        return Err("replicas, brokers and owners differ in length".into());
+    }
+    let rf = t.replicas[0].len();
+    for (p, r) in t.replicas.iter().enumerate() {
+        if r.len() != rf || rf == 0 {
+            return Err(format!("partition {p} has {} replicas, not {rf}", r.len()));
+        }
+        if r[0] != (t.brokers[p], t.owners[p]) {
+            return Err(format!("partition {p}: first replica is not its placement"));
+        }
+        if r.iter().any(|&(_, c)| c >= Metadata::MAX_CORES) {
+            return Err(format!("partition {p}: a replica's core is out of range"));
+        }
+        let mut b: Vec<u64> = r.iter().map(|x| x.0).collect();
+        b.sort_unstable();
+        b.dedup();
+        if b.len() != r.len() {
+            return Err(format!("partition {p}: two replicas on one broker"));
+        }
+    }
+    Ok(())
 }
 
 /// Directory of a partition's log: `DATA_DIR/topic-partition`, like Kafka.
@@ -373,6 +427,7 @@ mod tests {
                 owners,
                 configs: BTreeMap::new(),
                 brokers: Vec::new(),
+                replicas: Vec::new(),
             },
         );
         m.save(&dir).unwrap();
@@ -397,6 +452,7 @@ mod tests {
                 owners: vec![0, 1],
                 configs: BTreeMap::new(),
                 brokers: Vec::new(),
+                replicas: Vec::new(),
             },
         );
         let good = serde_json::to_vec(&m).unwrap();

@@ -81,7 +81,11 @@ pub(super) fn describe_topic_partitions(
             mp.partition_index = p as i32;
             mp.leader_id = leader;
             mp.leader_epoch = 0;
-            mp.replica_nodes = vec![leader];
+            mp.replica_nodes = shard
+                .replica_nodes(&meta, tm, p)
+                .into_iter()
+                .map(BrokerId)
+                .collect();
             mp.isr_nodes = vec![leader];
             mp.eligible_leader_replicas = Some(Vec::new());
             mp.last_known_elr = Some(Vec::new());

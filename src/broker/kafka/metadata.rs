@@ -122,7 +122,11 @@ pub(super) async fn metadata(
                         mp.partition_index = p as i32;
                         mp.leader_id = leader;
                         mp.leader_epoch = 0;
-                        mp.replica_nodes = vec![leader];
+                        mp.replica_nodes = shard
+                            .replica_nodes(&meta, tm, p)
+                            .into_iter()
+                            .map(BrokerId)
+                            .collect();
                         mp.isr_nodes = vec![leader];
                         mp
                     })
