@@ -55,6 +55,11 @@ pub struct TopicMeta {
     /// written before replication), so those topics are stored exactly as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<Vec<(u64, usize)>>,
+    /// With `replicas`: the leader epoch (the Raft term of the partition's group) of the
+    /// leader `brokers[p]` / `owners[p]` names, from the last `PartitionLeader` record
+    /// applied; 0 before any. Empty when no leader was ever announced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leader_epochs: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -301,6 +306,25 @@ impl Metadata {
         t.owners.get(p).copied()
     }
 
+    /// The core holding this broker's replica of a partition: `owner` for a partition of
+    /// replication factor 1 (and on a standalone broker); for a replicated one, the core of
+    /// this broker's replica whether or not it leads (`owner` names only the leader's).
+    pub fn local_replica(&self, topic: &str, partition: i32) -> Option<usize> {
+        let t = self.topics.get(topic)?;
+        let p = usize::try_from(partition).ok()?;
+        match (self.local_broker, t.replicas.get(p)) {
+            (Some(here), Some(r)) if !r.is_empty() => {
+                r.iter().find(|(b, _)| *b == here).map(|&(_, c)| c)
+            }
+            _ => self.owner(topic, partition),
+        }
+    }
+
+    /// The leader epoch Metadata reports for a partition (0 until a leader was announced).
+    pub fn leader_epoch(t: &TopicMeta, p: usize) -> u64 {
+        t.leader_epochs.get(p).copied().unwrap_or(0)
+    }
+
     /// Whether the partition exists (on this broker or, in a cluster, on any).
     pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
         self.topics
@@ -349,18 +373,24 @@ impl Metadata {
 
 /// A replicated topic's replica lists against its `brokers` and `owners`: one list per
 /// partition, of the same length for all, on distinct brokers, the first one the partition's
-/// (`brokers[p]`, `owners[p]`), every core below `Metadata::MAX_CORES`.
+/// (`brokers[p]`, `owners[p]`) one of them (the leader), every core below
+/// `Metadata::MAX_CORES`, one leader epoch per partition if any.
 pub fn check_replicas(t: &TopicMeta) -> Result<(), String> {
     if t.replicas.len() != t.owners.len() || t.brokers.len() != t.owners.len() {
         return Err("replicas, brokers and owners differ in length".into());
+    }
+    if !t.leader_epochs.is_empty() && t.leader_epochs.len() != t.owners.len() {
+        return Err("leader epochs and owners differ in length".into());
     }
     let rf = t.replicas[0].len();
     for (p, r) in t.replicas.iter().enumerate() {
         if r.len() != rf || rf == 0 {
             return Err(format!("partition {p} has {} replicas, not {rf}", r.len()));
         }
-        if r[0] != (t.brokers[p], t.owners[p]) {
-            return Err(format!("partition {p}: first replica is not its placement"));
+        if !r.contains(&(t.brokers[p], t.owners[p])) {
+            return Err(format!(
+                "partition {p}: its leader is not one of its replicas"
+            ));
         }
         if r.iter().any(|&(_, c)| c >= Metadata::MAX_CORES) {
             return Err(format!("partition {p}: a replica's core is out of range"));
@@ -428,6 +458,7 @@ mod tests {
                 configs: BTreeMap::new(),
                 brokers: Vec::new(),
                 replicas: Vec::new(),
+                leader_epochs: Vec::new(),
             },
         );
         m.save(&dir).unwrap();
@@ -453,6 +484,7 @@ mod tests {
                 configs: BTreeMap::new(),
                 brokers: Vec::new(),
                 replicas: Vec::new(),
+                leader_epochs: Vec::new(),
             },
         );
         let good = serde_json::to_vec(&m).unwrap();

@@ -120,6 +120,18 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         added_replicas: Vec<Vec<Placement>>,
     },
+    /// A replicated partition's group elected a leader (its Raft term = the leader epoch):
+    /// submitted by that leader so every broker's Metadata names it (KRaft's partition
+    /// change record). Applied only if the epoch is newer than the one stored and the
+    /// (broker, core) is one of the partition's replicas of that topic id.
+    PartitionLeader {
+        topic: String,
+        topic_id: String,
+        partition: usize,
+        broker: u64,
+        core: usize,
+        epoch: u64,
+    },
     /// Stores (`Some`) or deletes (`None`) a SASL user's credential for one SCRAM mechanism.
     AlterUser {
         user: String,
@@ -365,6 +377,7 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
                 configs: configs.clone(),
                 brokers: partitions.iter().map(|p| p.broker).collect(),
                 replicas: replica_lists(replicas),
+                leader_epochs: Vec::new(),
             };
             if let Err(o) = check_factor(&topic, *replication_factor) {
                 return o;
@@ -436,11 +449,46 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
             grown.brokers.extend(added.iter().map(|p| p.broker));
             if rf > 1 {
                 grown.replicas.extend(replica_lists(added_replicas));
+                if !grown.leader_epochs.is_empty() {
+                    grown.leader_epochs.resize(grown.owners.len(), 0);
+                }
             }
             if let Err(o) = check_factor(&grown, rf) {
                 return o;
             }
             *t = grown;
+            Outcome::Done
+        }
+        Record::PartitionLeader {
+            topic,
+            topic_id,
+            partition,
+            broker,
+            core,
+            epoch,
+        } => {
+            let Some(t) = meta.topics.get_mut(topic).filter(|t| t.id == *topic_id) else {
+                return Outcome::UnknownTopic;
+            };
+            let p = *partition;
+            if !t
+                .replicas
+                .get(p)
+                .is_some_and(|r| r.contains(&(*broker, *core)))
+            {
+                return Outcome::Invalid(format!(
+                    "broker {broker} core {core} is not a replica of {topic}-{p}"
+                ));
+            }
+            if t.leader_epochs.is_empty() {
+                t.leader_epochs = vec![0; t.owners.len()];
+            }
+            if *epoch <= t.leader_epochs[p] {
+                return Outcome::Unchanged;
+            }
+            t.leader_epochs[p] = *epoch;
+            t.brokers[p] = *broker;
+            t.owners[p] = *core;
             Outcome::Done
         }
         Record::AlterUser {

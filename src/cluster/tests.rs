@@ -435,3 +435,60 @@ fn step_2_records_and_files_still_load() {
     assert!(!file.contains("replicas"), "{file}");
     assert_eq!(Metadata::parse(file.as_bytes()).unwrap(), m);
 }
+
+/// A partition's group announces its leaders: a newer epoch moves the leader (to a replica
+/// only), an older or equal one changes nothing, another topic id is not this topic.
+#[test]
+fn partition_leader_records() {
+    let mut m = three_brokers([2, 2, 2]);
+    let mut r = create_rf("t", 2, 3);
+    r.plan(&m).unwrap();
+    apply(&mut m, &r);
+    let id = m.topics["t"].id.clone();
+    let first = m.topics["t"].replicas[0][0];
+    let other = m.topics["t"].replicas[0][2];
+    let lead = |broker: u64, core: usize, epoch: u64, topic_id: &str| Record::PartitionLeader {
+        topic: "t".into(),
+        topic_id: topic_id.into(),
+        partition: 0,
+        broker,
+        core,
+        epoch,
+    };
+    assert_eq!(
+        apply(&mut m, &lead(other.0, other.1, 3, &id)),
+        Outcome::Done
+    );
+    let t = &m.topics["t"];
+    assert_eq!((t.brokers[0], t.owners[0]), other);
+    assert_eq!(Metadata::leader_epoch(t, 0), 3);
+    assert_eq!(Metadata::leader_epoch(t, 1), 0);
+    assert_eq!(
+        apply(&mut m, &lead(first.0, first.1, 2, &id)),
+        Outcome::Unchanged,
+        "an older epoch never wins"
+    );
+    assert!(matches!(
+        apply(&mut m, &lead(9, 0, 5, &id)),
+        Outcome::Invalid(_)
+    ));
+    assert_eq!(
+        apply(
+            &mut m,
+            &lead(first.0, first.1, 5, "00000000000000000000000000000000")
+        ),
+        Outcome::UnknownTopic
+    );
+    // The file with a moved leader and its epochs loads back.
+    let bytes = serde_json::to_vec(&m).unwrap();
+    assert_eq!(Metadata::parse(&bytes).unwrap(), m);
+    // This broker's replica is found whichever broker leads.
+    m.local_broker = Some(first.0);
+    assert_eq!(m.local_replica("t", 0), Some(first.1));
+    assert_eq!(
+        m.owner("t", 0),
+        None,
+        "not the leader: requests go elsewhere"
+    );
+    assert!(m.placed_elsewhere("t", 0));
+}

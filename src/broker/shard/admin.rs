@@ -54,6 +54,7 @@ impl Shard {
                         configs,
                         brokers: Vec::new(),
                         replicas: Vec::new(),
+                        leader_epochs: Vec::new(),
                     },
                 );
                 changed = true;
