@@ -1,0 +1,224 @@
+//! Replicated partitions, the traffic of their groups (see `replication` for the groups
+//! themselves): produce on the leader (`Shard::produce_replicated`: offsets from the group's
+//! next offset, proposals in flight included, the term stamped, the batches queued for the
+//! driver to propose; acks=1 answered once the leader wrote them, acks=-1 once committed),
+//! messages to and from the other replicas — out through core 0's peer connections
+//! (`cluster::net`, frame kind 4), from another core over the request mesh
+//! (`Req::RaftOut`); in on core 0, handed to the replica's core (`Req::RaftIn`) — and the
+//! leader's announcement to the metadata group (`PartitionLeader`).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use raft::prelude::Message;
+use tracing::debug;
+use weir::cluster::Record;
+
+use super::replication::{Group, Waiter};
+use super::*;
+use crate::broker::errors;
+use crate::broker::replica::frame::PartitionMessage;
+use crate::broker::sync::Slot;
+
+/// Longest a produce waits for its entry to be written (acks=1) or committed (acks=-1).
+const ACKS_WAIT: Duration = Duration::from_secs(30);
+
+impl Shard {
+    /// Tells the metadata group that this replica leads at `term` (a `PartitionLeader`
+    /// record through core 0), retried while it still does.
+    pub(super) async fn announce_leader(self: Rc<Self>, g: Rc<Group>, term: u64) {
+        let Some(here) = self.metadata().local_broker else {
+            return;
+        };
+        let record = Record::PartitionLeader {
+            topic: g.topic.clone(),
+            topic_id: g.topic_id.clone(),
+            partition: g.partition as usize,
+            broker: here,
+            core: self.id,
+            epoch: term,
+        };
+        while !g.failed.get() && g.is_leader() && g.term() == term && !self.shutdown.is_fired() {
+            let t = self.metadata().topics.get(&g.topic).cloned();
+            if t.as_ref()
+                .is_some_and(|t| Metadata::leader_epoch(t, g.partition as usize) >= term)
+            {
+                return;
+            }
+            match Box::pin(self.call(0, Req::Submit(vec![record.clone()]))).await {
+                Resp::Stored(Ok(())) => return,
+                Resp::Stored(Err(e)) => {
+                    debug!(error = %e, "announcing a partition leader; trying again")
+                }
+                _ => {}
+            }
+            glommio::timer::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Core 0: submits metadata records another core asked for (a partition leader).
+    pub(super) async fn submit_for_core(
+        self: &Rc<Self>,
+        records: Vec<Record>,
+    ) -> Result<(), String> {
+        let node = self
+            .cluster_node()
+            .ok_or("the metadata group is not running yet")?;
+        node.submit(records, Duration::from_secs(10))
+            .await
+            .map(|_| ())
+    }
+
+    /// Sends a group's messages to the replicas on other brokers, through core 0.
+    pub(super) fn send_raft(self: &Rc<Self>, g: &Group, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        let out: Vec<(u64, PartitionMessage)> = msgs
+            .into_iter()
+            .map(|msg| {
+                (
+                    msg.to,
+                    PartitionMessage {
+                        topic_id: g.topic_id.clone(),
+                        partition: g.partition as u32,
+                        msg,
+                    },
+                )
+            })
+            .collect();
+        if self.id == 0 {
+            self.raft_out(out);
+        } else {
+            let shard = self.clone();
+            glommio::spawn_local(async move {
+                shard.call(0, Req::RaftOut(out)).await;
+            })
+            .detach();
+        }
+    }
+
+    /// Core 0: queues partition messages on the peer connections.
+    pub(super) fn raft_out(&self, out: Vec<(u64, PartitionMessage)>) {
+        let Some(node) = self.cluster_node() else {
+            return;
+        };
+        for (to, m) in out {
+            node.send_partition(to, m);
+        }
+    }
+
+    /// Core 0: a partition message from a peer, to the core holding this broker's replica.
+    pub fn raft_in(self: &Rc<Self>, m: PartitionMessage) {
+        let meta = self.metadata();
+        let Some((name, _)) = meta.topics.iter().find(|(_, t)| t.id == m.topic_id) else {
+            debug!(topic_id = %m.topic_id, "a Raft message for an unknown topic");
+            return;
+        };
+        let Some(core) = meta.local_replica(name, m.partition as i32) else {
+            return;
+        };
+        if core == self.id {
+            self.deliver_raft(vec![m]);
+        } else {
+            let shard = self.clone();
+            glommio::spawn_local(async move {
+                shard.call(core, Req::RaftIn(vec![m])).await;
+            })
+            .detach();
+        }
+    }
+
+    /// On the replica's core: queues messages for the driver.
+    pub(super) fn deliver_raft(&self, msgs: Vec<PartitionMessage>) {
+        let meta = self.metadata();
+        for m in msgs {
+            let Some((name, _)) = meta.topics.iter().find(|(_, t)| t.id == m.topic_id) else {
+                continue;
+            };
+            if let Some(g) = self.replica_group(name, m.partition as i32) {
+                g.inbox.borrow_mut().push(m.msg);
+            }
+        }
+        self.replica_work.notify();
+    }
+
+    /// Produce to a replicated partition on this core (docs/replication.md §3.4): refused
+    /// unless this replica leads; the batches get their offsets and the term, are proposed,
+    /// and the answer waits for the write (acks=1) or the commit (acks=-1).
+    pub(super) async fn produce_replicated(
+        &self,
+        g: Rc<Group>,
+        acks: i16,
+        records: Bytes,
+    ) -> Result<(u64, u64), i16> {
+        if g.failed.get() {
+            return Err(errors::KAFKA_STORAGE_ERROR);
+        }
+        if !g.is_leader() {
+            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+        let infos = weir_storage::batch::validate_all(&records).map_err(|e| {
+            debug!(topic = %g.topic, partition = g.partition, error = ?e, "invalid batch");
+            errors::CORRUPT_MESSAGE
+        })?;
+        let transactional =
+            infos.iter().scan(0usize, |pos, info| {
+                let h = weir_storage::batch::BatchHeader::parse(&records[*pos..]);
+                *pos += info.total_bytes;
+                Some(h.is_some_and(|h| {
+                    h.attributes.get() & weir_storage::batch::TRANSACTIONAL_FLAG != 0
+                }))
+            });
+        if transactional.into_iter().any(|t| t) {
+            // Not yet: markers are not replicated (docs/replication.md, "Step 3 as built").
+            debug!(topic = %g.topic, partition = g.partition, "transactional produce to a replicated partition refused");
+            return Err(errors::INVALID_TXN_STATE);
+        }
+        let term = g.term();
+        let epoch = i32::try_from(term).map_err(|_| errors::NOT_LEADER_OR_FOLLOWER)?;
+        let base = g.next_offset.get().unwrap_or_else(|| g.log_end());
+        let mut next = base;
+        let mut slots = Vec::with_capacity(infos.len());
+        let mut pos = 0;
+        for info in &infos {
+            let mut b = records[pos..pos + info.total_bytes].to_vec();
+            pos += info.total_bytes;
+            weir_storage::batch::assign_offset(&mut b, next as i64, epoch);
+            next += info.last_offset_delta as u64 + 1;
+            let slot = Rc::new(Slot::default());
+            g.proposals
+                .borrow_mut()
+                .push((Bytes::from(b), term, slot.clone()));
+            slots.push(slot);
+        }
+        g.next_offset.set(Some(next));
+        self.replica_work.notify();
+        let mut last_index = 0;
+        for s in slots {
+            last_index = s.take().await?;
+        }
+        if acks != 0 {
+            let slot = Rc::new(Slot::default());
+            g.waiters.borrow_mut().push(Waiter {
+                index: last_index,
+                term,
+                committed: acks == -1,
+                slot: slot.clone(),
+            });
+            g.settle_waiters();
+            // A leader that can neither commit nor lose its leadership (never for long:
+            // check-quorum steps it down) answers like Kafka at a request's timeout.
+            let code = futures_lite::future::or(slot.take(), async {
+                glommio::timer::sleep(ACKS_WAIT).await;
+                errors::REQUEST_TIMED_OUT
+            })
+            .await;
+            if code != errors::NONE {
+                return Err(code);
+            }
+        }
+        Ok((base, next - 1))
+    }
+}
