@@ -106,15 +106,16 @@ impl<'a> Rebuild<'a> {
         Ok(())
     }
 
-    /// The side entries due at the next index.
+    /// The side entries due at the next index (one that does not fit stays unconsumed).
     fn side_entries(&mut self, out: &mut Vec<Entry>) -> Result<(), String> {
-        while let Some(s) = self.side.next_if(|s| s.index == self.index) {
+        while let Some(s) = self.side.peek().filter(|s| s.index == self.index).cloned() {
             if s.before_offset != self.offset {
                 return Err(format!(
                     "side entry {} was appended at offset {}, the log is at {} there",
                     s.index, s.before_offset, self.offset
                 ));
             }
+            self.side.next();
             let e = Entry {
                 index: s.index,
                 term: s.term,
@@ -148,18 +149,25 @@ impl<'a> Rebuild<'a> {
         Ok(out)
     }
 
-    /// The side entries after the last batch; an error if one lies beyond the log.
-    pub fn finish(mut self) -> Result<Vec<Entry>, String> {
+    /// The side entries after the last batch, and the index of the first side entry that
+    /// lies beyond the log (to cut from the side file): left by a truncation that cut the
+    /// segments and was interrupted before it cut the side log. What remains is then a
+    /// prefix of the replica's log before that truncation, which Raft allows.
+    pub fn finish(mut self) -> Result<(Vec<Entry>, Option<u64>), String> {
         let mut out = Vec::new();
-        self.side_entries(&mut out)?;
-        if let Some(s) = self.side.next() {
-            return Err(format!(
-                "side entry {} lies beyond the log's last entry {}",
-                s.index,
-                self.index - 1
-            ));
-        }
-        Ok(out)
+        self.side_entries(&mut out).or_else(|e| {
+            // A side entry at the next index whose offset is past the log's end: cut.
+            if self
+                .side
+                .peek()
+                .is_some_and(|s| s.before_offset > self.offset)
+            {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })?;
+        Ok((out, self.side.next().map(|s| s.index)))
     }
 }
 
@@ -179,7 +187,11 @@ mod tests {
         for b in batches {
             out.extend(r.batch(b.clone())?);
         }
-        out.extend(r.finish()?);
+        let (rest, beyond) = r.finish()?;
+        if let Some(i) = beyond {
+            return Err(format!("side entry {i} lies beyond the log"));
+        }
+        out.extend(rest);
         Ok(out)
     }
 
@@ -247,13 +259,19 @@ mod tests {
         .is_err());
         // A side entry past the end.
         assert!(rebuild(SnapshotPoint::default(), &batches, &[side(9, 1, 5)]).is_err());
-        // Terms going backwards.
-        assert!(rebuild(
-            SnapshotPoint::default(),
-            &[batch(0, 1, 2), batch(1, 1, 1)],
-            &[]
-        )
-        .is_err());
+        // An interrupted truncation (segments cut, side log not): the side entries past the
+        // segments' end are reported for cutting; what remains is the old log's prefix.
+        for (leftover, first_cut) in [
+            (vec![side(1, 1, 0), side(5, 2, 7), side(6, 2, 9)], 5),
+            (vec![side(1, 1, 0), side(4, 2, 7)], 4),
+        ] {
+            let mut r = Rebuild::new(SnapshotPoint::default(), &leftover);
+            let mut got = r.batch(batches[0].clone()).unwrap();
+            got.extend(r.batch(batches[1].clone()).unwrap());
+            let (rest, beyond) = r.finish().unwrap();
+            assert_eq!((got.len(), rest.len()), (3, 0));
+            assert_eq!(beyond, Some(first_cut));
+        }
     }
 
     #[test]

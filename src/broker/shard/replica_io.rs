@@ -5,13 +5,14 @@
 //! messages to and from the other replicas — out through core 0's peer connections
 //! (`cluster::net`, frame kind 4), from another core over the request mesh
 //! (`Req::RaftOut`); in on core 0, handed to the replica's core (`Req::RaftIn`) — and the
-//! leader's announcement to the metadata group (`PartitionLeader`).
+//! leader's announcement to the metadata group (`PartitionLeader`), and the entries read
+//! back from the segments for a lagging follower (`serve_fetches`).
 
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use raft::prelude::Message;
+use raft::prelude::{Entry, Message};
 use tracing::debug;
 use weir::cluster::Record;
 
@@ -21,6 +22,9 @@ use crate::broker::errors;
 use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::Slot;
 
+/// Most bytes of entries read back for one fetch request (raft-rs sends at most
+/// `max_size_per_msg` per message anyway).
+const FETCH_BYTES: usize = 1 << 20;
 /// Longest a produce waits for its entry to be written (acks=1) or committed (acks=-1).
 const ACKS_WAIT: Duration = Duration::from_secs(30);
 
@@ -220,5 +224,62 @@ impl Shard {
             }
         }
         Ok((base, next - 1))
+    }
+
+    /// Reads back from the segments the entries raft-rs asked for to send to a lagging
+    /// follower (evicted from the cache), then lets it send them.
+    pub(super) async fn serve_fetches(&self, g: &Group) -> Result<(), String> {
+        for req in g.store.take_requests() {
+            let mut entries = Vec::new();
+            let mut at = g.store.start_of(req.low);
+            let mut bytes = 0usize;
+            let mut index = req.low;
+            while index < req.high && bytes < FETCH_BYTES {
+                let read = g
+                    .part
+                    .log
+                    .read_written(at, 1, FETCH_BYTES)
+                    .await
+                    .map_err(|e| format!("reading entries back at offset {at}: {e}"))?;
+                if read.is_empty() {
+                    break;
+                }
+                for (h, b) in read.batches() {
+                    // Raft-only entries between the batches come from the index table.
+                    while let Some(slot) = g.store.slot(index).filter(|s| s.start == s.end) {
+                        entries.push(Entry {
+                            index,
+                            term: slot.term,
+                            ..Default::default()
+                        });
+                        index += 1;
+                    }
+                    let Some(slot) = g.store.slot(index).filter(|_| index < req.high) else {
+                        break;
+                    };
+                    if h.base_offset.get() as u64 != slot.start {
+                        return Err(format!(
+                            "entry {index} starts at offset {}, the segments have a batch at {}",
+                            slot.start,
+                            h.base_offset.get()
+                        ));
+                    }
+                    entries.push(Entry {
+                        index,
+                        term: slot.term,
+                        data: Bytes::copy_from_slice(b),
+                        ..Default::default()
+                    });
+                    bytes += b.len();
+                    at = slot.end;
+                    index += 1;
+                }
+            }
+            debug!(topic = %g.topic, partition = g.partition, low = req.low,
+                entries = entries.len(), cached = ?g.store.cached(), "entries read back for a follower");
+            g.store.fetched(entries);
+            g.raw.borrow_mut().on_entries_fetched(req.context);
+        }
+        Ok(())
     }
 }

@@ -50,9 +50,6 @@ const CACHE_BYTES: usize = 4 << 20;
 /// How often a moving commit index is saved in `raft_state` (term and vote are saved at
 /// once, before anything depends on them; the commit may lag: it is re-learned).
 const COMMIT_SAVE_EVERY: Duration = Duration::from_secs(1);
-/// Most bytes of entries read back for one fetch request (raft-rs sends at most
-/// `max_size_per_msg` per message anyway).
-const FETCH_BYTES: usize = 1 << 20;
 
 /// A produce waiting for its batch's entry: written by the leader (acks=1) or committed
 /// (acks=-1). Answered with an error code (NONE when done).
@@ -213,7 +210,19 @@ impl Shard {
             at = next;
             glommio::yield_if_needed().await;
         }
-        let entries = rebuild.finish()?;
+        let (entries, beyond) = rebuild.finish()?;
+        let mut side = side;
+        if let Some(index) = beyond {
+            warn!(
+                topic,
+                partition,
+                index,
+                "cutting side log entries past the segments' end (an interrupted truncation)"
+            );
+            side = weir_storage::io::off_reactor(move || side.truncate_sync(index).map(|()| side))
+                .await
+                .map_err(|e| format!("cutting the side log: {e}"))?;
+        }
         n += entries.len();
         last_term = entries.last().map_or(last_term, |e| e.term);
         storage.append(&entries)?;
@@ -462,8 +471,19 @@ impl Shard {
             g.next_offset.set(None);
         }
         let mut at = g.store.start_of(first);
+        let mut unflushed = false;
         for e in &entries {
             if e.data.is_empty() {
+                if unflushed {
+                    // The side entry names the offset it follows: the batches before it must
+                    // not be lost in a power loss that keeps it.
+                    g.part
+                        .log
+                        .flush()
+                        .await
+                        .map_err(|e| format!("flush: {e}"))?;
+                    unflushed = false;
+                }
                 let side = SideEntry {
                     index: e.index,
                     term: e.term,
@@ -478,66 +498,10 @@ impl Shard {
                     .await
                     .map_err(|err| format!("appending entry {} at {at}: {err}", e.index))?;
                 at = end;
+                unflushed = true;
             }
         }
         g.store.append(&entries)
-    }
-
-    /// Reads back from the segments the entries raft-rs asked for to send to a lagging
-    /// follower (evicted from the cache), then lets it send them.
-    async fn serve_fetches(&self, g: &Group) -> Result<(), String> {
-        for req in g.store.take_requests() {
-            let mut entries = Vec::new();
-            let mut at = g.store.start_of(req.low);
-            let mut bytes = 0usize;
-            let mut index = req.low;
-            while index < req.high && bytes < FETCH_BYTES {
-                let read = g
-                    .part
-                    .log
-                    .read_written(at, 1, FETCH_BYTES)
-                    .await
-                    .map_err(|e| format!("reading entries back at offset {at}: {e}"))?;
-                if read.is_empty() {
-                    break;
-                }
-                for (h, b) in read.batches() {
-                    // Raft-only entries between the batches come from the index table.
-                    while let Some(slot) = g.store.slot(index).filter(|s| s.start == s.end) {
-                        entries.push(Entry {
-                            index,
-                            term: slot.term,
-                            ..Default::default()
-                        });
-                        index += 1;
-                    }
-                    let Some(slot) = g.store.slot(index).filter(|_| index < req.high) else {
-                        break;
-                    };
-                    if h.base_offset.get() as u64 != slot.start {
-                        return Err(format!(
-                            "entry {index} starts at offset {}, the segments have a batch at {}",
-                            slot.start,
-                            h.base_offset.get()
-                        ));
-                    }
-                    entries.push(Entry {
-                        index,
-                        term: slot.term,
-                        data: Bytes::copy_from_slice(b),
-                        ..Default::default()
-                    });
-                    bytes += b.len();
-                    at = slot.end;
-                    index += 1;
-                }
-            }
-            debug!(topic = %g.topic, partition = g.partition, low = req.low,
-                entries = entries.len(), cached = ?g.store.cached(), "entries read back for a follower");
-            g.store.fetched(entries);
-            g.raw.borrow_mut().on_entries_fetched(req.context);
-        }
-        Ok(())
     }
 
     /// Runs a side log operation on the blocking pool.
