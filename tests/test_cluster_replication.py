@@ -20,6 +20,10 @@ the high watermark ListOffsets gives.
 `test_uncommitted_suffix_is_cut_when_the_old_leader_returns`: a batch only the old leader wrote
 is never exposed, and is cut from its segments when it rejoins under a new leader.
 
+`test_no_acknowledged_record_is_lost_when_the_leader_dies_under_load`: a librdkafka acks=all
+producer writes for 6 s while the leader is killed 1.5 s in; every acknowledged record is then
+at the offset it was acknowledged with.
+
 The three-broker fixture is test_cluster_metadata's; each broker's state is read where it lives
 (its own raw Metadata v1 answer, its applied `weir-metadata.json`, its segment files). Waits poll
 the final state with generous deadlines; the printed figures are for the report, not asserted.
@@ -287,3 +291,50 @@ def test_uncommitted_suffix_is_cut_when_the_old_leader_returns(cluster):
     assert read_all(everyone, topic, 0, 80) == values(0, 0, 80)
     assert "replacing a suffix of the Raft log" in old.log_tail(1 << 20)
     producer.flush(5)
+
+
+@pytest.mark.timeout(180)
+def test_no_acknowledged_record_is_lost_when_the_leader_dies_under_load(cluster):
+    """The mission's promise under acks=all: a producer keeps writing while the partition's
+    leader is killed (kill -9); every record it was told was written is, after the failover,
+    at the offset it was acknowledged with. Records may be written twice (the producer is not
+    idempotent, so a retry of a batch the old leader had replicated is new data) — counted,
+    not failed."""
+    topic = "load"
+    everyone = ",".join(b.bootstrap for b in cluster)
+    create(cluster[0].bootstrap, topic, 1, replication_factor=3)
+    leader, epoch = leader_of(cluster, topic, 0)
+    dead = cluster[leader // NODE_ID_STRIDE - 1]
+    survivors = [b for b in cluster if b is not dead]
+    producer = rd_producer(everyone, acks="all", **{"linger.ms": 2, "retry.backoff.ms": 50})
+    acked: dict[bytes, int] = {}
+    failed = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            acked[msg.value()] = msg.offset()
+        else:
+            failed.append(err)
+
+    sent = 0
+    start = time.monotonic()
+    killed_at = None
+    while time.monotonic() - start < 6.0:
+        producer.produce(topic, value=f"L{sent}".encode(), partition=0, on_delivery=on_delivery)
+        sent += 1
+        producer.poll(0.002)
+        if killed_at is None and time.monotonic() - start > 1.5:
+            dead._kill()
+            killed_at = len(acked)
+    assert producer.flush(60) == 0
+    assert killed_at and len(acked) > killed_at, "records were acknowledged before and after the kill"
+    new_leader, _ = leader_of(survivors, topic, 0, epoch + 1)
+    alive = ",".join(b.bootstrap for b in survivors)
+    hw = high_watermark(alive, topic, 0)
+    got = rd_consume(alive, topic, [0], hw)
+    at = {r.offset: r.value for r in got}
+    lost = [(v, o) for v, o in acked.items() if at.get(o) != v]
+    duplicates = len(got) - len(set(r.value for r in got))
+    print(f"{sent} sent, {len(acked)} acknowledged ({killed_at} before the kill), "
+          f"{len(failed)} failed, {duplicates} written twice, high watermark {hw}")
+    assert not lost, f"{len(lost)} acknowledged records lost or moved, first: {lost[:3]}"
