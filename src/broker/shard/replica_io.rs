@@ -113,14 +113,18 @@ impl Shard {
         }
     }
 
+    /// The name of a partition message's topic (by id, through the snapshot's index).
+    fn topic_of(&self, m: &PartitionMessage) -> Option<String> {
+        self.topic_name(&uuid::Uuid::try_parse(&m.topic_id).ok()?)
+    }
+
     /// Core 0: a partition message from a peer, to the core holding this broker's replica.
     pub fn raft_in(self: &Rc<Self>, m: PartitionMessage) {
-        let meta = self.metadata();
-        let Some((name, _)) = meta.topics.iter().find(|(_, t)| t.id == m.topic_id) else {
+        let Some(name) = self.topic_of(&m) else {
             debug!(topic_id = %m.topic_id, "a Raft message for an unknown topic");
             return;
         };
-        let Some(core) = meta.local_replica(name, m.partition as i32) else {
+        let Some(core) = self.metadata().local_replica(&name, m.partition as i32) else {
             return;
         };
         if core == self.id {
@@ -136,12 +140,11 @@ impl Shard {
 
     /// On the replica's core: queues messages for the driver.
     pub(super) fn deliver_raft(&self, msgs: Vec<PartitionMessage>) {
-        let meta = self.metadata();
         for m in msgs {
-            let Some((name, _)) = meta.topics.iter().find(|(_, t)| t.id == m.topic_id) else {
+            let Some(name) = self.topic_of(&m) else {
                 continue;
             };
-            if let Some(g) = self.replica_group(name, m.partition as i32) {
+            if let Some(g) = self.replica_group(&name, m.partition as i32) {
                 g.inbox.borrow_mut().push(m.msg);
             }
         }
