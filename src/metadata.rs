@@ -60,6 +60,10 @@ pub struct TopicMeta {
     /// applied; 0 before any. Empty when no leader was ever announced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leader_epochs: Vec<u64>,
+    /// With `replicas`: the brokers of each partition's in-sync replicas as its leader last
+    /// reported them (`PartitionLeader` records); an empty list: not reported yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub isr: Vec<Vec<u64>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -382,6 +386,9 @@ pub fn check_replicas(t: &TopicMeta) -> Result<(), String> {
     if !t.leader_epochs.is_empty() && t.leader_epochs.len() != t.owners.len() {
         return Err("leader epochs and owners differ in length".into());
     }
+    if !t.isr.is_empty() && t.isr.len() != t.owners.len() {
+        return Err("in-sync replicas and owners differ in length".into());
+    }
     let rf = t.replicas[0].len();
     for (p, r) in t.replicas.iter().enumerate() {
         if r.len() != rf || rf == 0 {
@@ -459,6 +466,7 @@ mod tests {
                 brokers: Vec::new(),
                 replicas: Vec::new(),
                 leader_epochs: Vec::new(),
+                isr: Vec::new(),
             },
         );
         m.save(&dir).unwrap();
@@ -485,6 +493,7 @@ mod tests {
                 brokers: Vec::new(),
                 replicas: Vec::new(),
                 leader_epochs: Vec::new(),
+                isr: Vec::new(),
             },
         );
         let good = serde_json::to_vec(&m).unwrap();

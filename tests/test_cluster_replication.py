@@ -142,6 +142,19 @@ def leader_of(brokers, topic: str, partition: int, min_epoch: int = 1) -> tuple[
     return wait_until(f"one leader of {topic}-{partition} named everywhere", check)
 
 
+def isr_everywhere(brokers, topic: str, partition: int, expect: set[int]) -> None:
+    """Waits until every broker's Metadata lists exactly the brokers `expect` as the
+    partition's in-sync replicas."""
+    def check():
+        for b in brokers:
+            _, topics = metadata_v1(b.bootstrap, [topic], full=True)
+            _leader, _replicas, isr = topics[topic][1][partition]
+            if {n // NODE_ID_STRIDE for n in isr} != expect:
+                return None
+        return True
+    wait_until(f"in-sync replicas of {topic}-{partition} = brokers {sorted(expect)}", check)
+
+
 def count_records(batches: bytes) -> int:
     records, pos = 0, 0
     while pos < len(batches):
@@ -200,6 +213,8 @@ def test_replicated_partition_survives_its_leaders_death(cluster):
     assert {r[1] for r in placed[0]} != {r[1] for r in placed[1]}, f"both on one core: {placed}"
     t0 = time.monotonic()
     leaders = [leader_of(cluster, topic, p) for p in (0, 1)]
+    for p in (0, 1):
+        isr_everywhere(cluster, topic, p, {1, 2, 3})
     print(f"first leaders of {topic}: {leaders} (node, epoch), {time.monotonic() - t0:.2f}s after creation")
 
     producer = rd_producer(everyone, acks="all")
@@ -234,6 +249,8 @@ def test_replicated_partition_survives_its_leaders_death(cluster):
     print(f"leader of {topic}-0 killed; node {new_leader} leads at epoch {new_epoch} "
           f"{time.monotonic() - t_kill:.2f}s later")
     assert new_leader // NODE_ID_STRIDE != leader // NODE_ID_STRIDE
+    dead_id = leader // NODE_ID_STRIDE
+    isr_everywhere(survivors, topic, 0, {1, 2, 3} - {dead_id})
     alive = ",".join(b.bootstrap for b in survivors)
     assert read_all(alive, topic, 0, 201) == values(0, 0, 200) + [b"acks1"]
     assert stored_batches(survivors[0].data_dir, topic, 0).startswith(before)
@@ -247,6 +264,7 @@ def test_replicated_partition_survives_its_leaders_death(cluster):
     dead.start()
     same_batches_everywhere(cluster, topic, 0, 301)
     same_batches_everywhere(cluster, topic, 1, 300)
+    isr_everywhere(cluster, topic, 0, {1, 2, 3})
     assert read_all(everyone, topic, 0, 301) == values(0, 0, 200) + [b"acks1"] + values(0, 201, 301)
     producer.flush(5)
 

@@ -123,7 +123,9 @@ pub enum Record {
     /// A replicated partition's group elected a leader (its Raft term = the leader epoch):
     /// submitted by that leader so every broker's Metadata names it (KRaft's partition
     /// change record). Applied only if the epoch is newer than the one stored and the
-    /// (broker, core) is one of the partition's replicas of that topic id.
+    /// (broker, core) is one of the partition's replicas of that topic id; at the stored
+    /// epoch, from the stored leader, it only updates the in-sync replicas (`isr`, broker
+    /// ids; empty: not reported).
     PartitionLeader {
         topic: String,
         topic_id: String,
@@ -131,6 +133,8 @@ pub enum Record {
         broker: u64,
         core: usize,
         epoch: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        isr: Vec<u64>,
     },
     /// Stores (`Some`) or deletes (`None`) a SASL user's credential for one SCRAM mechanism.
     AlterUser {
@@ -378,6 +382,7 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
                 brokers: partitions.iter().map(|p| p.broker).collect(),
                 replicas: replica_lists(replicas),
                 leader_epochs: Vec::new(),
+                isr: Vec::new(),
             };
             if let Err(o) = check_factor(&topic, *replication_factor) {
                 return o;
@@ -466,29 +471,40 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
             broker,
             core,
             epoch,
+            isr,
         } => {
             let Some(t) = meta.topics.get_mut(topic).filter(|t| t.id == *topic_id) else {
                 return Outcome::UnknownTopic;
             };
             let p = *partition;
-            if !t
-                .replicas
-                .get(p)
-                .is_some_and(|r| r.contains(&(*broker, *core)))
+            let Some(replicas) = t.replicas.get(p) else {
+                return Outcome::Invalid(format!("{topic}-{p} is not replicated"));
+            };
+            if !replicas.contains(&(*broker, *core))
+                || isr.iter().any(|b| replicas.iter().all(|r| r.0 != *b))
             {
                 return Outcome::Invalid(format!(
-                    "broker {broker} core {core} is not a replica of {topic}-{p}"
+                    "broker {broker} core {core} (in sync: {isr:?}) is not a replica of {topic}-{p}"
                 ));
             }
             if t.leader_epochs.is_empty() {
                 t.leader_epochs = vec![0; t.owners.len()];
             }
-            if *epoch <= t.leader_epochs[p] {
+            if t.isr.is_empty() {
+                t.isr = vec![Vec::new(); t.owners.len()];
+            }
+            let stored = t.leader_epochs[p];
+            let same_leader = *epoch == stored && t.brokers[p] == *broker && t.owners[p] == *core;
+            if *epoch < stored
+                || (*epoch == stored && !same_leader)
+                || (same_leader && (isr.is_empty() || *isr == t.isr[p]))
+            {
                 return Outcome::Unchanged;
             }
             t.leader_epochs[p] = *epoch;
             t.brokers[p] = *broker;
             t.owners[p] = *core;
+            t.isr[p] = isr.clone();
             Outcome::Done
         }
         Record::AlterUser {

@@ -454,6 +454,7 @@ fn partition_leader_records() {
         broker,
         core,
         epoch,
+        isr: vec![],
     };
     assert_eq!(
         apply(&mut m, &lead(other.0, other.1, 3, &id)),
@@ -479,6 +480,36 @@ fn partition_leader_records() {
         ),
         Outcome::UnknownTopic
     );
+    // The leader reports its in-sync replicas at its epoch; an old leader cannot.
+    let with_isr = |broker: u64, core: usize, epoch: u64, isr: Vec<u64>| Record::PartitionLeader {
+        topic: "t".into(),
+        topic_id: id.clone(),
+        partition: 0,
+        broker,
+        core,
+        epoch,
+        isr,
+    };
+    let isr = vec![other.0, first.0];
+    assert_eq!(
+        apply(&mut m, &with_isr(other.0, other.1, 3, isr.clone())),
+        Outcome::Done
+    );
+    assert_eq!(m.topics["t"].isr[0], isr);
+    assert_eq!(
+        apply(&mut m, &with_isr(other.0, other.1, 3, isr.clone())),
+        Outcome::Unchanged
+    );
+    assert_eq!(
+        apply(&mut m, &with_isr(first.0, first.1, 3, vec![first.0])),
+        Outcome::Unchanged,
+        "not the leader of epoch 3"
+    );
+    assert!(matches!(
+        apply(&mut m, &with_isr(other.0, other.1, 3, vec![9])),
+        Outcome::Invalid(_)
+    ));
+    assert_eq!(m.topics["t"].isr[0], isr);
     // The file with a moved leader and its epochs loads back.
     let bytes = serde_json::to_vec(&m).unwrap();
     assert_eq!(Metadata::parse(&bytes).unwrap(), m);

@@ -86,7 +86,11 @@ pub(super) fn describe_topic_partitions(
                 .into_iter()
                 .map(BrokerId)
                 .collect();
-            mp.isr_nodes = vec![leader];
+            mp.isr_nodes = shard
+                .isr_nodes(&meta, tm, p)
+                .into_iter()
+                .map(BrokerId)
+                .collect();
             mp.eligible_leader_replicas = Some(Vec::new());
             mp.last_known_elr = Some(Vec::new());
             t.partitions.push(mp);

@@ -127,7 +127,11 @@ pub(super) async fn metadata(
                             .into_iter()
                             .map(BrokerId)
                             .collect();
-                        mp.isr_nodes = vec![leader];
+                        mp.isr_nodes = shard
+                            .isr_nodes(&meta, tm, p)
+                            .into_iter()
+                            .map(BrokerId)
+                            .collect();
                         mp
                     })
                     .collect();

@@ -55,6 +55,7 @@ impl Shard {
                         brokers: Vec::new(),
                         replicas: Vec::new(),
                         leader_epochs: Vec::new(),
+                        isr: Vec::new(),
                     },
                 );
                 changed = true;

@@ -9,10 +9,11 @@
 //! back from the segments for a lagging follower (`serve_fetches`).
 
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raft::prelude::{Entry, Message};
+use raft::StateRole;
 use tracing::debug;
 use weir::cluster::Record;
 
@@ -25,40 +26,90 @@ use crate::broker::sync::Slot;
 /// Most bytes of entries read back for one fetch request (raft-rs sends at most
 /// `max_size_per_msg` per message anyway).
 const FETCH_BYTES: usize = 1 << 20;
+/// How long a follower may go without holding every committed entry (or without being
+/// heard from) before it leaves the in-sync replicas Metadata lists.
+const ISR_LAG: Duration = Duration::from_secs(5);
+
 /// Longest a produce waits for its entry to be written (acks=1) or committed (acks=-1).
 const ACKS_WAIT: Duration = Duration::from_secs(30);
 
 impl Shard {
-    /// Tells the metadata group that this replica leads at `term` (a `PartitionLeader`
-    /// record through core 0), retried while it still does.
-    pub(super) async fn announce_leader(self: Rc<Self>, g: Rc<Group>, term: u64) {
-        let Some(here) = self.metadata().local_broker else {
+    /// On a leader (after each `Ready` and every tick): what the metadata should say of its
+    /// partition — this replica leading at its term, and the in-sync replicas — and, if it
+    /// says something else, one `PartitionLeader` record through core 0 (one at a time: the
+    /// next tick looks again). A follower is in sync while it was, within the last
+    /// `ISR_LAG`, seen lately by raft-rs (`recent_active`) holding every committed entry
+    /// (Kafka's `replica.lag.time.max.ms` rule, so a follower a few entries behind under
+    /// load does not flap in and out); a new leader starts with every replica in sync.
+    pub(super) fn report_leadership(self: &Rc<Self>, g: &Rc<Group>) {
+        if g.failed.get() || self.shutdown.is_fired() {
+            return;
+        }
+        let now = Instant::now();
+        let (term, isr) = {
+            let raw = g.raw.borrow();
+            if raw.raft.state != StateRole::Leader {
+                return;
+            }
+            let term = raw.raft.term;
+            let mut seen = g.caught_up.borrow_mut();
+            if g.isr_term.replace(term) != term {
+                seen.clear();
+                for (id, _) in raw.raft.prs().iter() {
+                    seen.insert(*id, now);
+                }
+            }
+            let committed = raw.raft.raft_log.committed;
+            let me = raw.raft.id;
+            for (id, pr) in raw.raft.prs().iter() {
+                if *id == me || (pr.recent_active && pr.matched >= committed) {
+                    seen.insert(*id, now);
+                }
+            }
+            let mut isr: Vec<u64> = seen
+                .iter()
+                .filter(|(_, at)| now.duration_since(**at) <= ISR_LAG)
+                .map(|(id, _)| *id)
+                .collect();
+            isr.sort_unstable();
+            (term, isr)
+        };
+        if g.reporting.get() {
+            return;
+        }
+        let meta = self.metadata();
+        let Some(here) = meta.local_broker else {
             return;
         };
+        let p = g.partition as usize;
+        let up_to_date = meta.topics.get(&g.topic).is_some_and(|t| {
+            Metadata::leader_epoch(t, p) == term
+                && t.brokers.get(p) == Some(&here)
+                && t.isr.get(p) == Some(&isr)
+        });
+        if up_to_date {
+            return;
+        }
         let record = Record::PartitionLeader {
             topic: g.topic.clone(),
             topic_id: g.topic_id.clone(),
-            partition: g.partition as usize,
+            partition: p,
             broker: here,
             core: self.id,
             epoch: term,
+            isr,
         };
-        while !g.failed.get() && g.is_leader() && g.term() == term && !self.shutdown.is_fired() {
-            let t = self.metadata().topics.get(&g.topic).cloned();
-            if t.as_ref()
-                .is_some_and(|t| Metadata::leader_epoch(t, g.partition as usize) >= term)
-            {
-                return;
+        g.reporting.set(true);
+        let (shard, g) = (self.clone(), g.clone());
+        glommio::spawn_local(async move {
+            if let Resp::Stored(Err(e)) = Box::pin(shard.call(0, Req::Submit(vec![record]))).await {
+                debug!(topic = %g.topic, partition = g.partition, error = %e,
+                    "reporting a partition's leader; trying again");
+                glommio::timer::sleep(Duration::from_millis(200)).await;
             }
-            match Box::pin(self.call(0, Req::Submit(vec![record.clone()]))).await {
-                Resp::Stored(Ok(())) => return,
-                Resp::Stored(Err(e)) => {
-                    debug!(error = %e, "announcing a partition leader; trying again")
-                }
-                _ => {}
-            }
-            glommio::timer::sleep(Duration::from_millis(200)).await;
-        }
+            g.reporting.set(false);
+        })
+        .detach();
     }
 
     /// Core 0: submits metadata records another core asked for (a partition leader).

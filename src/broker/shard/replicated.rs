@@ -489,6 +489,22 @@ impl Shard {
         }
     }
 
+    /// The node ids of the in-sync replicas of partition `p` of `t` (Metadata's `isr_nodes`):
+    /// as its leader last reported them, else the leader alone.
+    pub fn isr_nodes(&self, meta: &Metadata, t: &TopicMeta, p: usize) -> Vec<i32> {
+        let (Some(isr), Some(replicas)) = (t.isr.get(p), t.replicas.get(p)) else {
+            return vec![self.leader_node(meta, t, p)];
+        };
+        if isr.is_empty() {
+            return vec![self.leader_node(meta, t, p)];
+        }
+        replicas
+            .iter()
+            .filter(|(b, _)| isr.contains(b))
+            .map(|&(b, c)| self.node_at(meta, b, c))
+            .collect()
+    }
+
     /// The node ids of every replica of partition `p` of `t`, the preferred leader first
     /// (Metadata's `replica_nodes`; just the leader at replication factor 1).
     pub fn replica_nodes(&self, meta: &Metadata, t: &TopicMeta, p: usize) -> Vec<i32> {

@@ -84,9 +84,14 @@ pub struct Group {
     /// `None`: to be taken from the log's last entry.
     pub(super) next_offset: Cell<Option<u64>>,
     pub(super) waiters: RefCell<Vec<Waiter>>,
-    /// The leader this replica knows (broker id; 0: none) and the term it announced.
+    /// The leader this replica knows (broker id; 0: none), and whether a report of its
+    /// leadership to the metadata group is under way.
     pub(super) leader: Cell<u64>,
-    pub(super) announced: Cell<u64>,
+    pub(super) reporting: Cell<bool>,
+    /// On the leader: when each replica last held every committed entry, and the term that
+    /// bookkeeping is for (the in-sync replicas, `report_leadership`).
+    pub(super) caught_up: RefCell<HashMap<u64, Instant>>,
+    pub(super) isr_term: Cell<u64>,
     pub(super) failed: Cell<bool>,
 }
 
@@ -286,7 +291,9 @@ impl Shard {
             next_offset: Cell::new(None),
             waiters: RefCell::new(Vec::new()),
             leader: Cell::new(0),
-            announced: Cell::new(0),
+            reporting: Cell::new(false),
+            caught_up: RefCell::new(HashMap::new()),
+            isr_term: Cell::new(0),
             failed: Cell::new(false),
         });
         self.replicas
@@ -339,6 +346,7 @@ impl Shard {
                 }
                 if tick {
                     g.raw.borrow_mut().tick();
+                    self.report_leadership(&g);
                 }
                 self.step_and_propose(&g);
                 let mut res = self.serve_fetches(&g).await;
@@ -521,17 +529,10 @@ impl Shard {
     }
 
     /// After a `Ready`: the committed offset moves to the end of the last committed entry;
-    /// produces whose entry is written (acks=1) or committed (acks=-1) are answered; a new
-    /// leader announces itself to the metadata group.
+    /// produces whose entry is written (acks=1) or committed (acks=-1) are answered; a
+    /// leader reports itself and its in-sync replicas to the metadata group.
     fn after_ready(self: &Rc<Self>, g: &Rc<Group>, committed: Option<u64>) {
-        let (commit, term, leader_now) = {
-            let raw = g.raw.borrow();
-            (
-                raw.raft.raft_log.committed,
-                raw.raft.term,
-                raw.raft.state == StateRole::Leader,
-            )
-        };
+        let commit = g.raw.borrow().raft.raft_log.committed;
         if committed.is_some() || commit > g.snap.index {
             let end = g.store.end_of(commit);
             let end = end.min(g.part.log.watermarks().log_end_offset);
@@ -541,10 +542,6 @@ impl Shard {
         }
         g.store.set_applied(g.raw.borrow().raft.raft_log.applied);
         g.settle_waiters();
-        if leader_now && g.announced.get() < term {
-            g.announced.set(term);
-            let (shard, g) = (self.clone(), g.clone());
-            glommio::spawn_local(async move { shard.announce_leader(g, term).await }).detach();
-        }
+        self.report_leadership(g);
     }
 }
