@@ -360,6 +360,22 @@ async fn written_from(log: &Log, from: u64, max_bytes: usize) -> Vec<u8> {
     out
 }
 
+/// The leader-epoch list the model's batches make: each epoch above 0 and above the last,
+/// with its first batch's offset.
+fn epochs_of(model: &[ModelBatch]) -> Vec<(i32, u64)> {
+    let mut out: Vec<(i32, u64)> = Vec::new();
+    for b in model {
+        let e = weir_storage::batch::BatchHeader::parse(&b.bytes)
+            .expect("header")
+            .partition_leader_epoch
+            .get();
+        if e > 0 && out.last().is_none_or(|l| e > l.0) {
+            out.push((e, b.base));
+        }
+    }
+    out
+}
+
 fn model_bytes(model: &[ModelBatch], from: u64) -> Vec<u8> {
     model
         .iter()
@@ -483,6 +499,12 @@ fn model_case(ops: Vec<Op>) {
             // commit.
             let lend = leader.watermarks().log_end_offset;
             assert_eq!(lend, model.last().map_or(0, |b| b.next));
+            let want_epochs = epochs_of(&model);
+            assert_eq!(leader.leader_epochs(), want_epochs);
+            let fe = follower.watermarks().log_end_offset;
+            let follower_epochs: Vec<(i32, u64)> =
+                want_epochs.iter().copied().filter(|e| e.1 < fe).collect();
+            assert_eq!(follower.leader_epochs(), follower_epochs);
             let all = model_bytes(&model, 0);
             assert!(
                 written_from(&leader, 0, usize::MAX).await == all,
@@ -529,4 +551,124 @@ proptest! {
     fn follower_matches_leader_through_random_truncations(ops in prop::collection::vec(op(), 1..60)) {
         model_case(ops);
     }
+}
+
+/// The leader-epoch list follows appends (epoch changes only), `append_assigned` (a follower
+/// learns the leader's list) and truncations; survives a clean reopen and a crash; a lost or
+/// damaged file is rebuilt from the batch headers; OffsetForLeaderEpoch answers from it.
+#[test]
+fn leader_epochs_follow_appends_truncations_and_crashes() {
+    let tmp = common::tempdir();
+    common::run(tmp.path(), || async {
+        let disk = SimDisk::new();
+        let (ld, fd) = (Path::new("/sim/el"), Path::new("/sim/ef"));
+        let leader = open(&disk, ld, config()).await;
+        let follower = open(&disk, fd, config()).await;
+        // Epoch 0 (a single-node log's) has no entry and no file.
+        leader.append(batch(1, 2, 10)).await.expect("append");
+        assert!(leader.leader_epochs().is_empty());
+        assert_eq!(leader.end_offset_for_epoch(0), None);
+        assert!(!disk.paths().iter().any(|p| p.ends_with("el/leader_epochs")));
+        let mut starts = Vec::new();
+        for (epoch, batches) in [(1, 3), (3, 20), (4, 2), (7, 30)] {
+            leader.set_leader_epoch(epoch).expect("epoch");
+            starts.push((epoch, leader.watermarks().log_end_offset));
+            for i in 0..batches {
+                leader.append(batch(i, 2, 300)).await.expect("append");
+            }
+        }
+        assert!(leader.size().0 >= 3, "several segments");
+        assert_eq!(leader.leader_epochs(), starts);
+        assert!(matches!(
+            leader.set_leader_epoch(6),
+            Err(Error::InvalidArgument(_))
+        ));
+        let end = leader.watermarks().log_end_offset;
+        assert_eq!(leader.end_offset_for_epoch(7), Some((7, end)));
+        assert_eq!(leader.end_offset_for_epoch(3), Some((3, starts[2].1)));
+        assert_eq!(leader.end_offset_for_epoch(5), Some((4, starts[3].1)));
+        assert_eq!(leader.end_offset_for_epoch(8), None);
+        // The follower learns the same list from the batches.
+        let all = written_from(&leader, 0, usize::MAX).await;
+        follower
+            .append_assigned(Bytes::from(all))
+            .await
+            .expect("append_assigned");
+        assert_eq!(follower.leader_epochs(), starts);
+        // A batch of an older epoch than the follower's latest is refused.
+        let mut old = batch(9, 1, 10).to_vec();
+        weir_storage::batch::assign_offset(&mut old, end as i64, 4);
+        assert!(matches!(
+            follower.append_assigned(Bytes::from(old)).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(follower.watermarks().log_end_offset, end, "nothing written");
+        // Truncating into epoch 3 drops epochs 4 and 7; a new epoch 5 starts at the cut.
+        let cut = starts[2].1 - 4; // two batches before epoch 4 starts
+        follower.set_committed(starts[1].1).expect("commit");
+        follower.truncate_to(cut).await.expect("truncate");
+        assert_eq!(follower.leader_epochs(), starts[..2].to_vec());
+        assert_eq!(follower.end_offset_for_epoch(3), Some((3, cut)));
+        follower.set_leader_epoch(5).expect("epoch");
+        follower.append(batch(5, 1, 10)).await.expect("append");
+        let want = vec![starts[0], starts[1], (5, cut)];
+        assert_eq!(follower.leader_epochs(), want);
+        // A crash keeps it; the leader's clean close too.
+        drop(follower);
+        leader.close().await.expect("close");
+        let crashed = disk.process_crash();
+        let follower = open(&crashed, fd, config()).await;
+        assert_eq!(follower.leader_epochs(), want);
+        assert_eq!(
+            follower.leader_epoch(),
+            5,
+            "appends go on in the latest epoch"
+        );
+        let leader = open(&crashed, ld, config()).await;
+        assert_eq!(leader.leader_epochs(), starts);
+        drop(leader);
+        drop(follower);
+        // Lost, or damaged: rebuilt from the batch headers.
+        crashed
+            .vfs()
+            .remove(&ld.join("leader_epochs"))
+            .await
+            .expect("remove");
+        assert!(crashed.flip_bit("ef/leader_epochs", 13, 2));
+        let leader = open(&crashed, ld, config()).await;
+        assert_eq!(leader.leader_epochs(), starts);
+        let follower = open(&crashed, fd, config()).await;
+        assert_eq!(follower.leader_epochs(), want);
+    });
+}
+
+/// An entry is written before its epoch's first batch: if that batch is lost in a crash, the
+/// entry (past the recovered end) is dropped when the log opens.
+#[test]
+fn an_epoch_whose_first_batch_was_lost_is_dropped_on_open() {
+    let tmp = common::tempdir();
+    common::run(tmp.path(), || async {
+        let disk = SimDisk::new();
+        let dir = Path::new("/sim/lost");
+        let log = open(&disk, dir, config()).await;
+        log.set_leader_epoch(2).expect("epoch");
+        log.append(batch(1, 3, 10)).await.expect("append");
+        log.flush().await.expect("flush");
+        log.set_leader_epoch(3).expect("epoch");
+        log.append(batch(2, 3, 10)).await.expect("append");
+        assert_eq!(log.leader_epochs(), vec![(2, 0), (3, 3)]);
+        drop(log);
+        // Power loss losing every unflushed log write (the epoch file was fdatasync'ed).
+        let after = disk.crash(|p, _, _| {
+            if p.to_string_lossy().ends_with(".log") {
+                weir_storage::io::CrashFate::Lost
+            } else {
+                weir_storage::io::CrashFate::Kept
+            }
+        });
+        let log = open(&after, dir, config()).await;
+        assert_eq!(log.watermarks().log_end_offset, 3);
+        assert_eq!(log.leader_epochs(), vec![(2, 0)]);
+        assert_eq!(log.end_offset_for_epoch(2), Some((2, 3)));
+    });
 }

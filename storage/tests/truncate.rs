@@ -75,11 +75,27 @@ fn tags(bytes: &[u8]) -> Vec<u8> {
         .collect()
 }
 
+/// `fill` starts leader epoch `k + 1` at batch `EPOCH_AT[k]`.
+const EPOCH_AT: [usize; 3] = [0, 20, 35];
+
+/// The leader-epoch list `fill` makes, for a log ending at `end`.
+fn epochs_below(offsets: &[(u64, u64)], end: u64) -> Vec<(i32, u64)> {
+    EPOCH_AT
+        .iter()
+        .enumerate()
+        .filter(|(_, &at)| at < offsets.len() && offsets[at].0 < end)
+        .map(|(k, &at)| (k as i32 + 1, offsets[at].0))
+        .collect()
+}
+
 /// Fills a log with `count` batches of 1..4 records tagged 1 across several segments;
 /// flushes only the first `flushed` of them. Returns the batches' (base, next) offsets.
 async fn fill(log: &Log, count: usize, flushed: usize) -> Vec<(u64, u64)> {
     let mut offsets = Vec::new();
     for i in 0..count {
+        if let Some(epoch) = EPOCH_AT.iter().position(|&at| at == i) {
+            log.set_leader_epoch(epoch as i32 + 1).expect("epoch");
+        }
         let n = 1 + i % 4;
         let info = log
             .append(batch(1, n, 300 + 97 * (i % 7)))
@@ -149,6 +165,11 @@ fn crash_during_truncate(stop: u64, cut_batch: usize, power_loss: bool, seed: u6
                 "stop {stop}: batch {i} after recovery is not the original"
             );
         }
+        assert_eq!(
+            log.leader_epochs(),
+            epochs_below(&offsets, end),
+            "stop {stop}: the epoch list does not match the recovered log"
+        );
         if r.is_ok() {
             assert_eq!(
                 end, cut,

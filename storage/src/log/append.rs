@@ -143,6 +143,7 @@ impl Log {
             offset += info.last_offset_delta as u64 + 1;
             pos += info.total_bytes;
         }
+        inner.note_epochs(&[(epoch, base_offset)]).await?;
         let end_offset = inner
             .place(records.freeze(), &infos, &from_producers)
             .await?;

@@ -22,6 +22,7 @@
 mod append;
 mod clean;
 mod clean_files;
+mod epochs;
 mod markers;
 mod open;
 mod read;
@@ -47,6 +48,7 @@ use crate::watermark::{FifoLock, Watch, Watermarks};
 pub use append::{AppendInfo, FlushStats, FLUSH_BUCKETS};
 pub use clean::{CleanOptions, CleanStats, Codecs, DirtyInfo, MAP_BUDGET_BYTES};
 pub use clean_files::CLEANER_CHECKPOINT_FILE;
+pub use epochs::LEADER_EPOCHS_FILE;
 pub use markers::{CLEAN_SHUTDOWN_FILE, LOG_START_FILE};
 pub use read::ReadOutcome;
 
@@ -77,6 +79,8 @@ struct Inner {
     committed: Cell<u64>,
     /// The leader epoch `append` stamps into the batches (`Log::set_leader_epoch`).
     leader_epoch: Cell<i32>,
+    /// Where each leader epoch starts (`epochs.rs`).
+    epochs: RefCell<epochs::LeaderEpochs>,
     writes: RefCell<VecDeque<WriteSlot>>,
     next_write_seq: Cell<u64>,
     partials_in_flight: Cell<usize>,

@@ -110,6 +110,7 @@ impl Log {
         };
         let producers =
             recover_producers(&vfs, dir, clean, &segments, next_offset, &scanned, interval).await?;
+        let epochs = super::epochs::load(&vfs, dir, &segments, next_offset).await?;
         let tail_pos = align_down(size);
         let tail = if size > tail_pos {
             active
@@ -188,7 +189,8 @@ impl Log {
             }),
             committed_reads,
             committed: Cell::new(log_start),
-            leader_epoch: Cell::new(0),
+            leader_epoch: Cell::new(epochs.latest().unwrap_or(0)),
+            epochs: RefCell::new(epochs),
             writes: RefCell::new(VecDeque::new()),
             next_write_seq: Cell::new(0),
             partials_in_flight: Cell::new(0),

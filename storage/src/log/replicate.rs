@@ -22,13 +22,21 @@ use crate::segment::{Segment, SegmentState};
 impl Log {
     /// Sets the leader epoch that later [`Log::append`]s stamp into their batches
     /// (`partition_leader_epoch`, header bytes 12..16, outside the CRC). A single-node log
-    /// never calls it: its batches carry 0, as before. Epochs are `i32` on the wire; a
-    /// negative one is refused.
+    /// never calls it: its batches carry 0, as before. After a reopen it starts at the latest
+    /// epoch of [`Log::leader_epochs`] (0 if none). Epochs are `i32` on the wire; a negative
+    /// one, or one below the latest epoch the log holds, is refused.
     pub fn set_leader_epoch(&self, epoch: i32) -> Result<()> {
         if epoch < 0 {
             return Err(Error::InvalidArgument(format!(
                 "leader epoch {epoch} is negative"
             )));
+        }
+        if let Some(latest) = self.inner.epochs.borrow().latest() {
+            if epoch < latest {
+                return Err(Error::InvalidArgument(format!(
+                    "leader epoch {epoch} is below the log's latest, {latest}"
+                )));
+            }
         }
         self.inner.leader_epoch.set(epoch);
         Ok(())
@@ -92,16 +100,29 @@ impl Log {
             }));
         }
         let mut from_producers: Vec<(usize, ProducerBatch)> = Vec::new();
+        let mut starts: Vec<(i32, u64)> = Vec::new();
+        let mut latest = inner.epochs.borrow().latest().unwrap_or(0);
         let mut pos = 0usize;
         for (i, info) in infos.iter().enumerate() {
             if let Some(b) = ProducerBatch::of(&records[pos..]) {
                 from_producers.push((i, b));
             }
+            let epoch = batch::BatchHeader::parse(&records[pos..])
+                .map_or(0, |h| h.partition_leader_epoch.get());
+            if epoch < latest {
+                return Err(Error::InvalidArgument(format!(
+                    "batch at {} has leader epoch {epoch}, below the log's latest, {latest}",
+                    info.base_offset
+                )));
+            }
+            latest = epoch;
+            starts.push((epoch, info.base_offset as u64));
             pos += info.total_bytes;
         }
         let offsets: u64 = infos.iter().map(|i| i.last_offset_delta as u64 + 1).sum();
         inner.maybe_roll(records.len() as u64, offsets).await?;
         inner.ensure_preallocated(records.len() as u64).await?;
+        inner.note_epochs(&starts).await?;
         let end_offset = inner.place(records, &infos, &from_producers).await?;
         inner.schedule_kick();
         drop(permit);
@@ -306,6 +327,11 @@ impl Inner {
         }
         self.reader.forget_segment(target.uid);
         self.cache.forget_from(offset);
+        // The epochs that started in the cut part (a crash before this is written leaves
+        // entries past the log end, which `open` drops).
+        if self.epochs.borrow_mut().truncate_from(offset) {
+            self.save_epochs().await?;
+        }
         // 4. The offsets and the appender, continuing the cut segment.
         self.log_end.set(offset);
         self.hw.rewind(offset);
