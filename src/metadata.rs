@@ -49,6 +49,21 @@ pub struct TopicMeta {
     /// `owners` (which then names a core of that broker). Empty on a standalone broker.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<u64>,
+    /// In a cluster, for a topic of replication factor above 1: every replica of each
+    /// partition as (broker, core), indexed like `owners`; the first is the preferred leader
+    /// and equals (`brokers[p]`, `owners[p]`). Empty at replication factor 1 (and in files
+    /// written before replication), so those topics are stored exactly as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<Vec<(u64, usize)>>,
+    /// With `replicas`: the leader epoch (the Raft term of the partition's group) of the
+    /// leader `brokers[p]` / `owners[p]` names, from the last `PartitionLeader` record
+    /// applied; 0 before any. Empty when no leader was ever announced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leader_epochs: Vec<u64>,
+    /// With `replicas`: the brokers of each partition's in-sync replicas as its leader last
+    /// reported them (`PartitionLeader` records); an empty list: not reported yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub isr: Vec<Vec<u64>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -162,6 +177,9 @@ impl Metadata {
                 return Err(format!(
                     "topic {name}: owner core {bad} is not below the core count {cores}"
                 ));
+            }
+            if !t.replicas.is_empty() {
+                check_replicas(t).map_err(|e| format!("topic {name}: {e}"))?;
             }
         }
         for (name, creds) in &m.users {
@@ -292,6 +310,25 @@ impl Metadata {
         t.owners.get(p).copied()
     }
 
+    /// The core holding this broker's replica of a partition: `owner` for a partition of
+    /// replication factor 1 (and on a standalone broker); for a replicated one, the core of
+    /// this broker's replica whether or not it leads (`owner` names only the leader's).
+    pub fn local_replica(&self, topic: &str, partition: i32) -> Option<usize> {
+        let t = self.topics.get(topic)?;
+        let p = usize::try_from(partition).ok()?;
+        match (self.local_broker, t.replicas.get(p)) {
+            (Some(here), Some(r)) if !r.is_empty() => {
+                r.iter().find(|(b, _)| *b == here).map(|&(_, c)| c)
+            }
+            _ => self.owner(topic, partition),
+        }
+    }
+
+    /// The leader epoch Metadata reports for a partition (0 until a leader was announced).
+    pub fn leader_epoch(t: &TopicMeta, p: usize) -> u64 {
+        t.leader_epochs.get(p).copied().unwrap_or(0)
+    }
+
     /// Whether the partition exists (on this broker or, in a cluster, on any).
     pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
         self.topics
@@ -311,6 +348,23 @@ impl Metadata {
             .is_some_and(|&b| b != here)
     }
 
+    /// Every replica of partition `p` of `t` as (broker, core), the preferred leader first
+    /// (one replica at replication factor 1; broker `local` on a standalone broker).
+    pub fn replicas_of(t: &TopicMeta, p: usize, local: u64) -> Vec<(u64, usize)> {
+        match t.replicas.get(p) {
+            Some(r) if !r.is_empty() => r.clone(),
+            _ => vec![(
+                t.brokers.get(p).copied().unwrap_or(local),
+                t.owners.get(p).copied().unwrap_or(0),
+            )],
+        }
+    }
+
+    /// The topic's replication factor (1 unless it has replica lists).
+    pub fn replication_factor(t: &TopicMeta) -> usize {
+        t.replicas.first().map_or(1, |r| r.len().max(1))
+    }
+
     /// The (broker, core) of every partition of `t`: the broker is `local` when the topic
     /// has no placement (a standalone broker).
     pub fn placement(t: &TopicMeta, local: u64) -> impl Iterator<Item = (u64, usize)> + '_ {
@@ -319,6 +373,43 @@ impl Metadata {
             .enumerate()
             .map(move |(p, &core)| (t.brokers.get(p).copied().unwrap_or(local), core))
     }
+}
+
+/// A replicated topic's replica lists against its `brokers` and `owners`: one list per
+/// partition, of the same length for all, on distinct brokers, the first one the partition's
+/// (`brokers[p]`, `owners[p]`) one of them (the leader), every core below
+/// `Metadata::MAX_CORES`, one leader epoch per partition if any.
+pub fn check_replicas(t: &TopicMeta) -> Result<(), String> {
+    if t.replicas.len() != t.owners.len() || t.brokers.len() != t.owners.len() {
+        return Err("replicas, brokers and owners differ in length".into());
+    }
+    if !t.leader_epochs.is_empty() && t.leader_epochs.len() != t.owners.len() {
+        return Err("leader epochs and owners differ in length".into());
+    }
+    if !t.isr.is_empty() && t.isr.len() != t.owners.len() {
+        return Err("in-sync replicas and owners differ in length".into());
+    }
+    let rf = t.replicas[0].len();
+    for (p, r) in t.replicas.iter().enumerate() {
+        if r.len() != rf || rf == 0 {
+            return Err(format!("partition {p} has {} replicas, not {rf}", r.len()));
+        }
+        if !r.contains(&(t.brokers[p], t.owners[p])) {
+            return Err(format!(
+                "partition {p}: its leader is not one of its replicas"
+            ));
+        }
+        if r.iter().any(|&(_, c)| c >= Metadata::MAX_CORES) {
+            return Err(format!("partition {p}: a replica's core is out of range"));
+        }
+        let mut b: Vec<u64> = r.iter().map(|x| x.0).collect();
+        b.sort_unstable();
+        b.dedup();
+        if b.len() != r.len() {
+            return Err(format!("partition {p}: two replicas on one broker"));
+        }
+    }
+    Ok(())
 }
 
 /// Directory of a partition's log: `DATA_DIR/topic-partition`, like Kafka.
@@ -373,6 +464,9 @@ mod tests {
                 owners,
                 configs: BTreeMap::new(),
                 brokers: Vec::new(),
+                replicas: Vec::new(),
+                leader_epochs: Vec::new(),
+                isr: Vec::new(),
             },
         );
         m.save(&dir).unwrap();
@@ -397,6 +491,9 @@ mod tests {
                 owners: vec![0, 1],
                 configs: BTreeMap::new(),
                 brokers: Vec::new(),
+                replicas: Vec::new(),
+                leader_epochs: Vec::new(),
+                isr: Vec::new(),
             },
         );
         let good = serde_json::to_vec(&m).unwrap();

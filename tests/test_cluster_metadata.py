@@ -75,8 +75,9 @@ def cluster(request):
 # -- raw requests to one broker ------------------------------------------------------------------
 
 
-def metadata_v1(bootstrap: str, topics: list[str] | None = None) -> tuple[dict, dict]:
-    """This broker's own Metadata answer: ({node_id: port}, {topic: (error, {partition: leader})})."""
+def metadata_v1(bootstrap: str, topics: list[str] | None = None, full: bool = False) -> tuple[dict, dict]:
+    """This broker's own Metadata answer: ({node_id: port}, {topic: (error, {partition: leader})});
+    with `full`, each partition's value is (leader, [replicas], [isr])."""
     with kw.connect(bootstrap) as s:
         s.sendall(kw.metadata(1, topics))
         _, body = kw.read_response(s)
@@ -111,10 +112,11 @@ def metadata_v1(bootstrap: str, topics: list[str] | None = None) -> tuple[dict, 
         parts = {}
         for _ in range(take(">i")[0]):
             _perr, p, leader = take(">hii")
+            lists = []
             for _ in range(2):
                 (n,) = take(">i")
-                pos += 4 * max(n, 0)
-            parts[p] = leader
+                lists.append([take(">i")[0] for _ in range(max(n, 0))])
+            parts[p] = (leader, *lists) if full else leader
         topics_out[name] = (err, parts)
     return brokers, topics_out
 
@@ -155,11 +157,12 @@ def wait_until(what: str, check, timeout: float = 40.0, every: float = 0.1):
     raise AssertionError(f"{what}: not within {timeout}s (last: {last!r})")
 
 
-def create(bootstrap: str, name: str, partitions: int, config: dict | None = None) -> None:
+def create(bootstrap: str, name: str, partitions: int, config: dict | None = None,
+           replication_factor: int = 1) -> None:
     """CreateTopics through `bootstrap`, retried while the cluster has no metadata leader."""
     def attempt():
         admin = rd_admin(bootstrap)
-        fs = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+        fs = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                                            config=config or {})], request_timeout=CLIENT_TIMEOUT_S)
         fs[name].result(CLIENT_TIMEOUT_S)
         return True

@@ -284,8 +284,9 @@ fn start_cluster(
     shard: &std::rc::Rc<Shard>,
     boot: super::cluster::Boot,
 ) -> Result<std::rc::Rc<super::cluster::Node>, String> {
-    let (applier, reader) = (shard.clone(), shard.clone());
+    let (applier, reader, router) = (shard.clone(), shard.clone(), shard.clone());
     let hooks = super::cluster::Hooks {
+        partition: Box::new(move |m| router.raft_in(m)),
         apply: Box::new(move |batches, last| {
             let shard = applier.clone();
             Box::pin(async move { shard.apply_cluster(batches, last).await })

@@ -19,6 +19,7 @@ mod kafka;
 mod listen;
 mod metrics;
 mod metrics_endpoint;
+mod replica;
 mod sasl;
 mod server;
 mod shard;

@@ -83,7 +83,10 @@ pub enum Record {
         id: u64,
         info: BrokerInfo,
     },
-    /// A new topic; `id` and `partitions` are filled in by the metadata leader (`plan`).
+    /// A new topic; `id`, `partitions` and (replication factor above 1) `replicas` are
+    /// filled in by the metadata leader (`plan`). `partitions[p]` is the preferred leader,
+    /// `replicas[p]` every replica of `p`, it first. Records of replication factor 1 carry
+    /// neither of the new fields, and records written before them decode as factor 1.
     CreateTopic {
         name: String,
         count: usize,
@@ -92,6 +95,10 @@ pub enum Record {
         #[serde(default)]
         partitions: Vec<Placement>,
         configs: BTreeMap<String, String>,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        replication_factor: usize,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        replicas: Vec<Vec<Placement>>,
     },
     DeleteTopic {
         name: String,
@@ -103,12 +110,31 @@ pub enum Record {
         replace_all: bool,
         ops: Vec<(String, Option<String>)>,
     },
-    /// Grows a topic to `count` partitions; `added` is filled in by the metadata leader.
+    /// Grows a topic to `count` partitions; `added` (and, when the topic's replication
+    /// factor is above 1, `added_replicas`) is filled in by the metadata leader.
     CreatePartitions {
         topic: String,
         count: usize,
         #[serde(default)]
         added: Vec<Placement>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        added_replicas: Vec<Vec<Placement>>,
+    },
+    /// A replicated partition's group elected a leader (its Raft term = the leader epoch):
+    /// submitted by that leader so every broker's Metadata names it (KRaft's partition
+    /// change record). Applied only if the epoch is newer than the one stored and the
+    /// (broker, core) is one of the partition's replicas of that topic id; at the stored
+    /// epoch, from the stored leader, it only updates the in-sync replicas (`isr`, broker
+    /// ids; empty: not reported).
+    PartitionLeader {
+        topic: String,
+        topic_id: String,
+        partition: usize,
+        broker: u64,
+        core: usize,
+        epoch: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        isr: Vec<u64>,
     },
     /// Stores (`Some`) or deletes (`None`) a SASL user's credential for one SCRAM mechanism.
     AlterUser {
@@ -125,6 +151,14 @@ pub enum Record {
     },
 }
 
+fn one() -> usize {
+    1
+}
+
+fn is_one(v: &usize) -> bool {
+    *v == 1
+}
+
 /// What applying a record did (the same on every broker).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
@@ -136,6 +170,8 @@ pub enum Outcome {
     /// Deleting a user credential that does not exist.
     NotFound,
     InvalidPartitions(String),
+    /// More replicas asked for than there are registered brokers.
+    InvalidReplicationFactor(String),
     Invalid(String),
 }
 
@@ -156,37 +192,89 @@ impl Batch {
     }
 }
 
-/// Partitions per (broker, core) of `meta`, for every core of every registered broker.
-fn load(meta: &Metadata) -> BTreeMap<(u64, usize), usize> {
+/// Per (broker, core) of every registered broker: the partitions it is the preferred leader
+/// of, and the replicas it holds.
+type Load = BTreeMap<(u64, usize), (usize, usize)>;
+
+fn load(meta: &Metadata) -> Load {
     let mut load = BTreeMap::new();
     for (&b, info) in &meta.brokers {
         for c in 0..info.cores.max(1) {
-            load.insert((b, c), 0usize);
+            load.insert((b, c), (0usize, 0usize));
         }
     }
     for t in meta.topics.values() {
-        for (b, c) in Metadata::placement(t, 0) {
-            if let Some(n) = load.get_mut(&(b, c)) {
-                *n += 1;
+        for p in 0..t.owners.len() {
+            for (i, r) in Metadata::replicas_of(t, p, 0).into_iter().enumerate() {
+                if let Some((leaders, replicas)) = load.get_mut(&r) {
+                    *leaders += usize::from(i == 0);
+                    *replicas += 1;
+                }
             }
         }
     }
     load
 }
 
-/// `count` new partitions, each on the least loaded (broker, core) of the registered
-/// brokers (ties: the lowest broker, then core).
-fn place(load: &mut BTreeMap<(u64, usize), usize>, count: usize) -> Result<Vec<Placement>, String> {
-    (0..count)
-        .map(|_| {
-            let (&(broker, core), n) = load
-                .iter_mut()
-                .min_by_key(|(k, n)| (**n, **k))
-                .ok_or("no broker has registered yet")?;
-            *n += 1;
-            Ok(Placement { broker, core })
-        })
-        .collect()
+/// `count` new partitions of `rf` replicas each (docs/replication.md §5.1). The first
+/// replica (the preferred leader) is the (broker, core) leading the fewest partitions, then
+/// holding the fewest replicas (ties: the lowest broker, then core); each further one is on
+/// another broker, on the same core index when that broker has as many cores as the
+/// first's (core-aligned: a partition's Raft traffic then flows between core *i* of each
+/// broker), else on its core holding the fewest replicas; among brokers, the one whose
+/// chosen core holds the fewest replicas. At `rf` 1 this is exactly step 2's placement.
+fn place(
+    meta: &Metadata,
+    load: &mut Load,
+    count: usize,
+    rf: usize,
+) -> Result<Vec<Vec<Placement>>, String> {
+    if load.is_empty() {
+        return Err("no broker has registered yet".into());
+    }
+    let cores = |b: u64| meta.brokers.get(&b).map_or(1, |i| i.cores.max(1));
+    let held = |load: &Load, b: u64, c: usize| load.get(&(b, c)).map_or(0, |l| l.1);
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (&(b0, c0), _) = load
+            .iter()
+            .min_by_key(|(k, n)| (**n, **k))
+            .expect("load is not empty");
+        let mut replicas = vec![(b0, c0)];
+        while replicas.len() < rf {
+            let best = meta
+                .brokers
+                .keys()
+                .filter(|b| replicas.iter().all(|r| r.0 != **b))
+                .map(|&b| {
+                    let c = if cores(b) == cores(b0) {
+                        c0
+                    } else {
+                        (0..cores(b))
+                            .min_by_key(|&c| (held(load, b, c), c))
+                            .unwrap_or(0)
+                    };
+                    (held(load, b, c), b, c)
+                })
+                .min();
+            match best {
+                Some((_, b, c)) => replicas.push((b, c)),
+                None => break,
+            }
+        }
+        for (i, r) in replicas.iter().enumerate() {
+            let l = load.entry(*r).or_default();
+            l.0 += usize::from(i == 0);
+            l.1 += 1;
+        }
+        out.push(
+            replicas
+                .into_iter()
+                .map(|(broker, core)| Placement { broker, core })
+                .collect(),
+        );
+    }
+    Ok(out)
 }
 
 impl Record {
@@ -199,23 +287,44 @@ impl Record {
                 id,
                 count,
                 partitions,
+                replication_factor,
+                replicas,
                 ..
             } => {
                 if id.is_empty() {
                     *id = crate::metadata::new_topic_id();
                 }
-                if partitions.is_empty() {
-                    *partitions = place(&mut load(meta), *count)?;
+                // Too few brokers: left unplaced, and `apply` refuses the record.
+                if partitions.is_empty()
+                    && (*replication_factor <= meta.brokers.len() || meta.brokers.is_empty())
+                {
+                    let placed = place(meta, &mut load(meta), *count, *replication_factor)?;
+                    *partitions = placed.iter().map(|r| r[0]).collect();
+                    if *replication_factor > 1 {
+                        *replicas = placed;
+                    }
                 }
             }
             Record::CreatePartitions {
                 topic,
                 count,
                 added,
+                added_replicas,
             } => {
-                let current = meta.topics.get(topic).map_or(0, |t| t.owners.len());
-                if added.is_empty() && *count > current {
-                    *added = place(&mut load(meta), *count - current)?;
+                let Some(t) = meta.topics.get(topic) else {
+                    return Ok(());
+                };
+                let current = t.owners.len();
+                let rf = Metadata::replication_factor(t);
+                if added.is_empty()
+                    && *count > current
+                    && (rf <= meta.brokers.len() || meta.brokers.is_empty())
+                {
+                    let placed = place(meta, &mut load(meta), *count - current, rf)?;
+                    *added = placed.iter().map(|r| r[0]).collect();
+                    if rf > 1 {
+                        *added_replicas = placed;
+                    }
                 }
             }
             _ => {}
@@ -242,12 +351,20 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
             id,
             partitions,
             configs,
+            replication_factor,
+            replicas,
         } => {
             if !valid_topic_name(name) {
                 return Outcome::Invalid(format!("invalid topic name '{name}'"));
             }
             if meta.topics.contains_key(name) {
                 return Outcome::TopicExists;
+            }
+            if *replication_factor != 1 && partitions.is_empty() {
+                return Outcome::InvalidReplicationFactor(format!(
+                    "replication factor {replication_factor} is larger than the number of \
+                     registered brokers"
+                ));
             }
             if *count == 0 || *count > Metadata::MAX_PARTITIONS || partitions.len() != *count {
                 return Outcome::InvalidPartitions(format!(
@@ -258,15 +375,19 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
             if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Outcome::Invalid(format!("invalid topic id {id:?}"));
             }
-            meta.topics.insert(
-                name.clone(),
-                TopicMeta {
-                    id: id.clone(),
-                    owners: partitions.iter().map(|p| p.core).collect(),
-                    configs: configs.clone(),
-                    brokers: partitions.iter().map(|p| p.broker).collect(),
-                },
-            );
+            let topic = TopicMeta {
+                id: id.clone(),
+                owners: partitions.iter().map(|p| p.core).collect(),
+                configs: configs.clone(),
+                brokers: partitions.iter().map(|p| p.broker).collect(),
+                replicas: replica_lists(replicas),
+                leader_epochs: Vec::new(),
+                isr: Vec::new(),
+            };
+            if let Err(o) = check_factor(&topic, *replication_factor) {
+                return o;
+            }
+            meta.topics.insert(name.clone(), topic);
             Outcome::Done
         }
         Record::DeleteTopic { name } => match meta.topics.remove(name) {
@@ -302,13 +423,22 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
             topic,
             count,
             added,
+            added_replicas,
         } => {
             let Some(t) = meta.topics.get_mut(topic) else {
                 return Outcome::UnknownTopic;
             };
             let current = t.owners.len();
+            let rf = Metadata::replication_factor(t);
+            if rf > 1 && added.is_empty() && *count > current {
+                return Outcome::InvalidReplicationFactor(format!(
+                    "topic '{topic}' has {rf} replicas per partition: more than the \
+                     registered brokers"
+                ));
+            }
             if *count <= current
                 || *count > Metadata::MAX_PARTITIONS
+                || added.is_empty()
                 || added.len() != count - current
             {
                 return Outcome::InvalidPartitions(format!(
@@ -319,8 +449,62 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
             if t.brokers.len() != current {
                 return Outcome::Invalid(format!("topic '{topic}' has no cluster placement"));
             }
-            t.owners.extend(added.iter().map(|p| p.core));
-            t.brokers.extend(added.iter().map(|p| p.broker));
+            let mut grown = t.clone();
+            grown.owners.extend(added.iter().map(|p| p.core));
+            grown.brokers.extend(added.iter().map(|p| p.broker));
+            if rf > 1 {
+                grown.replicas.extend(replica_lists(added_replicas));
+                if !grown.leader_epochs.is_empty() {
+                    grown.leader_epochs.resize(grown.owners.len(), 0);
+                }
+            }
+            if let Err(o) = check_factor(&grown, rf) {
+                return o;
+            }
+            *t = grown;
+            Outcome::Done
+        }
+        Record::PartitionLeader {
+            topic,
+            topic_id,
+            partition,
+            broker,
+            core,
+            epoch,
+            isr,
+        } => {
+            let Some(t) = meta.topics.get_mut(topic).filter(|t| t.id == *topic_id) else {
+                return Outcome::UnknownTopic;
+            };
+            let p = *partition;
+            let Some(replicas) = t.replicas.get(p) else {
+                return Outcome::Invalid(format!("{topic}-{p} is not replicated"));
+            };
+            if !replicas.contains(&(*broker, *core))
+                || isr.iter().any(|b| replicas.iter().all(|r| r.0 != *b))
+            {
+                return Outcome::Invalid(format!(
+                    "broker {broker} core {core} (in sync: {isr:?}) is not a replica of {topic}-{p}"
+                ));
+            }
+            if t.leader_epochs.is_empty() {
+                t.leader_epochs = vec![0; t.owners.len()];
+            }
+            if t.isr.is_empty() {
+                t.isr = vec![Vec::new(); t.owners.len()];
+            }
+            let stored = t.leader_epochs[p];
+            let same_leader = *epoch == stored && t.brokers[p] == *broker && t.owners[p] == *core;
+            if *epoch < stored
+                || (*epoch == stored && !same_leader)
+                || (same_leader && (isr.is_empty() || *isr == t.isr[p]))
+            {
+                return Outcome::Unchanged;
+            }
+            t.leader_epochs[p] = *epoch;
+            t.brokers[p] = *broker;
+            t.owners[p] = *core;
+            t.isr[p] = isr.clone();
             Outcome::Done
         }
         Record::AlterUser {
@@ -370,6 +554,35 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
             }
         }
     }
+}
+
+/// A record's replica lists as `TopicMeta` stores them.
+fn replica_lists(replicas: &[Vec<Placement>]) -> Vec<Vec<(u64, usize)>> {
+    replicas
+        .iter()
+        .map(|r| r.iter().map(|p| (p.broker, p.core)).collect())
+        .collect()
+}
+
+/// Whether `t` (built from a record) has `rf` replicas per partition, placed consistently:
+/// a record the leader could not place (too few brokers) is refused here, the same way on
+/// every broker.
+fn check_factor(t: &TopicMeta, rf: usize) -> Result<(), Outcome> {
+    if rf == 1 {
+        return if t.replicas.is_empty() {
+            Ok(())
+        } else {
+            Err(Outcome::Invalid(
+                "replica lists at replication factor 1".into(),
+            ))
+        };
+    }
+    if rf == 0 || t.replicas.first().is_none_or(|r| r.len() != rf) {
+        return Err(Outcome::InvalidReplicationFactor(format!(
+            "replication factor {rf} is larger than the number of registered brokers"
+        )));
+    }
+    crate::metadata::check_replicas(t).map_err(Outcome::Invalid)
 }
 
 #[cfg(test)]

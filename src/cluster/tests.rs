@@ -22,7 +22,32 @@ fn create(name: &str, count: usize) -> Record {
         id: String::new(),
         partitions: Vec::new(),
         configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+        replication_factor: 1,
+        replicas: Vec::new(),
     }
+}
+
+fn create_rf(name: &str, count: usize, rf: usize) -> Record {
+    let mut r = create(name, count);
+    if let Record::CreateTopic {
+        replication_factor, ..
+    } = &mut r
+    {
+        *replication_factor = rf;
+    }
+    r
+}
+
+fn three_brokers(cores: [usize; 3]) -> Metadata {
+    let mut m = Metadata::empty(2);
+    for (i, c) in cores.into_iter().enumerate() {
+        let reg = Record::RegisterBroker {
+            id: i as u64 + 1,
+            info: broker(c, 9000 + 100 * i as i32),
+        };
+        assert_eq!(apply(&mut m, &reg), Outcome::Done);
+    }
+    m
 }
 
 /// Two brokers applying the same planned records end with the same metadata, and the
@@ -147,6 +172,7 @@ fn conflicting_and_invalid_records_change_nothing() {
         topic: "t".into(),
         count: 1,
         added: vec![],
+        added_replicas: vec![],
     };
     assert!(matches!(
         apply(&mut m, &shrink),
@@ -194,6 +220,7 @@ fn alter_configs_grow_and_delete() {
         topic: "t".into(),
         count: 3,
         added: vec![],
+        added_replicas: vec![],
     };
     grow.plan(&m).unwrap();
     assert_eq!(apply(&mut m, &grow), Outcome::Done);
@@ -279,4 +306,220 @@ fn voters() {
     assert!(parse_voters("1@h").is_err());
     assert!(parse_voters("1@h:1,1@h:2").is_err());
     assert!(parse_voters("x@h:1").is_err());
+}
+
+/// Replication factor 3 on three brokers of equal core counts: every partition has a replica
+/// on each broker, all on the same core index (core-aligned), and the preferred leaders
+/// (first replicas) are spread over brokers and cores; a record of it round-trips and
+/// applies the same on another broker, and the metadata file holding it loads back.
+#[test]
+fn replicas_on_distinct_brokers_core_aligned() {
+    let mut m = three_brokers([2, 2, 2]);
+    let mut r = create_rf("t", 6, 3);
+    r.plan(&m).unwrap();
+    let Record::CreateTopic {
+        partitions,
+        replicas,
+        ..
+    } = &r
+    else {
+        unreachable!()
+    };
+    assert_eq!(replicas.len(), 6);
+    for (p, rs) in replicas.iter().enumerate() {
+        assert_eq!(rs[0], partitions[p], "first replica = preferred leader");
+        let mut b: Vec<u64> = rs.iter().map(|x| x.broker).collect();
+        b.sort();
+        assert_eq!(b, vec![1, 2, 3], "partition {p}: one replica per broker");
+        assert!(
+            rs.iter().all(|x| x.core == rs[0].core),
+            "core-aligned: {rs:?}"
+        );
+    }
+    let mut leaders: Vec<(u64, usize)> = partitions.iter().map(|p| (p.broker, p.core)).collect();
+    leaders.sort();
+    leaders.dedup();
+    assert_eq!(leaders.len(), 6, "leaders spread over every (broker, core)");
+    let back = Batch::decode(
+        &Batch {
+            req: 1,
+            records: vec![r.clone()],
+        }
+        .encode(),
+    )
+    .unwrap();
+    let mut other = m.clone();
+    assert_eq!(apply(&mut m, &r), Outcome::Done);
+    assert_eq!(apply(&mut other, &back.records[0]), Outcome::Done);
+    assert_eq!(m.topics, other.topics);
+    let t = &m.topics["t"];
+    assert_eq!(Metadata::replication_factor(t), 3);
+    assert_eq!(Metadata::replicas_of(t, 0, 0).len(), 3);
+    let bytes = serde_json::to_vec(&m).unwrap();
+    assert_eq!(Metadata::parse(&bytes).unwrap(), m);
+    // Growing the topic keeps its replication factor.
+    let mut grow = Record::CreatePartitions {
+        topic: "t".into(),
+        count: 8,
+        added: vec![],
+        added_replicas: vec![],
+    };
+    grow.plan(&m).unwrap();
+    assert_eq!(apply(&mut m, &grow), Outcome::Done);
+    assert_eq!(m.topics["t"].replicas.len(), 8);
+    assert!(m.topics["t"].replicas.iter().all(|r| r.len() == 3));
+    // A metadata file with a replica list that breaks the rules is refused at load.
+    let mut bad = m.clone();
+    let t = bad.topics.get_mut("t").unwrap();
+    t.replicas[1][2].0 = t.replicas[1][1].0;
+    let err = Metadata::parse(&serde_json::to_vec(&bad).unwrap()).unwrap_err();
+    assert!(err.contains("two replicas on one broker"), "{err}");
+}
+
+/// Brokers of different core counts: the other replicas go to the least loaded core of
+/// their broker (no core-aligned placement is possible).
+#[test]
+fn replicas_on_brokers_with_other_core_counts() {
+    let mut m = three_brokers([4, 1, 2]);
+    let mut r = create_rf("t", 4, 2);
+    r.plan(&m).unwrap();
+    assert_eq!(apply(&mut m, &r), Outcome::Done);
+    for rs in &m.topics["t"].replicas {
+        assert_eq!(rs.len(), 2);
+        assert_ne!(rs[0].0, rs[1].0);
+        for &(b, c) in rs {
+            assert!(c < m.brokers[&b].cores, "core {c} of broker {b}");
+        }
+    }
+}
+
+/// More replicas than registered brokers: the leader leaves the record unplaced and every
+/// broker refuses it with the same outcome (INVALID_REPLICATION_FACTOR for the client).
+#[test]
+fn replication_factor_above_the_brokers_is_refused() {
+    let mut m = three_brokers([1, 1, 1]);
+    let mut r = create_rf("t", 2, 4);
+    r.plan(&m).unwrap();
+    let before = m.clone();
+    assert!(matches!(
+        apply(&mut m, &r),
+        Outcome::InvalidReplicationFactor(_)
+    ));
+    assert_eq!(m, before);
+}
+
+/// Records and metadata files written by step 2 (no replication fields) still load, as
+/// replication factor 1, and a factor-1 record is written exactly as step 2 wrote it.
+#[test]
+fn step_2_records_and_files_still_load() {
+    let old = br#"{"req":3,"records":[{"type":"CreateTopic","name":"t","count":1,
+        "id":"0123456789abcdef0123456789abcdef","partitions":[{"broker":1,"core":0}],
+        "configs":{}},{"type":"CreatePartitions","topic":"t","count":2,
+        "added":[{"broker":1,"core":1}]}]}"#;
+    let b = Batch::decode(old).unwrap();
+    let mut m = Metadata::empty(2);
+    apply(
+        &mut m,
+        &Record::RegisterBroker {
+            id: 1,
+            info: broker(2, 9000),
+        },
+    );
+    for r in &b.records {
+        assert_eq!(apply(&mut m, r), Outcome::Done);
+    }
+    assert_eq!(Metadata::replication_factor(&m.topics["t"]), 1);
+    let text = String::from_utf8(b.encode()).unwrap();
+    assert!(!text.contains("replica"), "{text}");
+    let file = serde_json::to_string(&m).unwrap();
+    assert!(!file.contains("replicas"), "{file}");
+    assert_eq!(Metadata::parse(file.as_bytes()).unwrap(), m);
+}
+
+/// A partition's group announces its leaders: a newer epoch moves the leader (to a replica
+/// only), an older or equal one changes nothing, another topic id is not this topic.
+#[test]
+fn partition_leader_records() {
+    let mut m = three_brokers([2, 2, 2]);
+    let mut r = create_rf("t", 2, 3);
+    r.plan(&m).unwrap();
+    apply(&mut m, &r);
+    let id = m.topics["t"].id.clone();
+    let first = m.topics["t"].replicas[0][0];
+    let other = m.topics["t"].replicas[0][2];
+    let lead = |broker: u64, core: usize, epoch: u64, topic_id: &str| Record::PartitionLeader {
+        topic: "t".into(),
+        topic_id: topic_id.into(),
+        partition: 0,
+        broker,
+        core,
+        epoch,
+        isr: vec![],
+    };
+    assert_eq!(
+        apply(&mut m, &lead(other.0, other.1, 3, &id)),
+        Outcome::Done
+    );
+    let t = &m.topics["t"];
+    assert_eq!((t.brokers[0], t.owners[0]), other);
+    assert_eq!(Metadata::leader_epoch(t, 0), 3);
+    assert_eq!(Metadata::leader_epoch(t, 1), 0);
+    assert_eq!(
+        apply(&mut m, &lead(first.0, first.1, 2, &id)),
+        Outcome::Unchanged,
+        "an older epoch never wins"
+    );
+    assert!(matches!(
+        apply(&mut m, &lead(9, 0, 5, &id)),
+        Outcome::Invalid(_)
+    ));
+    assert_eq!(
+        apply(
+            &mut m,
+            &lead(first.0, first.1, 5, "00000000000000000000000000000000")
+        ),
+        Outcome::UnknownTopic
+    );
+    // The leader reports its in-sync replicas at its epoch; an old leader cannot.
+    let with_isr = |broker: u64, core: usize, epoch: u64, isr: Vec<u64>| Record::PartitionLeader {
+        topic: "t".into(),
+        topic_id: id.clone(),
+        partition: 0,
+        broker,
+        core,
+        epoch,
+        isr,
+    };
+    let isr = vec![other.0, first.0];
+    assert_eq!(
+        apply(&mut m, &with_isr(other.0, other.1, 3, isr.clone())),
+        Outcome::Done
+    );
+    assert_eq!(m.topics["t"].isr[0], isr);
+    assert_eq!(
+        apply(&mut m, &with_isr(other.0, other.1, 3, isr.clone())),
+        Outcome::Unchanged
+    );
+    assert_eq!(
+        apply(&mut m, &with_isr(first.0, first.1, 3, vec![first.0])),
+        Outcome::Unchanged,
+        "not the leader of epoch 3"
+    );
+    assert!(matches!(
+        apply(&mut m, &with_isr(other.0, other.1, 3, vec![9])),
+        Outcome::Invalid(_)
+    ));
+    assert_eq!(m.topics["t"].isr[0], isr);
+    // The file with a moved leader and its epochs loads back.
+    let bytes = serde_json::to_vec(&m).unwrap();
+    assert_eq!(Metadata::parse(&bytes).unwrap(), m);
+    // This broker's replica is found whichever broker leads.
+    m.local_broker = Some(first.0);
+    assert_eq!(m.local_replica("t", 0), Some(first.1));
+    assert_eq!(
+        m.owner("t", 0),
+        None,
+        "not the leader: requests go elsewhere"
+    );
+    assert!(m.placed_elsewhere("t", 0));
 }

@@ -121,6 +121,8 @@ pub const SETTINGS: &[Setting] = &[
         "A producer id that has written nothing to a partition for this long (and has no transaction open there) is forgotten by that partition at its next retention pass or segment roll: its next batch is accepted at any sequence."),
     setting("num.partitions", "1", "partitions", None,
         "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
+    setting("default.replication.factor", "1", "replicas", None,
+        "Replicas of each partition of an auto-created topic, and of CreateTopics asking for -1. Above 1 only in a cluster, and at most the number of registered brokers (docs/replication.md, \"Step 3 as built\")."),
     setting("auto.create.topics.enable", "true", "bool", None,
         "Create a topic when a client asks for an unknown one in Metadata."),
     setting("log.segment.bytes", "1073741824", "bytes", Some("segment.bytes"),
@@ -201,6 +203,8 @@ pub struct BrokerConfig {
     pub retention_bytes: Option<u64>,
     pub max_message_bytes: usize,
     pub num_partitions: u32,
+    /// `default.replication.factor`.
+    pub default_replication_factor: u16,
     pub auto_create_topics: bool,
     /// `transaction.max.timeout.ms`.
     pub transaction_max_timeout_ms: i64,
@@ -284,6 +288,7 @@ impl Default for BrokerConfig {
             retention_bytes: None,
             max_message_bytes: 8 << 20,
             num_partitions: 1,
+            default_replication_factor: 1,
             auto_create_topics: true,
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
@@ -399,6 +404,12 @@ impl BrokerConfig {
                 self.num_partitions = parse_num(key, value)?;
                 if self.num_partitions == 0 {
                     return Err("num.partitions must be at least 1".into());
+                }
+            }
+            "default.replication.factor" => {
+                self.default_replication_factor = parse_num(key, value)?;
+                if self.default_replication_factor == 0 || self.default_replication_factor > 32 {
+                    return Err("default.replication.factor must be between 1 and 32".into());
                 }
             }
             "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
@@ -574,6 +585,7 @@ impl BrokerConfig {
                 .name()
                 .to_string(),
             "num.partitions" => self.num_partitions.to_string(),
+            "default.replication.factor" => self.default_replication_factor.to_string(),
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
             "transaction.max.timeout.ms" => self.transaction_max_timeout_ms.to_string(),
             "transactional.id.expiration.ms" => self.transactional_id_expiration_ms.to_string(),

@@ -39,6 +39,7 @@ pub fn config_type(name: &str) -> ConfigType {
         "offset.metadata.max.bytes"
         | "node.id"
         | "num.partitions"
+        | "default.replication.factor"
         | "log.segment.bytes"
         | "log.retention.hours"
         | "message.max.bytes"

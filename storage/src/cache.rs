@@ -153,6 +153,16 @@ impl LogCache {
         }
     }
 
+    /// Drops the cached batches at or above `offset` (a truncation cut them). Their bytes stay
+    /// counted in the core's budget until their turn to be evicted comes, as with
+    /// [`LogCache::forget_below`].
+    pub(crate) fn forget_from(&self, offset: u64) {
+        let mut entries = self.entries.borrow_mut();
+        while entries.back().is_some_and(|e| e.next_offset > offset) {
+            entries.pop_back();
+        }
+    }
+
     /// Whole batches from the one containing `offset`, below `visible_end`, up to `max_bytes`
     /// (at least one). `None` if `offset` is not cached.
     pub(crate) fn read(

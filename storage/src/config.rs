@@ -64,6 +64,11 @@ pub struct LogConfig {
     /// than this and that has no open transaction is forgotten at the next retention pass or
     /// roll; its next batch is then accepted at any sequence.
     pub producer_id_expiration_ms: u64,
+    /// Replicated mode (issue 19, `docs/replication.md` §3.6): readers see only what
+    /// [`crate::Log::set_committed`] declared committed (the Kafka high watermark of a
+    /// replicated partition), not everything written. Off (the default), the committed offset
+    /// follows the written one and nothing differs from a single-node log.
+    pub committed_reads: bool,
 }
 
 impl Default for LogConfig {
@@ -87,6 +92,7 @@ impl Default for LogConfig {
             max_compaction_lag_ms: None,
             delete_retention_ms: 24 * 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
+            committed_reads: false,
         }
     }
 }

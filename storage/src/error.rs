@@ -73,6 +73,25 @@ pub enum Error {
         /// The producer's current epoch.
         current: i16,
     },
+    /// A truncation below the committed offset (`Log::truncate_to`): committed data is never
+    /// cut. Nothing was changed.
+    BelowCommitted {
+        /// The offset asked for.
+        offset: u64,
+        /// The committed offset.
+        committed: u64,
+    },
+    /// A truncation point inside a batch (`Log::truncate_to` cuts whole batches only).
+    /// Nothing was changed.
+    NotBatchBoundary {
+        /// The offset asked for.
+        offset: u64,
+        /// The base offset of the batch that holds it.
+        batch_base_offset: u64,
+    },
+    /// A call the log's mode or state does not allow (e.g. `Log::set_committed` without
+    /// `LogConfig::committed_reads`).
+    InvalidArgument(String),
     /// An earlier write failed; the log refuses further appends until it is reopened.
     LogFailed(String),
     /// The log was closed.
@@ -198,6 +217,18 @@ impl std::fmt::Display for Error {
                 f,
                 "offset {offset} out of range [{log_start_offset}, {log_end_offset}]"
             ),
+            Error::BelowCommitted { offset, committed } => write!(
+                f,
+                "cannot truncate to {offset}: below the committed offset {committed}"
+            ),
+            Error::NotBatchBoundary {
+                offset,
+                batch_base_offset,
+            } => write!(
+                f,
+                "cannot truncate to {offset}: inside the batch at {batch_base_offset}"
+            ),
+            Error::InvalidArgument(why) => write!(f, "invalid call: {why}"),
             Error::LogFailed(why) => write!(f, "log failed after an earlier I/O error: {why}"),
             Error::Closed => write!(f, "log is closed"),
         }

@@ -8,18 +8,27 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 /// A snapshot of a log's watermarks. Invariant:
-/// `log_start_offset <= flushed_offset <= high_watermark <= log_end_offset`
-/// except right after retention moves `log_start_offset` past an unflushed tail (never in
-/// practice: retention keeps the active segment).
+/// `log_start_offset <= flushed_offset <= written_offset <= log_end_offset` and
+/// `high_watermark = min(written_offset, committed_offset)`, except right after retention
+/// moves `log_start_offset` past an unflushed tail (never in practice: retention keeps the
+/// active segment). Without `LogConfig::committed_reads` the three of `high_watermark`,
+/// `written_offset` and `committed_offset` are equal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Watermarks {
     /// First offset still held (retention moves it forward).
     pub log_start_offset: u64,
     /// Next offset to be assigned by `append`.
     pub log_end_offset: u64,
-    /// Every offset below this has been written to the segment files (survives kill -9) and
-    /// is visible to readers.
+    /// Every offset below this is visible to readers: written to the segment files (survives
+    /// kill -9) and, with `LogConfig::committed_reads`, committed (`Log::set_committed`).
+    /// Kafka's high watermark.
     pub high_watermark: u64,
+    /// Every offset below this has been written to the segment files (survives kill -9).
+    /// Equal to `high_watermark` unless `LogConfig::committed_reads` is set.
+    pub written_offset: u64,
+    /// The offset `Log::set_committed` last set (with `LogConfig::committed_reads`), or the
+    /// written offset (without). `high_watermark` is the smaller of it and `written_offset`.
+    pub committed_offset: u64,
     /// Every offset below this has been fdatasync'ed (survives power loss).
     pub flushed_offset: u64,
     /// Kafka's last stable offset: the high watermark, or the first offset of the earliest
@@ -33,6 +42,8 @@ pub(crate) struct Watch {
     value: Cell<u64>,
     failed: Cell<bool>,
     waiters: RefCell<Vec<(u64, Waker)>>,
+    /// How many times [`Watch::rewind`] moved the value back.
+    rewinds: Cell<u64>,
 }
 
 impl Watch {
@@ -69,6 +80,17 @@ impl Watch {
         woken.into_iter().for_each(Waker::wake);
     }
 
+    /// Moves the value back to `to` (a truncation, `log/replicate.rs`). Only called when every
+    /// waiter's target had been reached before: a waiter that was woken but has not run yet
+    /// still returns true (it compares the rewind count it started with), and later waiters
+    /// wait for the value to pass their target again.
+    pub(crate) fn rewind(&self, to: u64) {
+        if to < self.value.get() {
+            self.value.set(to);
+            self.rewinds.set(self.rewinds.get() + 1);
+        }
+    }
+
     /// Fails every current and future waiter.
     pub(crate) fn fail(&self) {
         self.failed.set(true);
@@ -78,7 +100,15 @@ impl Watch {
 
     /// Waits until the value is at least `target`. Returns false if the watch failed first.
     pub(crate) async fn wait_for(&self, target: u64) -> bool {
-        poll_fn(|cx| self.poll_wait(target, cx)).await
+        let rewinds = self.rewinds.get();
+        poll_fn(|cx| {
+            if self.rewinds.get() != rewinds && !self.failed.get() {
+                // The value passed `target` and was moved back since (see `rewind`).
+                return Poll::Ready(true);
+            }
+            self.poll_wait(target, cx)
+        })
+        .await
     }
 
     fn poll_wait(&self, target: u64, cx: &mut Context<'_>) -> Poll<bool> {

@@ -37,6 +37,7 @@ use weir::cluster::{Batch, Outcome, Record};
 use weir::metadata::Metadata;
 
 use self::net::{Forward, Frame, Peer, Reply};
+use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::{Event, Notify, Slot};
 
 /// The Raft clock: heartbeats every tick, elections after 10-20 ticks without a leader.
@@ -54,10 +55,17 @@ type Placed = Rc<Slot<Result<u64, String>>>;
 /// What the broker gives the node: how to apply committed batches (returns one outcome per
 /// record), and its current applied metadata (for planning on the leader).
 pub struct Hooks {
+    /// A partition group's message from a peer (`Shard::raft_in`).
+    pub partition: Box<dyn Fn(PartitionMessage)>,
     #[allow(clippy::type_complexity)]
     pub apply:
         Box<dyn Fn(Vec<(u64, Batch)>, u64) -> Pin<Box<dyn Future<Output = Vec<Vec<Outcome>>>>>>,
     pub current: Box<dyn Fn() -> Arc<Metadata>>,
+}
+
+/// The raft-rs logger every Raft group of this broker uses (records go to tracing).
+pub fn raft_logger() -> slog::Logger {
+    log::logger()
 }
 
 /// What the main thread prepares for core 0 (all `Send`): this broker's id, its peers'
@@ -238,6 +246,25 @@ impl Node {
                     slot.set(r.result);
                 }
             }
+            Frame::Partition(m) => {
+                if m.msg.to != self.id || !self.peers.contains_key(&m.msg.from) {
+                    debug!(
+                        from = m.msg.from,
+                        to = m.msg.to,
+                        "dropping a partition message not for us"
+                    );
+                    return;
+                }
+                (self.hooks.partition)(m);
+            }
+        }
+    }
+
+    /// Queues a partition group's message for broker `to` (dropped if `to` is no peer).
+    pub fn send_partition(&self, to: u64, m: PartitionMessage) {
+        match self.peers.get(&to) {
+            Some(p) => p.send(&Frame::Partition(m)),
+            None => debug!(to, "a partition message for an unknown broker"),
         }
     }
 

@@ -4,7 +4,8 @@
 //! A frame is `length (u32 BE) | kind (u8) | body`, the length counting kind and body:
 //! - kind 1: a raft-rs `Message` (protobuf);
 //! - kind 2: `Forward` (JSON): an admin request's records for the metadata leader;
-//! - kind 3: `Reply` (JSON): the Raft index the leader proposed them at, or why not.
+//! - kind 3: `Reply` (JSON): the Raft index the leader proposed them at, or why not;
+//! - kind 4: a partition group's Raft message (`replica::frame::PartitionMessage`).
 //!
 //! A peer that sends a frame that does not decode loses that connection, never more.
 
@@ -22,12 +23,13 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 use weir::cluster::Record;
 
+use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::Notify;
 
 /// Largest frame accepted from a peer.
 pub const MAX_FRAME_BYTES: usize = 16 << 20;
-/// Frames queued for a peer that cannot be reached; past it the oldest are dropped (Raft
-/// resends what matters).
+/// Frames queued for a peer; past it the oldest are dropped (Raft resends what matters).
+/// A failed connection attempt drops them all.
 const MAX_QUEUED: usize = 4096;
 const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -35,6 +37,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_REPLY: u8 = 3;
+const KIND_PARTITION: u8 = 4;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Forward {
@@ -55,6 +58,7 @@ pub enum Frame {
     Raft(Message),
     Forward(Forward),
     Reply(Reply),
+    Partition(PartitionMessage),
 }
 
 impl Frame {
@@ -63,6 +67,11 @@ impl Frame {
             Frame::Raft(m) => (KIND_RAFT, m.write_to_bytes().expect("a message encodes")),
             Frame::Forward(f) => (KIND_FORWARD, serde_json::to_vec(f).expect("encodes")),
             Frame::Reply(r) => (KIND_REPLY, serde_json::to_vec(r).expect("encodes")),
+            Frame::Partition(p) => (
+                KIND_PARTITION,
+                p.encode_body()
+                    .expect("a partition message of a known topic encodes"),
+            ),
         };
         let mut out = Vec::with_capacity(5 + body.len());
         out.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
@@ -84,6 +93,7 @@ impl Frame {
             KIND_REPLY => serde_json::from_slice(body)
                 .map(Frame::Reply)
                 .map_err(|e| format!("bad reply: {e}")),
+            KIND_PARTITION => PartitionMessage::decode_body(body).map(Frame::Partition),
             k => Err(format!("unknown frame kind {k}")),
         }
     }
@@ -144,7 +154,11 @@ impl Peer {
             let mut stream = match TcpStream::connect_timeout(self.addr, CONNECT_TIMEOUT).await {
                 Ok(s) => s,
                 Err(e) => {
-                    debug!(peer = self.id, addr = %self.addr, error = %e, "cannot reach peer");
+                    // What was queued for an unreachable peer is dropped: Raft sends again
+                    // what matters once it answers, and partition groups' entries would
+                    // otherwise pile up here (up to `MAX_QUEUED` frames of up to 1 MiB).
+                    let dropped = std::mem::take(&mut *self.queue.borrow_mut()).len();
+                    debug!(peer = self.id, addr = %self.addr, error = %e, dropped, "cannot reach peer");
                     glommio::timer::sleep(RECONNECT_PAUSE).await;
                     continue;
                 }
@@ -196,6 +210,16 @@ mod tests {
                 req: 9,
                 result: Err("not the leader".into()),
             }),
+            Frame::Partition(PartitionMessage {
+                topic_id: "0123456789abcdef0123456789abcdef".into(),
+                partition: 3,
+                msg: Message {
+                    from: 2,
+                    to: 1,
+                    term: 4,
+                    ..Default::default()
+                },
+            }),
         ];
         for f in frames {
             let bytes = f.encode();
@@ -207,5 +231,6 @@ mod tests {
         assert!(Frame::decode(&[9, 1, 2]).is_err());
         assert!(Frame::decode(&[KIND_FORWARD, b'{']).is_err());
         assert!(Frame::decode(&[KIND_RAFT, 0xff, 0xff, 0xff]).is_err());
+        assert!(Frame::decode(&[KIND_PARTITION, 1, 2, 3]).is_err());
     }
 }

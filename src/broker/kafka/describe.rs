@@ -80,9 +80,17 @@ pub(super) fn describe_topic_partitions(
             let mut mp = DescribeTopicPartitionsResponsePartition::default();
             mp.partition_index = p as i32;
             mp.leader_id = leader;
-            mp.leader_epoch = 0;
-            mp.replica_nodes = vec![leader];
-            mp.isr_nodes = vec![leader];
+            mp.leader_epoch = weir::metadata::Metadata::leader_epoch(tm, p) as i32;
+            mp.replica_nodes = shard
+                .replica_nodes(&meta, tm, p)
+                .into_iter()
+                .map(BrokerId)
+                .collect();
+            mp.isr_nodes = shard
+                .isr_nodes(&meta, tm, p)
+                .into_iter()
+                .map(BrokerId)
+                .collect();
             mp.eligible_leader_replicas = Some(Vec::new());
             mp.last_known_elr = Some(Vec::new());
             t.partitions.push(mp);

@@ -121,9 +121,17 @@ pub(super) async fn metadata(
                         let mut mp = MetadataResponsePartition::default();
                         mp.partition_index = p as i32;
                         mp.leader_id = leader;
-                        mp.leader_epoch = 0;
-                        mp.replica_nodes = vec![leader];
-                        mp.isr_nodes = vec![leader];
+                        mp.leader_epoch = weir::metadata::Metadata::leader_epoch(tm, p) as i32;
+                        mp.replica_nodes = shard
+                            .replica_nodes(&meta, tm, p)
+                            .into_iter()
+                            .map(BrokerId)
+                            .collect();
+                        mp.isr_nodes = shard
+                            .isr_nodes(&meta, tm, p)
+                            .into_iter()
+                            .map(BrokerId)
+                            .collect();
                         mp
                     })
                     .collect();

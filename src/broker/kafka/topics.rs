@@ -63,7 +63,9 @@ pub(super) async fn create_topics(
         tr.error_message = r.message.as_deref().map(s);
         if version >= 5 {
             tr.num_partitions = r.partitions;
-            tr.replication_factor = 1;
+            tr.replication_factor = meta.topics.get(&r.name).map_or(1, |t| {
+                weir::metadata::Metadata::replication_factor(t) as i16
+            });
             tr.configs = Some(Vec::new());
         }
         if let Some(t) = meta.topics.get(&r.name) {

@@ -41,7 +41,7 @@ impl Shard {
             if let Err((code, message)) = checked {
                 r.error = code;
                 r.message = Some(message);
-            } else if let (Ok((count, configs)), false) = (checked, validate_only) {
+            } else if let (Ok((count, _, configs)), false) = (checked, validate_only) {
                 // A crash between a DeleteTopics (metadata saved) and the owner deleting the
                 // log can leave a directory behind: a new topic of that name starts empty.
                 self.remove_stale_dirs(&t.name).await;
@@ -53,6 +53,9 @@ impl Shard {
                         owners,
                         configs,
                         brokers: Vec::new(),
+                        replicas: Vec::new(),
+                        leader_epochs: Vec::new(),
+                        isr: Vec::new(),
                     },
                 );
                 changed = true;

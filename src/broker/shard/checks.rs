@@ -7,6 +7,10 @@ use crate::broker::errors;
 use weir::config::apply_topic_config;
 use weir::metadata::{valid_topic_name, Metadata, TopicMeta};
 
+/// A new topic that passed the checks: its partition count, replication factor and config
+/// overrides.
+pub(super) type CheckedTopic = (i32, usize, std::collections::BTreeMap<String, String>);
+
 impl Shard {
     /// The partitions a new topic asks for (-1: `num.partitions`).
     pub(super) fn partition_count(&self, t: &NewTopic) -> i32 {
@@ -18,12 +22,14 @@ impl Shard {
     }
 
     /// CreateTopics' checks of one topic against `meta`: its partition count (-1: the
-    /// default) and its config overrides, or the error code and message.
+    /// default), its replication factor (-1: `default.replication.factor` in a cluster, 1 on
+    /// a single broker; at most the registered brokers) and its config overrides, or the
+    /// error code and message.
     pub(super) fn check_new_topic(
         &self,
         meta: &Metadata,
         t: &NewTopic,
-    ) -> Result<(i32, std::collections::BTreeMap<String, String>), (i16, String)> {
+    ) -> Result<CheckedTopic, (i16, String)> {
         let count = self.partition_count(t);
         let mut configs = std::collections::BTreeMap::new();
         let mut probe = self.config.log_config(&configs);
@@ -37,6 +43,18 @@ impl Shard {
                 Err(e) => bad_config = Some(e),
             }
         }
+        let cluster = meta.local_broker.is_some();
+        let rf = match t.replication_factor {
+            -1 if cluster => i32::from(self.config.default_replication_factor),
+            -1 => 1,
+            n => i32::from(n),
+        };
+        // The brokers replicas can go to: the registered ones (this one at least).
+        let brokers = if cluster {
+            meta.brokers.len().max(1)
+        } else {
+            1
+        };
         if !valid_topic_name(&t.name) {
             Err((
                 errors::INVALID_TOPIC_EXCEPTION,
@@ -52,27 +70,22 @@ impl Shard {
                 errors::INVALID_PARTITIONS,
                 format!("invalid partition count {count}"),
             ))
-        } else if t.replication_factor > 1 || t.replication_factor == 0 || t.replication_factor < -1
-        {
+        } else if rf <= 0 || rf as usize > brokers {
             Err((
                 errors::INVALID_REPLICATION_FACTOR,
-                if meta.local_broker.is_some() {
+                if cluster {
                     format!(
-                        "replication factor {} is not available: partitions have one replica \
-                         (replication across brokers is not there yet)",
-                        t.replication_factor
+                        "replication factor {rf} is not available: {brokers} brokers are \
+                         registered"
                     )
                 } else {
-                    format!(
-                        "replication factor {} is not available: this is a single broker",
-                        t.replication_factor
-                    )
+                    format!("replication factor {rf} is not available: this is a single broker")
                 },
             ))
         } else if let Some(e) = bad_config {
             Err((errors::INVALID_CONFIG, e))
         } else {
-            Ok((count, configs))
+            Ok((count, rf as usize, configs))
         }
     }
 

@@ -97,6 +97,9 @@ impl Shard {
                 .partitions
                 .borrow()
                 .iter()
+                // Not replicated partitions yet: a cleaning would change the Raft log under
+                // its group (docs/replication.md, "Step 3 as built").
+                .filter(|(k, _)| !self.replicas.borrow().contains_key(*k))
                 .map(|(k, p)| (k.clone(), p.clone(), p.log.dirty_info(now_ms)))
                 .filter(|(_, _, d)| d.due)
                 .max_by(|a, b| a.2.ratio.total_cmp(&b.2.ratio));

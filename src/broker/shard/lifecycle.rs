@@ -26,12 +26,13 @@ impl Shard {
             .borrow()
             .iter()
             .filter(|((topic, p), part)| {
-                meta.owner(topic, *p) != Some(self.id)
+                meta.local_replica(topic, *p) != Some(self.id)
                     || meta.topics.get(topic).is_none_or(|t| t.id != part.topic_id)
             })
             .map(|(k, _)| k.clone())
             .collect();
         for key in stale {
+            self.close_group(&key.0, key.1);
             let part = self.partitions.borrow_mut().remove(&key);
             if let Some(part) = part {
                 let gone = meta
@@ -42,11 +43,15 @@ impl Shard {
                 self.retire(part, gone).await;
             }
         }
+        let mut new_groups = Vec::new();
         for (name, t) in &meta.topics {
-            let config = self.config.log_config(&t.configs);
+            let mut config = self.config.log_config(&t.configs);
+            // A replicated partition's readers stop at the Raft commit (§3.6).
+            let replicated = meta.local_broker.is_some() && !t.replicas.is_empty();
+            config.committed_reads = replicated;
             for p in 0..t.owners.len() as i32 {
-                // `owner` is `None` for a partition placed on another broker of a cluster.
-                if meta.owner(name, p) != Some(self.id) {
+                // `None` for a partition with no replica on this broker of a cluster.
+                if meta.local_replica(name, p) != Some(self.id) {
                     continue;
                 }
                 if let Some(existing) = self.partition(name, p) {
@@ -54,6 +59,10 @@ impl Shard {
                     continue;
                 }
                 match self.open_partition(name, p, &t.id, config.clone()).await {
+                    Ok(()) if replicated => {
+                        let voters = t.replicas[p as usize].iter().map(|r| r.0).collect();
+                        new_groups.push((name.clone(), p, voters));
+                    }
                     Ok(()) => {}
                     Err(e) => {
                         warn!(topic = %name, partition = p, error = %e, "cannot open partition log");
@@ -68,6 +77,17 @@ impl Shard {
             }
         }
         self.install_metadata(meta);
+        for (name, p, voters) in new_groups {
+            if let Err(e) = self.open_group(&name, p, voters).await {
+                warn!(topic = %name, partition = p, error = %e, "cannot start the partition's Raft group");
+                failures.push(OpenFailure {
+                    topic: name,
+                    partition: p,
+                    core: self.id,
+                    error: e,
+                });
+            }
+        }
         failures
     }
 
@@ -141,6 +161,10 @@ impl Shard {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             for ((topic, p), part) in parts {
+                if self.replica_group(&topic, p).is_some() {
+                    // Not yet: the Raft log's snapshot point must move first (§3.7).
+                    continue;
+                }
                 match part.log.enforce_retention(now_ms).await {
                     Ok(0) => {}
                     Ok(n) => {
@@ -181,6 +205,10 @@ impl Shard {
 
     /// Flushes and closes every log of this core (writes the clean-shutdown markers).
     pub async fn close_all(&self) {
+        let groups: Vec<(String, i32)> = self.replicas.borrow().keys().cloned().collect();
+        for (t, p) in groups {
+            self.close_group(&t, p);
+        }
         if let Some(t) = self.take_txns() {
             match Rc::try_unwrap(t) {
                 Ok(t) => t.close().await,

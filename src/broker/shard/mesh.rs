@@ -143,6 +143,15 @@ impl Shard {
                 Resp::Producers(self.describe_producers_local(parts).await)
             }
             Req::Apply(meta) => Resp::Applied(self.apply_metadata(meta).await),
+            Req::RaftOut(out) => {
+                self.raft_out(out);
+                Resp::Done
+            }
+            Req::RaftIn(msgs) => {
+                self.deliver_raft(msgs);
+                Resp::Done
+            }
+            Req::Submit(records) => Resp::Stored(self.submit_for_core(records).await),
             Req::CreateTopics {
                 topics,
                 validate_only,

@@ -19,7 +19,9 @@ mod mesh;
 mod msg;
 mod offsets;
 mod produce;
+mod replica_io;
 mod replicated;
+mod replication;
 mod txn;
 
 use std::cell::{Cell, RefCell};
@@ -156,6 +158,11 @@ pub struct Shard {
     /// name topics by id), rebuilt whenever a snapshot is installed.
     topic_ids: RefCell<HashMap<uuid::Uuid, String>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
+    /// The Raft groups of this core's replicas of replicated partitions (`replication`).
+    replicas: RefCell<HashMap<(String, i32), Rc<replication::Group>>>,
+    /// Whether this core's group driver runs, and its wake-up.
+    replica_driver: Cell<bool>,
+    replica_work: Notify,
     cache: Rc<BatchCache>,
 
     req_tx: Option<Senders<ReqMsg>>,
@@ -242,6 +249,9 @@ impl Shard {
             topic_ids: RefCell::new(index_topic_ids(&meta)),
             meta: RefCell::new(meta),
             partitions: RefCell::new(HashMap::new()),
+            replicas: RefCell::new(HashMap::new()),
+            replica_driver: Cell::new(false),
+            replica_work: Notify::default(),
             req_tx,
             resp_tx,
             permits: (0..cores).map(|_| Semaphore::new(depth as u64)).collect(),

@@ -258,6 +258,13 @@ pub enum Req {
     PartitionSizes,
     /// → the owner: the active idempotent producers of each (topic, partition).
     DescribeProducers(Vec<(String, i32)>),
+    /// → core 0: partition Raft messages to send to these brokers.
+    RaftOut(Vec<(u64, crate::broker::replica::frame::PartitionMessage)>),
+    /// Core 0 → the replica's core: partition Raft messages from peers.
+    RaftIn(Vec<crate::broker::replica::frame::PartitionMessage>),
+    /// → core 0: metadata records to submit to the metadata group (a partition leader);
+    /// answered `Stored`.
+    Submit(Vec<weir::cluster::Record>),
 }
 
 #[derive(Debug)]

@@ -18,6 +18,12 @@ impl Shard {
                 out.push((errors::UNKNOWN_TOPIC_OR_PARTITION, -1));
                 continue;
             };
+            if self.replica_group(&p.topic, p.partition).is_some() {
+                // Not yet on a replicated partition: the Raft log's snapshot point would have
+                // to move with the log start (docs/replication.md, "Step 3 as built").
+                out.push((errors::POLICY_VIOLATION, -1));
+                continue;
+            }
             let wm = part.log.watermarks();
             let target = match p.offset {
                 -1 => wm.high_watermark,

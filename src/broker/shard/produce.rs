@@ -72,6 +72,21 @@ impl Shard {
             }
         }
         let bytes = p.records.len() as u64;
+        if let Some(g) = self.replica_group(&p.topic, p.partition) {
+            return match self.produce_replicated(g, acks, p.records).await {
+                Ok((base, last)) => {
+                    part.bytes_in.set(part.bytes_in.get() + bytes);
+                    part.records_in.set(part.records_in.get() + last - base + 1);
+                    ProduceResult {
+                        error: errors::NONE,
+                        base_offset: base as i64,
+                        log_start_offset: part.log.watermarks().log_start_offset as i64,
+                        record_errors: Vec::new(),
+                    }
+                }
+                Err(code) => fail(code),
+            };
+        }
         match part.log.append(p.records).await {
             Ok(info) => {
                 if info.duplicate {

@@ -44,6 +44,9 @@ fn outcome_code(o: &Outcome) -> (i16, Option<String>) {
             Some("Attempt to delete a user credential that does not exist".into()),
         ),
         Outcome::InvalidPartitions(m) => (errors::INVALID_PARTITIONS, Some(m.clone())),
+        Outcome::InvalidReplicationFactor(m) => {
+            (errors::INVALID_REPLICATION_FACTOR, Some(m.clone()))
+        }
         Outcome::Invalid(m) => (errors::INVALID_REQUEST, Some(m.clone())),
     }
 }
@@ -114,7 +117,7 @@ impl Shard {
                     r.error = code;
                     r.message = Some(message);
                 }
-                Ok((count, configs)) if !validate_only => {
+                Ok((count, rf, configs)) if !validate_only => {
                     slots.push(results.len());
                     records.push(Record::CreateTopic {
                         name: t.name.clone(),
@@ -122,6 +125,8 @@ impl Shard {
                         id: String::new(),
                         partitions: Vec::new(),
                         configs,
+                        replication_factor: rf,
+                        replicas: Vec::new(),
                     });
                 }
                 Ok(_) => {}
@@ -246,6 +251,7 @@ impl Shard {
                     topic: t.name.clone(),
                     count: t.count as usize,
                     added: Vec::new(),
+                    added_replicas: Vec::new(),
                 });
             }
             results.push(r);
@@ -458,22 +464,57 @@ impl Shard {
         self.node_id(self.metadata().local_broker, core, per_core)
     }
 
+    /// The node id of core `core` of broker `b` as clients see it: on this broker
+    /// `node_of`, on another per core if that broker registered per-core endpoints.
+    fn node_at(&self, meta: &Metadata, b: u64, core: usize) -> i32 {
+        if meta.local_broker.is_none_or(|here| here == b) {
+            return self.node_of(core);
+        }
+        let per_core = meta
+            .brokers
+            .get(&b)
+            .map_or(self.config.listeners_per_core, |i| {
+                i.listeners.first().is_some_and(|l| !l.cores.is_empty())
+            });
+        self.node_id(Some(b), core, per_core)
+    }
+
     /// The node id that leads partition `p` of `t`: on this broker `node_of`, on another
     /// the node of its core there (per core if that broker registered per-core endpoints).
     pub fn leader_node(&self, meta: &Metadata, t: &TopicMeta, p: usize) -> i32 {
         let core = t.owners.get(p).copied().unwrap_or(0);
         match (meta.local_broker, t.brokers.get(p)) {
-            (Some(here), Some(&b)) if b != here => {
-                let per_core = meta
-                    .brokers
-                    .get(&b)
-                    .map_or(self.config.listeners_per_core, |i| {
-                        i.listeners.first().is_some_and(|l| !l.cores.is_empty())
-                    });
-                self.node_id(Some(b), core, per_core)
-            }
+            (Some(_), Some(&b)) => self.node_at(meta, b, core),
             _ => self.node_of(core),
         }
+    }
+
+    /// The node ids of the in-sync replicas of partition `p` of `t` (Metadata's `isr_nodes`):
+    /// as its leader last reported them, else the leader alone.
+    pub fn isr_nodes(&self, meta: &Metadata, t: &TopicMeta, p: usize) -> Vec<i32> {
+        let (Some(isr), Some(replicas)) = (t.isr.get(p), t.replicas.get(p)) else {
+            return vec![self.leader_node(meta, t, p)];
+        };
+        if isr.is_empty() {
+            return vec![self.leader_node(meta, t, p)];
+        }
+        replicas
+            .iter()
+            .filter(|(b, _)| isr.contains(b))
+            .map(|&(b, c)| self.node_at(meta, b, c))
+            .collect()
+    }
+
+    /// The node ids of every replica of partition `p` of `t`, the preferred leader first
+    /// (Metadata's `replica_nodes`; just the leader at replication factor 1).
+    pub fn replica_nodes(&self, meta: &Metadata, t: &TopicMeta, p: usize) -> Vec<i32> {
+        if t.replicas.get(p).is_none_or(|r| r.is_empty()) {
+            return vec![self.leader_node(meta, t, p)];
+        }
+        t.replicas[p]
+            .iter()
+            .map(|&(b, c)| self.node_at(meta, b, c))
+            .collect()
     }
 
     /// In a cluster, the coordinator of consumer group `group` for a client on `listener`:

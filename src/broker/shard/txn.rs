@@ -505,6 +505,12 @@ impl Shard {
                     errors::UNKNOWN_TOPIC_OR_PARTITION
                 };
             };
+            if self.replica_group(&topic, partition).is_some() {
+                // Transactional produce is refused on replicated partitions, so this one
+                // holds nothing of the transaction: no marker is needed (and one appended
+                // outside Raft would split the replicas' logs).
+                return errors::NONE;
+            }
             let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
             let written = async {
                 part.log.append(marker).await?;

@@ -85,7 +85,8 @@ impl FlushStats {
 
 impl Log {
     /// Appends one or more v2 record batches (a produce request's record set). Assigns base
-    /// offsets in place. Returns once the data has been written to the segment file (it
+    /// offsets in place, and stamps the leader epoch [`Log::set_leader_epoch`] set (0 unless
+    /// set). Returns once the data has been written to the segment file (it
     /// survives a crash of the process); see [`Log::flush`] for power loss.
     pub async fn append(&self, records: Bytes) -> Result<AppendInfo> {
         let inner = &self.inner;
@@ -132,49 +133,20 @@ impl Log {
         inner.maybe_roll(records.len() as u64, offsets).await?;
         inner.ensure_preallocated(records.len() as u64).await?;
 
-        // Assign offsets in place and index the batches.
+        // Assign offsets (and the leader epoch) in place.
         let base_offset = inner.log_end.get();
-        let segment = inner.active();
+        let epoch = inner.leader_epoch.get();
         let mut offset = base_offset;
         let mut pos = 0usize;
-        let start_file_pos = segment.state.borrow().size;
-        let mut producer_batches = from_producers.iter().peekable();
-        for (i, info) in infos.iter().enumerate() {
-            batch::assign_offset(&mut records[pos..], offset as i64, 0);
-            let last = offset + info.last_offset_delta as u64;
-            if let Some((_, b)) = producer_batches.next_if(|(j, _)| *j == i) {
-                inner.producers.borrow_mut().update(b, offset, last);
-            }
-            segment.record_batch(
-                start_file_pos + pos as u64,
-                info.total_bytes as u64,
-                offset,
-                last,
-                info.max_timestamp,
-            );
-            offset = last + 1;
-            pos += info.total_bytes;
-        }
-        {
-            let mut st = segment.state.borrow_mut();
-            st.first_append_ms.get_or_insert_with(now_ms);
-        }
-        let records = records.freeze();
-        let mut pos = 0usize;
-        let mut off = base_offset;
         for info in &infos {
-            let next = off + info.last_offset_delta as u64 + 1;
-            inner
-                .cache
-                .insert(off, next, records.slice(pos..pos + info.total_bytes));
-            off = next;
+            batch::assign_offset(&mut records[pos..], offset as i64, epoch);
+            offset += info.last_offset_delta as u64 + 1;
             pos += info.total_bytes;
         }
-        let end_offset = offset;
-        inner.log_end.set(end_offset);
-        let file_end = inner.appender.borrow().end_pos() + records.len() as u64;
-        inner.appender.borrow_mut().mark(file_end, end_offset);
-        inner.copy_in(&records).await?;
+        inner.note_epochs(&[(epoch, base_offset)]).await?;
+        let end_offset = inner
+            .place(records.freeze(), &infos, &from_producers)
+            .await?;
         inner.schedule_kick();
         drop(permit);
 
@@ -197,9 +169,59 @@ impl Log {
 }
 
 impl Inner {
+    /// Puts batches whose offsets are assigned (continuing the log end) into the log, under
+    /// the append lock, after `maybe_roll` and `ensure_preallocated`: records them in the
+    /// producers' state (`producer_batches`: index into `infos` and the batch's producer
+    /// fields) and the segment's indexes, caches them, moves the log end and copies them into
+    /// the appender's chunk. Returns the new log end offset.
+    pub(super) async fn place(
+        self: &Rc<Self>,
+        records: Bytes,
+        infos: &[batch::BatchInfo],
+        producer_batches: &[(usize, ProducerBatch)],
+    ) -> Result<u64> {
+        let base_offset = self.log_end.get();
+        let segment = self.active();
+        let mut offset = base_offset;
+        let mut pos = 0usize;
+        let start_file_pos = segment.state.borrow().size;
+        let mut producer_batches = producer_batches.iter().peekable();
+        for (i, info) in infos.iter().enumerate() {
+            let last = offset + info.last_offset_delta as u64;
+            if let Some((_, b)) = producer_batches.next_if(|(j, _)| *j == i) {
+                self.producers.borrow_mut().update(b, offset, last);
+            }
+            segment.record_batch(
+                start_file_pos + pos as u64,
+                info.total_bytes as u64,
+                offset,
+                last,
+                info.max_timestamp,
+            );
+            self.cache
+                .insert(offset, last + 1, records.slice(pos..pos + info.total_bytes));
+            offset = last + 1;
+            pos += info.total_bytes;
+        }
+        {
+            let mut st = segment.state.borrow_mut();
+            st.first_append_ms.get_or_insert_with(now_ms);
+        }
+        let end_offset = offset;
+        self.log_end.set(end_offset);
+        let file_end = self.appender.borrow().end_pos() + records.len() as u64;
+        self.appender.borrow_mut().mark(file_end, end_offset);
+        self.copy_in(&records).await?;
+        Ok(end_offset)
+    }
+
     /// Rolls to a new segment if the batches would overflow the active one: its size, or
     /// the 32-bit offsets relative to its base that the indexes hold.
-    async fn maybe_roll(self: &Rc<Self>, incoming_bytes: u64, incoming_offsets: u64) -> Result<()> {
+    pub(super) async fn maybe_roll(
+        self: &Rc<Self>,
+        incoming_bytes: u64,
+        incoming_offsets: u64,
+    ) -> Result<()> {
         let limit = self.config.borrow().effective_segment_bytes();
         let active = self.active();
         let (size, next) = {
@@ -214,7 +236,7 @@ impl Inner {
     }
 
     /// Makes sure the file is preallocated past the chunk the next `incoming` bytes land in.
-    async fn ensure_preallocated(&self, incoming: u64) -> Result<()> {
+    pub(super) async fn ensure_preallocated(&self, incoming: u64) -> Result<()> {
         let (need, have, file) = {
             let a = self.appender.borrow();
             let need = align_up(a.end_pos() + incoming).max(a.chunk_end());
@@ -266,7 +288,7 @@ impl Inner {
     /// Arranges for [`Inner::kick`] to run once the tasks that are ready now have run: appenders
     /// woken by a completed write (or arriving together) fill the chunk first, so their data
     /// goes out in full chunks instead of a partial write that full chunks would wait for.
-    fn schedule_kick(self: &Rc<Self>) {
+    pub(super) fn schedule_kick(self: &Rc<Self>) {
         if self.kick_scheduled.replace(true) {
             return;
         }
@@ -349,14 +371,28 @@ impl Inner {
             }
             if offset > self.hw.get() {
                 self.hw.advance(offset);
-                let wm = self.watermarks();
-                let listeners: Vec<Listener> = self.listeners.borrow().clone();
-                for l in listeners {
-                    l(wm);
-                }
+                self.advance_visible();
             }
         }
         self.schedule_kick();
+    }
+
+    /// Moves what readers see up to the written offset (capped at the committed offset with
+    /// `committed_reads`) and tells the listeners if it moved.
+    pub(super) fn advance_visible(&self) {
+        let to = if self.committed_reads {
+            self.hw.get().min(self.committed.get())
+        } else {
+            self.hw.get()
+        };
+        if to > self.visible.get() {
+            self.visible.advance(to);
+            let wm = self.watermarks();
+            let listeners: Vec<Listener> = self.listeners.borrow().clone();
+            for l in listeners {
+                l(wm);
+            }
+        }
     }
 
     /// Waits until every appended byte is written.

@@ -22,9 +22,11 @@
 mod append;
 mod clean;
 mod clean_files;
+mod epochs;
 mod markers;
 mod open;
 mod read;
+mod replicate;
 mod retention;
 
 use std::cell::{Cell, RefCell};
@@ -46,6 +48,7 @@ use crate::watermark::{FifoLock, Watch, Watermarks};
 pub use append::{AppendInfo, FlushStats, FLUSH_BUCKETS};
 pub use clean::{CleanOptions, CleanStats, Codecs, DirtyInfo, MAP_BUDGET_BYTES};
 pub use clean_files::CLEANER_CHECKPOINT_FILE;
+pub use epochs::LEADER_EPOCHS_FILE;
 pub use markers::{CLEAN_SHUTDOWN_FILE, LOG_START_FILE};
 pub use read::ReadOutcome;
 
@@ -64,8 +67,20 @@ struct Inner {
     append_lock: FifoLock,
     log_start: Cell<u64>,
     log_end: Cell<u64>,
+    /// The written offset: every batch below it is in the segment files.
     hw: Watch,
     flushed: Watch,
+    /// What readers see (Kafka's high watermark): `hw`, or with `committed_reads` the smaller
+    /// of `hw` and `committed` (`replicate.rs`). Never moves back.
+    visible: Watch,
+    /// `LogConfig::committed_reads`, as it was when the log was opened.
+    committed_reads: bool,
+    /// The committed offset `Log::set_committed` set (only read with `committed_reads`).
+    committed: Cell<u64>,
+    /// The leader epoch `append` stamps into the batches (`Log::set_leader_epoch`).
+    leader_epoch: Cell<i32>,
+    /// Where each leader epoch starts (`epochs.rs`).
+    epochs: RefCell<epochs::LeaderEpochs>,
     writes: RefCell<VecDeque<WriteSlot>>,
     next_write_seq: Cell<u64>,
     partials_in_flight: Cell<usize>,
@@ -115,14 +130,16 @@ impl Log {
         self.inner.watermarks()
     }
 
-    /// Registers a callback run (on this executor) every time the high watermark moves.
+    /// Registers a callback run (on this executor) every time the high watermark moves (with
+    /// `LogConfig::committed_reads`: when what is both written and committed grows).
     pub fn on_append(&self, f: impl Fn(Watermarks) + 'static) {
         self.inner.listeners.borrow_mut().push(Rc::new(f));
     }
 
-    /// Waits until the high watermark passes `offset` (data at `offset` is readable).
+    /// Waits until the high watermark passes `offset` (data at `offset` is readable; with
+    /// `LogConfig::committed_reads`, once it is written and committed).
     pub async fn wait_for_data(&self, offset: u64) -> Result<()> {
-        if self.inner.hw.wait_for(offset + 1).await {
+        if self.inner.visible.wait_for(offset + 1).await {
             Ok(())
         } else {
             Err(self.inner.failure())
@@ -130,7 +147,7 @@ impl Log {
     }
 
     /// Replaces the settings (e.g. a topic's retention changed). Sizes of in-memory
-    /// buffers keep their old values until the log is reopened.
+    /// buffers and `committed_reads` keep their old values until the log is reopened.
     pub fn set_config(&self, config: LogConfig) {
         *self.inner.config.borrow_mut() = config;
     }
@@ -218,7 +235,9 @@ impl Inner {
         Watermarks {
             log_start_offset: self.log_start.get(),
             log_end_offset: self.log_end.get(),
-            high_watermark: self.hw.get(),
+            high_watermark: self.visible.get(),
+            written_offset: self.hw.get(),
+            committed_offset: self.committed_offset(),
             flushed_offset: self.flushed.get(),
             last_stable_offset: self.last_stable(),
         }
@@ -226,7 +245,7 @@ impl Inner {
 
     /// The high watermark, or the first offset of the earliest open transaction below it.
     fn last_stable(&self) -> u64 {
-        let hw = self.hw.get();
+        let hw = self.visible.get();
         self.producers
             .borrow()
             .first_unstable()
@@ -265,6 +284,7 @@ impl Inner {
             *self.failed.borrow_mut() = Some(why);
         }
         self.hw.fail();
+        self.visible.fail();
         self.flushed.fail();
         self.writes_completed.fail();
         self.syncs_completed.fail();

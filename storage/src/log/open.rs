@@ -110,6 +110,7 @@ impl Log {
         };
         let producers =
             recover_producers(&vfs, dir, clean, &segments, next_offset, &scanned, interval).await?;
+        let epochs = super::epochs::load(&vfs, dir, &segments, next_offset).await?;
         let tail_pos = align_down(size);
         let tail = if size > tail_pos {
             active
@@ -167,6 +168,7 @@ impl Log {
             cache.clone(),
         );
         tracing::debug!(dir = %dir.display(), clean, segments = segments.len(), log_start, next_offset, "log opened");
+        let committed_reads = config.committed_reads;
         let inner = Rc::new(Inner {
             dir: dir.to_owned(),
             vfs,
@@ -178,6 +180,17 @@ impl Log {
             log_end: Cell::new(next_offset),
             hw: Watch::new(next_offset),
             flushed: Watch::new(next_offset),
+            // Replicated: nothing is known committed after a restart until the caller says so
+            // (the Raft state is not the engine's); a single-node log shows what it holds.
+            visible: Watch::new(if committed_reads {
+                log_start
+            } else {
+                next_offset
+            }),
+            committed_reads,
+            committed: Cell::new(log_start),
+            leader_epoch: Cell::new(epochs.latest().unwrap_or(0)),
+            epochs: RefCell::new(epochs),
             writes: RefCell::new(VecDeque::new()),
             next_write_seq: Cell::new(0),
             partials_in_flight: Cell::new(0),

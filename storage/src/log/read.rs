@@ -131,7 +131,7 @@ impl Log {
         min_bytes: usize,
         max_bytes: usize,
     ) -> Result<ReadOutcome> {
-        self.read_below(offset, min_bytes, max_bytes, self.inner.hw.get())
+        self.read_below(offset, min_bytes, max_bytes, self.inner.visible.get())
             .await
     }
 
@@ -146,6 +146,21 @@ impl Log {
         max_bytes: usize,
     ) -> Result<ReadOutcome> {
         self.read_below(offset, min_bytes, max_bytes, self.inner.last_stable())
+            .await
+    }
+
+    /// Like [`Log::read_available`], but stops at the written offset, not the high watermark:
+    /// with `LogConfig::committed_reads`, what a leader ships to its followers includes
+    /// batches not committed yet (Raft's entries between the commit and the log end). The
+    /// same as `read_available` without `committed_reads`. Never give its batches to a
+    /// consumer: a truncation may still cut them.
+    pub async fn read_written(
+        &self,
+        offset: u64,
+        min_bytes: usize,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome> {
+        self.read_below(offset, min_bytes, max_bytes, self.inner.hw.get())
             .await
     }
 
@@ -213,7 +228,7 @@ impl Log {
     /// max timestamp are returned (the records are not decompressed).
     pub async fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(u64, i64)>> {
         let inner = &self.inner;
-        let hw = inner.hw.get();
+        let hw = inner.visible.get();
         let segs: Vec<Rc<Segment>> = inner.segments.borrow().values().cloned().collect();
         for seg in segs {
             let (max_ts, limit, start_pos) = {
@@ -271,7 +286,7 @@ impl Log {
     /// offset stands for its records (they are not decompressed).
     pub async fn max_timestamp_offset(&self) -> Result<Option<(u64, i64)>> {
         let inner = &self.inner;
-        let hw = inner.hw.get();
+        let hw = inner.visible.get();
         let start = inner.log_start.get();
         let mut segs: Vec<(i64, Rc<Segment>)> = inner
             .segments

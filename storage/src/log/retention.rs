@@ -44,10 +44,14 @@ impl Log {
             if count <= 1 {
                 break; // the active segment is never deleted
             }
-            let (size, max_ts) = {
+            let (size, max_ts, next_offset) = {
                 let st = oldest.state.borrow();
-                (st.size, st.max_timestamp)
+                (st.size, st.max_timestamp, st.next_offset)
             };
+            if next_offset > inner.visible.get() {
+                // Not yet committed (`committed_reads`): a truncation may still cut it.
+                break;
+            }
             let by_time = config.cleanup_delete
                 && config
                     .retention_ms
@@ -69,7 +73,7 @@ impl Log {
     /// (Kafka's DeleteRecords). The new start is durable when this returns.
     pub async fn set_log_start_offset(&self, offset: u64) -> Result<()> {
         let inner = &self.inner;
-        let hw = inner.hw.get();
+        let hw = inner.visible.get();
         if offset > hw {
             return Err(Error::OffsetOutOfRange {
                 offset,

@@ -1,0 +1,452 @@
+//! raft-rs's `Storage` for one replica (docs/replication.md §2.1, §3.1): what raft-rs reads of
+//! its log, served from an index table of every entry above the snapshot point — its term
+//! and the Kafka offsets it covers — and a bounded cache of recent entries' bytes, not from a
+//! copy of the whole partition in memory.
+//!
+//! The entries raft-rs must be able to read synchronously (the unapplied ones: committed
+//! entries handed out in a `Ready`, the checks of a vote or a leadership transfer) are never
+//! evicted: the cache only drops entries at or below the applied index, oldest first, once it
+//! holds more than its budget. An older entry asked for to send to a lagging follower (the
+//! only asynchronous context, `GetEntriesContext::can_async`) is a fetch request instead:
+//! `entries` answers `LogTemporarilyUnavailable`, the driver reads the batches back from the
+//! segment files (`Shard::serve_fetches`), hands them over with `fetched`, and calls
+//! `RawNode::on_entries_fetched`, after which raft-rs asks again and finds them.
+//!
+//! One `ReplicaStorage` is shared (an `Rc`) by the `RawNode` and the driver, on one core.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+
+use raft::prelude::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+
+use super::state::SnapshotPoint;
+
+/// One entry of the index table: its term and the Kafka offsets `[start, end)` it covers
+/// (`start == end` for a Raft-only entry, which has no data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub term: u64,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// An entry raft-rs asked for that is no longer cached: `[low, high)`, and the context to
+/// hand back to `RawNode::on_entries_fetched` once they are.
+pub struct FetchRequest {
+    pub low: u64,
+    pub high: u64,
+    pub context: GetEntriesContext,
+}
+
+struct Core {
+    hard_state: HardState,
+    conf_state: ConfState,
+    snap: SnapshotPoint,
+    /// `table[i]` describes the entry of Raft index `snap.index + 1 + i`.
+    table: VecDeque<Slot>,
+    cache: BTreeMap<u64, Entry>,
+    cache_bytes: usize,
+    cache_max_bytes: usize,
+    applied: u64,
+    /// Entries read back for a fetch request, kept until raft-rs asked for them again.
+    fetched: BTreeMap<u64, Entry>,
+    requests: Vec<FetchRequest>,
+}
+
+#[derive(Clone)]
+pub struct ReplicaStorage {
+    core: Rc<RefCell<Core>>,
+}
+
+impl ReplicaStorage {
+    /// A storage over `entries` (contiguous from `snap.index + 1`, as `store::rebuild` gives
+    /// them) whose first `applied` are applied: only those above `applied`, and as many
+    /// below it as fit in `cache_max_bytes`, stay cached.
+    pub fn new(
+        hard_state: HardState,
+        conf_state: ConfState,
+        snap: SnapshotPoint,
+        entries: Vec<Entry>,
+        applied: u64,
+        cache_max_bytes: usize,
+    ) -> Result<ReplicaStorage, String> {
+        let s = ReplicaStorage {
+            core: Rc::new(RefCell::new(Core {
+                hard_state,
+                conf_state,
+                snap,
+                table: VecDeque::new(),
+                cache: BTreeMap::new(),
+                cache_bytes: 0,
+                cache_max_bytes,
+                applied: snap.index,
+                fetched: BTreeMap::new(),
+                requests: Vec::new(),
+            })),
+        };
+        s.append(&entries)?;
+        s.set_applied(applied);
+        Ok(s)
+    }
+
+    /// The offsets after the last entry (the Raft log's end in Kafka offsets).
+    pub fn log_end(&self) -> u64 {
+        let c = self.core.borrow();
+        c.table.back().map_or(c.snap.offset, |s| s.end)
+    }
+
+    pub fn last(&self) -> u64 {
+        let c = self.core.borrow();
+        c.snap.index + c.table.len() as u64
+    }
+
+    /// The index table's slot of `index`, if the log holds it.
+    pub fn slot(&self, index: u64) -> Option<Slot> {
+        let c = self.core.borrow();
+        let i = index.checked_sub(c.snap.index + 1)?;
+        c.table.get(i as usize).copied()
+    }
+
+    /// The offset where entry `index` starts (the end of the one before it).
+    pub fn start_of(&self, index: u64) -> u64 {
+        let c = self.core.borrow();
+        match index.checked_sub(c.snap.index + 2) {
+            Some(i) => c.table.get(i as usize).map_or_else(
+                || c.table.back().map_or(c.snap.offset, |s| s.end),
+                |s| s.end,
+            ),
+            None => c.snap.offset,
+        }
+    }
+
+    /// The offset after every entry up to `index` (all of them if `index` is past the end).
+    pub fn end_of(&self, index: u64) -> u64 {
+        let c = self.core.borrow();
+        match index.checked_sub(c.snap.index + 1) {
+            Some(i) => c
+                .table
+                .get(i as usize)
+                .or(c.table.back())
+                .map_or(c.snap.offset, |s| s.end),
+            None => c.snap.offset,
+        }
+    }
+
+    /// Appends entries written to the log: an entry at an index the log holds replaces it
+    /// and everything after it (the caller cut the segments first). Each must follow the
+    /// one before in offsets.
+    pub fn append(&self, entries: &[Entry]) -> Result<(), String> {
+        let Some(first) = entries.first().map(|e| e.index) else {
+            return Ok(());
+        };
+        let mut guard = self.core.borrow_mut();
+        let c = &mut *guard;
+        let next = c.snap.index + 1 + c.table.len() as u64;
+        if first <= c.snap.index || first > next {
+            return Err(format!(
+                "appending at Raft index {first}: the log holds {}..{next}",
+                c.snap.index + 1
+            ));
+        }
+        let keep = (first - c.snap.index - 1) as usize;
+        c.table.truncate(keep);
+        let cut: Vec<u64> = c.cache.range(first..).map(|(&i, _)| i).collect();
+        for i in cut {
+            if let Some(e) = c.cache.remove(&i) {
+                c.cache_bytes -= e.data.len();
+            }
+        }
+        c.fetched.retain(|&i, _| i < first);
+        let mut end = c.table.back().map_or(c.snap.offset, |s| s.end);
+        for (k, e) in entries.iter().enumerate() {
+            if e.index != first + k as u64 {
+                return Err(format!("entries not contiguous at Raft index {}", e.index));
+            }
+            let (start, stop) = super::store::entry_span(e, end)?;
+            if start != end {
+                return Err(format!(
+                    "entry {} starts at offset {start}, the log ends at {end}",
+                    e.index
+                ));
+            }
+            end = stop;
+            c.table.push_back(Slot {
+                term: e.term,
+                start,
+                end: stop,
+            });
+            c.cache_bytes += e.data.len();
+            c.cache.insert(e.index, e.clone());
+        }
+        c.evict();
+        Ok(())
+    }
+
+    pub fn set_hard_state(&self, hs: HardState) {
+        self.core.borrow_mut().hard_state = hs;
+    }
+
+    /// Entries up to `index` are applied: they may leave the cache.
+    pub fn set_applied(&self, index: u64) {
+        let mut c = self.core.borrow_mut();
+        c.applied = c.applied.max(index);
+        c.evict();
+    }
+
+    /// The fetch requests raft-rs made since the last call.
+    pub fn take_requests(&self) -> Vec<FetchRequest> {
+        std::mem::take(&mut self.core.borrow_mut().requests)
+    }
+
+    /// Entries read back for a fetch request; they replace any fetched before.
+    pub fn fetched(&self, entries: Vec<Entry>) {
+        let mut c = self.core.borrow_mut();
+        c.fetched = entries.into_iter().map(|e| (e.index, e)).collect();
+    }
+
+    /// How many entries and bytes are cached (for tests and logs).
+    pub fn cached(&self) -> (usize, usize) {
+        let c = self.core.borrow();
+        (c.cache.len(), c.cache_bytes)
+    }
+}
+
+impl Core {
+    /// Drops the oldest applied entries while the cache is over its budget.
+    fn evict(&mut self) {
+        while self.cache_bytes > self.cache_max_bytes {
+            let Some((&i, _)) = self.cache.first_key_value() else {
+                return;
+            };
+            if i > self.applied {
+                return;
+            }
+            if let Some(e) = self.cache.remove(&i) {
+                self.cache_bytes -= e.data.len();
+            }
+        }
+    }
+}
+
+impl raft::Storage for ReplicaStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        let c = self.core.borrow();
+        Ok(RaftState::new(c.hard_state.clone(), c.conf_state.clone()))
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        let mut c = self.core.borrow_mut();
+        if low <= c.snap.index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        let last = c.snap.index + c.table.len() as u64;
+        if high > last + 1 || low > high {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let max = max_size.into().unwrap_or(u64::MAX);
+        let mut out: Vec<Entry> = Vec::new();
+        let mut bytes = 0u64;
+        for i in low..high {
+            let e = match c.cache.get(&i).or_else(|| c.fetched.get(&i)) {
+                Some(e) => e.clone(),
+                None => {
+                    let slot = c.table[(i - c.snap.index - 1) as usize];
+                    if slot.start == slot.end {
+                        // A Raft-only entry has no bytes to read back.
+                        Entry {
+                            index: i,
+                            term: slot.term,
+                            ..Default::default()
+                        }
+                    } else if !out.is_empty() {
+                        break;
+                    } else if context.can_async() {
+                        c.requests.push(FetchRequest {
+                            low: i,
+                            high,
+                            context,
+                        });
+                        return Err(raft::Error::Store(StorageError::LogTemporarilyUnavailable));
+                    } else {
+                        return Err(raft::Error::Store(StorageError::Unavailable));
+                    }
+                }
+            };
+            bytes += e.data.len() as u64 + 16;
+            if !out.is_empty() && bytes > max {
+                break;
+            }
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        let c = self.core.borrow();
+        if idx == c.snap.index {
+            return Ok(c.snap.term);
+        }
+        if idx < c.snap.index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        c.table
+            .get((idx - c.snap.index - 1) as usize)
+            .map(|s| s.term)
+            .ok_or(raft::Error::Store(StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.core.borrow().snap.index + 1)
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last())
+    }
+
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        // No Raft snapshots yet (docs/replication.md, "Step 3 as built"): the log is never
+        // compacted, so a follower never needs one.
+        Err(raft::Error::Store(
+            StorageError::SnapshotTemporarilyUnavailable,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use raft::Storage;
+    use weir_storage::batch::{assign_offset, RecordBatchBuilder};
+
+    fn data(index: u64, term: u64, base: u64, n: usize) -> Entry {
+        let mut b = RecordBatchBuilder::new(1000);
+        for i in 0..n {
+            b = b.record(None, Some(format!("value {i} of a batch").as_bytes()), &[]);
+        }
+        let mut bytes = b.build().to_vec();
+        assign_offset(&mut bytes, base as i64, term as i32);
+        Entry {
+            index,
+            term,
+            data: Bytes::from(bytes),
+            ..Default::default()
+        }
+    }
+
+    fn empty(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            ..Default::default()
+        }
+    }
+
+    fn ctx_async() -> GetEntriesContext {
+        GetEntriesContext::empty(true)
+    }
+
+    /// entries 1 (empty, term 1), 2..=5 (batches of 2 records, term 1): offsets 0..8.
+    fn five(cache_max_bytes: usize, applied: u64) -> ReplicaStorage {
+        let mut entries = vec![empty(1, 1)];
+        for i in 2..=5 {
+            entries.push(data(i, 1, (i - 2) * 2, 2));
+        }
+        ReplicaStorage::new(
+            HardState::default(),
+            ConfState::from((vec![1, 2, 3], vec![])),
+            SnapshotPoint::default(),
+            entries,
+            applied,
+            cache_max_bytes,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_index_table_answers_terms_and_offsets() {
+        let s = five(usize::MAX, 0);
+        assert_eq!((s.first_index().unwrap(), s.last_index().unwrap()), (1, 5));
+        assert_eq!(s.term(0).unwrap(), 0);
+        assert_eq!(s.term(3).unwrap(), 1);
+        assert!(s.term(6).is_err());
+        assert_eq!(s.log_end(), 8);
+        assert_eq!(s.start_of(1), 0);
+        assert_eq!(s.start_of(2), 0, "after the empty entry");
+        assert_eq!(s.start_of(4), 4);
+        assert_eq!(s.start_of(6), 8, "the log end");
+        assert_eq!(s.end_of(3), 4);
+        assert_eq!(s.end_of(0), 0);
+        assert_eq!(s.end_of(99), 8);
+        let got = s.entries(2, 6, None, ctx_async()).unwrap();
+        assert_eq!(
+            got.iter().map(|e| e.index).collect::<Vec<_>>(),
+            vec![2, 3, 4, 5]
+        );
+        // Size-limited: at least one entry.
+        assert_eq!(s.entries(2, 6, 1, ctx_async()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_conflicting_append_replaces_the_suffix() {
+        let s = five(usize::MAX, 0);
+        // A new leader (term 2) replaces entries 4 and 5 with its empty entry and a batch.
+        s.append(&[empty(4, 2), data(5, 2, 4, 3)]).unwrap();
+        assert_eq!(s.last(), 5);
+        assert_eq!(s.term(4).unwrap(), 2);
+        assert_eq!(s.log_end(), 7);
+        assert_eq!(s.entries(5, 6, None, ctx_async()).unwrap()[0].term, 2);
+        // Refused: a gap in indexes, an entry not where the log ends in offsets.
+        assert!(s.append(&[data(9, 2, 7, 1)]).is_err());
+        assert!(s.append(&[data(6, 2, 9, 1)]).is_err());
+    }
+
+    /// Applied entries leave the cache past its budget, unapplied ones never; an evicted one
+    /// asked for asynchronously is a fetch request, answered once it was read back; asked
+    /// for synchronously it is an error (never happens: only applied entries are evicted).
+    #[test]
+    fn eviction_and_fetching() {
+        let batch = data(2, 1, 0, 2).data.len();
+        let s = five(2 * batch, 0);
+        assert_eq!(s.cached().0, 5, "nothing applied: everything stays");
+        s.set_applied(3);
+        assert_eq!(s.cached(), (2, 2 * batch), "entries 1-3 may go, and had to");
+        assert!(s
+            .entries(4, 6, None, GetEntriesContext::empty(false))
+            .is_ok());
+        let err = s.entries(2, 6, None, ctx_async()).unwrap_err();
+        assert_eq!(
+            err,
+            raft::Error::Store(StorageError::LogTemporarilyUnavailable)
+        );
+        let reqs = s.take_requests();
+        assert_eq!((reqs.len(), reqs[0].low, reqs[0].high), (1, 2, 6));
+        assert!(s
+            .entries(2, 6, None, GetEntriesContext::empty(false))
+            .is_err());
+        s.fetched(vec![data(2, 1, 0, 2), data(3, 1, 2, 2)]);
+        let got = s.entries(2, 6, None, ctx_async()).unwrap();
+        assert_eq!(
+            got.iter().map(|e| e.index).collect::<Vec<_>>(),
+            vec![2, 3, 4, 5]
+        );
+        // The empty entry 1 needs no bytes: it is rebuilt from the table.
+        let got = s
+            .entries(1, 2, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert!(got[0].data.is_empty());
+        assert!(
+            s.entries(0, 2, None, ctx_async()).is_err(),
+            "below the first index"
+        );
+        assert!(s.entries(2, 7, None, ctx_async()).is_err(), "past the last");
+    }
+}

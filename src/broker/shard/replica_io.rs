@@ -1,0 +1,339 @@
+//! Replicated partitions, the traffic of their groups (see `replication` for the groups
+//! themselves): produce on the leader (`Shard::produce_replicated`: offsets from the group's
+//! next offset, proposals in flight included, the term stamped, the batches queued for the
+//! driver to propose; acks=1 answered once the leader wrote them, acks=-1 once committed),
+//! messages to and from the other replicas — out through core 0's peer connections
+//! (`cluster::net`, frame kind 4), from another core over the request mesh
+//! (`Req::RaftOut`); in on core 0, handed to the replica's core (`Req::RaftIn`) — and the
+//! leader's announcement to the metadata group (`PartitionLeader`), and the entries read
+//! back from the segments for a lagging follower (`serve_fetches`).
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use raft::prelude::{Entry, Message};
+use raft::StateRole;
+use tracing::debug;
+use weir::cluster::Record;
+
+use super::replication::{Group, Waiter};
+use super::*;
+use crate::broker::errors;
+use crate::broker::replica::frame::PartitionMessage;
+use crate::broker::sync::Slot;
+
+/// Most bytes of entries read back for one fetch request (raft-rs sends at most
+/// `max_size_per_msg` per message anyway).
+const FETCH_BYTES: usize = 1 << 20;
+/// How long a follower may go without holding every committed entry (or without being
+/// heard from) before it leaves the in-sync replicas Metadata lists.
+const ISR_LAG: Duration = Duration::from_secs(5);
+
+/// Longest a produce waits for its entry to be written (acks=1) or committed (acks=-1).
+const ACKS_WAIT: Duration = Duration::from_secs(30);
+
+impl Shard {
+    /// On a leader (after each `Ready` and every tick): what the metadata should say of its
+    /// partition — this replica leading at its term, and the in-sync replicas — and, if it
+    /// says something else, one `PartitionLeader` record through core 0 (one at a time: the
+    /// next tick looks again). A follower is in sync while it was, within the last
+    /// `ISR_LAG`, seen lately by raft-rs (`recent_active`) holding every committed entry
+    /// (Kafka's `replica.lag.time.max.ms` rule, so a follower a few entries behind under
+    /// load does not flap in and out); a new leader starts with every replica in sync.
+    pub(super) fn report_leadership(self: &Rc<Self>, g: &Rc<Group>) {
+        if g.failed.get() || self.shutdown.is_fired() {
+            return;
+        }
+        let now = Instant::now();
+        let (term, isr) = {
+            let raw = g.raw.borrow();
+            if raw.raft.state != StateRole::Leader {
+                return;
+            }
+            let term = raw.raft.term;
+            let mut seen = g.caught_up.borrow_mut();
+            if g.isr_term.replace(term) != term {
+                seen.clear();
+                for (id, _) in raw.raft.prs().iter() {
+                    seen.insert(*id, now);
+                }
+            }
+            let committed = raw.raft.raft_log.committed;
+            let me = raw.raft.id;
+            for (id, pr) in raw.raft.prs().iter() {
+                if *id == me || (pr.recent_active && pr.matched >= committed) {
+                    seen.insert(*id, now);
+                }
+            }
+            let mut isr: Vec<u64> = seen
+                .iter()
+                .filter(|(_, at)| now.duration_since(**at) <= ISR_LAG)
+                .map(|(id, _)| *id)
+                .collect();
+            isr.sort_unstable();
+            (term, isr)
+        };
+        if g.reporting.get() {
+            return;
+        }
+        let meta = self.metadata();
+        let Some(here) = meta.local_broker else {
+            return;
+        };
+        let p = g.partition as usize;
+        let up_to_date = meta.topics.get(&g.topic).is_some_and(|t| {
+            Metadata::leader_epoch(t, p) == term
+                && t.brokers.get(p) == Some(&here)
+                && t.isr.get(p) == Some(&isr)
+        });
+        if up_to_date {
+            return;
+        }
+        let record = Record::PartitionLeader {
+            topic: g.topic.clone(),
+            topic_id: g.topic_id.clone(),
+            partition: p,
+            broker: here,
+            core: self.id,
+            epoch: term,
+            isr,
+        };
+        g.reporting.set(true);
+        let (shard, g) = (self.clone(), g.clone());
+        glommio::spawn_local(async move {
+            if let Resp::Stored(Err(e)) = Box::pin(shard.call(0, Req::Submit(vec![record]))).await {
+                debug!(topic = %g.topic, partition = g.partition, error = %e,
+                    "reporting a partition's leader; trying again");
+                glommio::timer::sleep(Duration::from_millis(200)).await;
+            }
+            g.reporting.set(false);
+        })
+        .detach();
+    }
+
+    /// Core 0: submits metadata records another core asked for (a partition leader).
+    pub(super) async fn submit_for_core(
+        self: &Rc<Self>,
+        records: Vec<Record>,
+    ) -> Result<(), String> {
+        let node = self
+            .cluster_node()
+            .ok_or("the metadata group is not running yet")?;
+        node.submit(records, Duration::from_secs(10))
+            .await
+            .map(|_| ())
+    }
+
+    /// Sends a group's messages to the replicas on other brokers, through core 0.
+    pub(super) fn send_raft(self: &Rc<Self>, g: &Group, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        let out: Vec<(u64, PartitionMessage)> = msgs
+            .into_iter()
+            .map(|msg| {
+                (
+                    msg.to,
+                    PartitionMessage {
+                        topic_id: g.topic_id.clone(),
+                        partition: g.partition as u32,
+                        msg,
+                    },
+                )
+            })
+            .collect();
+        if self.id == 0 {
+            self.raft_out(out);
+        } else {
+            let shard = self.clone();
+            glommio::spawn_local(async move {
+                shard.call(0, Req::RaftOut(out)).await;
+            })
+            .detach();
+        }
+    }
+
+    /// Core 0: queues partition messages on the peer connections.
+    pub(super) fn raft_out(&self, out: Vec<(u64, PartitionMessage)>) {
+        let Some(node) = self.cluster_node() else {
+            return;
+        };
+        for (to, m) in out {
+            node.send_partition(to, m);
+        }
+    }
+
+    /// The name of a partition message's topic (by id, through the snapshot's index).
+    fn topic_of(&self, m: &PartitionMessage) -> Option<String> {
+        self.topic_name(&uuid::Uuid::try_parse(&m.topic_id).ok()?)
+    }
+
+    /// Core 0: a partition message from a peer, to the core holding this broker's replica.
+    pub fn raft_in(self: &Rc<Self>, m: PartitionMessage) {
+        let Some(name) = self.topic_of(&m) else {
+            debug!(topic_id = %m.topic_id, "a Raft message for an unknown topic");
+            return;
+        };
+        let Some(core) = self.metadata().local_replica(&name, m.partition as i32) else {
+            return;
+        };
+        if core == self.id {
+            self.deliver_raft(vec![m]);
+        } else {
+            let shard = self.clone();
+            glommio::spawn_local(async move {
+                shard.call(core, Req::RaftIn(vec![m])).await;
+            })
+            .detach();
+        }
+    }
+
+    /// On the replica's core: queues messages for the driver.
+    pub(super) fn deliver_raft(&self, msgs: Vec<PartitionMessage>) {
+        for m in msgs {
+            let Some(name) = self.topic_of(&m) else {
+                continue;
+            };
+            if let Some(g) = self.replica_group(&name, m.partition as i32) {
+                g.inbox.borrow_mut().push(m.msg);
+            }
+        }
+        self.replica_work.notify();
+    }
+
+    /// Produce to a replicated partition on this core (docs/replication.md §3.4): refused
+    /// unless this replica leads; the batches get their offsets and the term, are proposed,
+    /// and the answer waits for the write (acks=1) or the commit (acks=-1).
+    pub(super) async fn produce_replicated(
+        &self,
+        g: Rc<Group>,
+        acks: i16,
+        records: Bytes,
+    ) -> Result<(u64, u64), i16> {
+        if g.failed.get() {
+            return Err(errors::KAFKA_STORAGE_ERROR);
+        }
+        if !g.is_leader() {
+            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+        let infos = weir_storage::batch::validate_all(&records).map_err(|e| {
+            debug!(topic = %g.topic, partition = g.partition, error = ?e, "invalid batch");
+            errors::CORRUPT_MESSAGE
+        })?;
+        let transactional =
+            infos.iter().scan(0usize, |pos, info| {
+                let h = weir_storage::batch::BatchHeader::parse(&records[*pos..]);
+                *pos += info.total_bytes;
+                Some(h.is_some_and(|h| {
+                    h.attributes.get() & weir_storage::batch::TRANSACTIONAL_FLAG != 0
+                }))
+            });
+        if transactional.into_iter().any(|t| t) {
+            // Not yet: markers are not replicated (docs/replication.md, "Step 3 as built").
+            debug!(topic = %g.topic, partition = g.partition, "transactional produce to a replicated partition refused");
+            return Err(errors::INVALID_TXN_STATE);
+        }
+        let term = g.term();
+        let epoch = i32::try_from(term).map_err(|_| errors::NOT_LEADER_OR_FOLLOWER)?;
+        let base = g.next_offset.get().unwrap_or_else(|| g.log_end());
+        let mut next = base;
+        let mut slots = Vec::with_capacity(infos.len());
+        let mut pos = 0;
+        for info in &infos {
+            let mut b = records[pos..pos + info.total_bytes].to_vec();
+            pos += info.total_bytes;
+            weir_storage::batch::assign_offset(&mut b, next as i64, epoch);
+            next += info.last_offset_delta as u64 + 1;
+            let slot = Rc::new(Slot::default());
+            g.proposals
+                .borrow_mut()
+                .push((Bytes::from(b), term, slot.clone()));
+            slots.push(slot);
+        }
+        g.next_offset.set(Some(next));
+        self.replica_work.notify();
+        let mut last_index = 0;
+        for s in slots {
+            last_index = s.take().await?;
+        }
+        if acks != 0 {
+            let slot = Rc::new(Slot::default());
+            g.waiters.borrow_mut().push(Waiter {
+                index: last_index,
+                term,
+                committed: acks == -1,
+                slot: slot.clone(),
+            });
+            g.settle_waiters();
+            // A leader that can neither commit nor lose its leadership (never for long:
+            // check-quorum steps it down) answers like Kafka at a request's timeout.
+            let code = futures_lite::future::or(slot.take(), async {
+                glommio::timer::sleep(ACKS_WAIT).await;
+                errors::REQUEST_TIMED_OUT
+            })
+            .await;
+            if code != errors::NONE {
+                return Err(code);
+            }
+        }
+        Ok((base, next - 1))
+    }
+
+    /// Reads back from the segments the entries raft-rs asked for to send to a lagging
+    /// follower (evicted from the cache), then lets it send them.
+    pub(super) async fn serve_fetches(&self, g: &Group) -> Result<(), String> {
+        for req in g.store.take_requests() {
+            let mut entries = Vec::new();
+            let mut at = g.store.start_of(req.low);
+            let mut bytes = 0usize;
+            let mut index = req.low;
+            while index < req.high && bytes < FETCH_BYTES {
+                let read = g
+                    .part
+                    .log
+                    .read_written(at, 1, FETCH_BYTES)
+                    .await
+                    .map_err(|e| format!("reading entries back at offset {at}: {e}"))?;
+                if read.is_empty() {
+                    break;
+                }
+                for (h, b) in read.batches() {
+                    // Raft-only entries between the batches come from the index table.
+                    while let Some(slot) = g.store.slot(index).filter(|s| s.start == s.end) {
+                        entries.push(Entry {
+                            index,
+                            term: slot.term,
+                            ..Default::default()
+                        });
+                        index += 1;
+                    }
+                    let Some(slot) = g.store.slot(index).filter(|_| index < req.high) else {
+                        break;
+                    };
+                    if h.base_offset.get() as u64 != slot.start {
+                        return Err(format!(
+                            "entry {index} starts at offset {}, the segments have a batch at {}",
+                            slot.start,
+                            h.base_offset.get()
+                        ));
+                    }
+                    entries.push(Entry {
+                        index,
+                        term: slot.term,
+                        data: Bytes::copy_from_slice(b),
+                        ..Default::default()
+                    });
+                    bytes += b.len();
+                    at = slot.end;
+                    index += 1;
+                }
+            }
+            debug!(topic = %g.topic, partition = g.partition, low = req.low,
+                entries = entries.len(), cached = ?g.store.cached(), "entries read back for a follower");
+            g.store.fetched(entries);
+            g.raw.borrow_mut().on_entries_fetched(req.context);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,547 @@
+//! Replicated partitions on their owning core (docs/replication.md §3-§6, step 3): each
+//! replica of a partition of replication factor above 1 runs a raft-rs `RawNode` (a
+//! `Group`) on the core holding that replica, on every replica broker; one driver task per
+//! core ticks all its groups and handles their `Ready`s.
+//!
+//! The Raft log is the partition's segment files: an entry is one record batch (offsets
+//! assigned and `partition_leader_epoch` = the term, by the leader before proposing), written
+//! by `Log::append_assigned` on the leader and the followers alike; the new leader's empty
+//! entry goes to the side log (`replica::side`); a follower's conflicting suffix is cut by
+//! `Log::truncate_to`. term and vote are saved in `raft_state` (`replica::state`, on the
+//! blocking pool) before the messages that depend on them leave. raft-rs reads its log
+//! through `replica::storage::ReplicaStorage` (an index table of every entry and a bounded
+//! cache of recent ones), filled at open from the segments (`replica::store::rebuild`), kept
+//! in step by every persisted `Ready`; entries evicted from the cache that a lagging follower
+//! needs are read back from the segments (`serve_fetches`).
+//!
+//! The log is opened with `committed_reads`: consumers read up to the Raft commit only
+//! (`Log::set_committed`, moved on every `Ready` that commits). Produce on the leader, the
+//! messages' way between brokers and the leader's announcement to the metadata group are in
+//! `replica_io`.
+
+use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_lite::future::or;
+use raft::prelude::{ConfState, Entry, HardState, Message};
+use raft::{RawNode, StateRole};
+use tracing::{debug, error, info, warn};
+
+use super::*;
+use crate::broker::errors;
+use crate::broker::replica::side::{SideEntry, SideLog};
+use crate::broker::replica::state::{RaftState, SnapshotPoint};
+use crate::broker::replica::storage::ReplicaStorage;
+use crate::broker::replica::store;
+use crate::broker::sync::Slot;
+
+/// The partition groups' clock: like the metadata group's (docs/replication.md §6).
+const TICK: Duration = Duration::from_millis(100);
+const ELECTION_TICKS: usize = 10;
+const HEARTBEAT_TICKS: usize = 2;
+/// How much of the log is read back per read when a replica opens.
+const REBUILD_READ_BYTES: usize = 4 << 20;
+/// Applied entries' bytes each replica keeps cached for its followers; older ones are read
+/// back from the segments when a follower needs them.
+const CACHE_BYTES: usize = 4 << 20;
+/// How often a moving commit index is saved in `raft_state` (term and vote are saved at
+/// once, before anything depends on them; the commit may lag: it is re-learned).
+const COMMIT_SAVE_EVERY: Duration = Duration::from_secs(1);
+
+/// A produce waiting for its batch's entry: written by the leader (acks=1) or committed
+/// (acks=-1). Answered with an error code (NONE when done).
+pub(super) struct Waiter {
+    pub(super) index: u64,
+    pub(super) term: u64,
+    pub(super) committed: bool,
+    pub(super) slot: Rc<Slot<i16>>,
+}
+
+/// A batch queued for the driver to propose: its term (stamped in it) and where to say at
+/// which Raft index it landed (or why not).
+pub(super) type Proposal = (Bytes, u64, Rc<Slot<Result<u64, i16>>>);
+
+/// One replica's Raft group.
+pub struct Group {
+    pub topic: String,
+    pub partition: i32,
+    pub topic_id: String,
+    pub(super) part: Rc<Partition>,
+    pub(super) dir: PathBuf,
+    pub(super) raw: RefCell<RawNode<ReplicaStorage>>,
+    pub(super) store: ReplicaStorage,
+    pub(super) side: RefCell<Option<SideLog>>,
+    /// What `raft_state` holds now.
+    pub(super) saved: RefCell<RaftState>,
+    pub(super) saved_at: Cell<Instant>,
+    pub(super) snap: SnapshotPoint,
+    pub(super) inbox: RefCell<Vec<Message>>,
+    pub(super) proposals: RefCell<Vec<Proposal>>,
+    /// On the leader: the offset the next produced batch gets (proposals in flight included);
+    /// `None`: to be taken from the log's last entry.
+    pub(super) next_offset: Cell<Option<u64>>,
+    pub(super) waiters: RefCell<Vec<Waiter>>,
+    /// The leader this replica knows (broker id; 0: none), and whether a report of its
+    /// leadership to the metadata group is under way.
+    pub(super) leader: Cell<u64>,
+    pub(super) reporting: Cell<bool>,
+    /// On the leader: when each replica last held every committed entry, and the term that
+    /// bookkeeping is for (the in-sync replicas, `report_leadership`).
+    pub(super) caught_up: RefCell<HashMap<u64, Instant>>,
+    pub(super) isr_term: Cell<u64>,
+    pub(super) failed: Cell<bool>,
+}
+
+impl Group {
+    pub fn is_leader(&self) -> bool {
+        self.raw.borrow().raft.state == StateRole::Leader
+    }
+
+    pub(super) fn term(&self) -> u64 {
+        self.raw.borrow().raft.term
+    }
+
+    /// The offset after the last entry written here.
+    pub(super) fn log_end(&self) -> u64 {
+        self.store.log_end()
+    }
+
+    /// Answers the produces whose entry is written here (acks=1) or committed (acks=-1):
+    /// NONE if the entry at their index is still theirs (same term), else
+    /// NOT_LEADER_OR_FOLLOWER (a new leader replaced it).
+    pub(super) fn settle_waiters(&self) {
+        let raw = self.raw.borrow();
+        let (commit, written) = (raw.raft.raft_log.committed, raw.raft.raft_log.persisted);
+        self.waiters.borrow_mut().retain(|w| {
+            let reached = if w.committed { commit } else { written };
+            if w.index > reached {
+                return true;
+            }
+            let code = if raw.raft.raft_log.term(w.index).unwrap_or(0) == w.term {
+                errors::NONE
+            } else {
+                errors::NOT_LEADER_OR_FOLLOWER
+            };
+            w.slot.set(code);
+            false
+        });
+    }
+
+    fn fail_waiters(&self, code: i16) {
+        for w in self.waiters.borrow_mut().drain(..) {
+            w.slot.set(code);
+        }
+        for (_, _, slot) in self.proposals.borrow_mut().drain(..) {
+            slot.set(Err(code));
+        }
+    }
+}
+
+impl Shard {
+    /// The group of a replicated partition whose replica is on this core.
+    pub(super) fn replica_group(&self, topic: &str, partition: i32) -> Option<Rc<Group>> {
+        self.replicas
+            .borrow()
+            .get(&(topic.to_string(), partition))
+            .cloned()
+    }
+
+    /// Starts the Raft group of this core's replica of `topic`-`partition` (its log is open):
+    /// reads back `raft_state`, the side log and the batches, and rebuilds raft-rs's log.
+    pub(super) async fn open_group(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        voters: Vec<u64>,
+    ) -> Result<(), String> {
+        let here = self
+            .metadata()
+            .local_broker
+            .ok_or("a replicated partition on a standalone broker")?;
+        let part = self
+            .partition(topic, partition)
+            .ok_or("the replica's log is not open")?;
+        let dir = part.log.dir().to_path_buf();
+        let d = dir.clone();
+        let (state, side) = weir_storage::io::off_reactor(move || {
+            let state = RaftState::load_sync(&d)?;
+            let side = SideLog::open_sync(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+            Ok::<_, String>((state, side))
+        })
+        .await?;
+        let mut state = state.unwrap_or_default();
+        state.voters = voters.clone();
+        let snap = state.snapshot;
+        let wm = part.log.watermarks();
+        if wm.log_start_offset > snap.offset {
+            return Err(format!(
+                "the log starts at {} but the Raft snapshot point is at offset {}: \
+                 retention or DeleteRecords removed entries the Raft log still holds",
+                wm.log_start_offset, snap.offset
+            ));
+        }
+        // Entries are fed to the storage as they are rebuilt: only those above the saved
+        // commit, and the newest that fit the cache, stay in memory.
+        let storage = ReplicaStorage::new(
+            HardState::default(),
+            ConfState::from((voters.clone(), vec![])),
+            snap,
+            Vec::new(),
+            state.commit,
+            CACHE_BYTES,
+        )?;
+        let side_entries: Vec<SideEntry> = side.entries.iter().map(|(e, _)| e.clone()).collect();
+        let mut rebuild = store::Rebuild::new(snap, &side_entries);
+        let (mut n, mut last_term) = (0usize, 0u64);
+        let mut at = snap.offset;
+        loop {
+            let read = part
+                .log
+                .read_written(at, 1, REBUILD_READ_BYTES)
+                .await
+                .map_err(|e| format!("reading the log back at {at}: {e}"))?;
+            let Some(next) = read.next_offset() else {
+                break;
+            };
+            for (_, b) in read.batches() {
+                let entries = rebuild.batch(Bytes::copy_from_slice(b))?;
+                n += entries.len();
+                last_term = entries.last().map_or(last_term, |e| e.term);
+                storage.append(&entries)?;
+            }
+            at = next;
+            glommio::yield_if_needed().await;
+        }
+        let (entries, beyond) = rebuild.finish()?;
+        let mut side = side;
+        if let Some(index) = beyond {
+            warn!(
+                topic,
+                partition,
+                index,
+                "cutting side log entries past the segments' end (an interrupted truncation)"
+            );
+            side = weir_storage::io::off_reactor(move || side.truncate_sync(index).map(|()| side))
+                .await
+                .map_err(|e| format!("cutting the side log: {e}"))?;
+        }
+        n += entries.len();
+        last_term = entries.last().map_or(last_term, |e| e.term);
+        storage.append(&entries)?;
+        let last = storage.last();
+        let end = storage.log_end();
+        let hs = HardState {
+            term: state.term.max(last_term),
+            vote: state.vote,
+            commit: state.commit.min(last),
+            ..Default::default()
+        };
+        // What was committed before needs no applying again: the log holds it.
+        let applied = hs.commit;
+        storage.set_hard_state(hs);
+        if applied > snap.index {
+            part.log
+                .set_committed(storage.end_of(applied))
+                .map_err(|e| format!("restoring the committed offset: {e}"))?;
+        }
+        let config = raft::Config {
+            id: here,
+            election_tick: ELECTION_TICKS,
+            heartbeat_tick: HEARTBEAT_TICKS,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            check_quorum: true,
+            pre_vote: true,
+            applied,
+            ..Default::default()
+        };
+        config.validate().map_err(|e| e.to_string())?;
+        let raw = RawNode::new(
+            &config,
+            storage.clone(),
+            &crate::broker::cluster::raft_logger(),
+        )
+        .map_err(|e| e.to_string())?;
+        info!(
+            topic,
+            partition,
+            entries = n,
+            last_index = last,
+            log_end = end,
+            term = state.term,
+            "partition Raft group starting"
+        );
+        let group = Rc::new(Group {
+            topic: topic.to_string(),
+            partition,
+            topic_id: part.topic_id.clone(),
+            part,
+            dir,
+            raw: RefCell::new(raw),
+            store: storage,
+            side: RefCell::new(Some(side)),
+            saved: RefCell::new(state),
+            saved_at: Cell::new(Instant::now()),
+            snap,
+            inbox: RefCell::new(Vec::new()),
+            proposals: RefCell::new(Vec::new()),
+            next_offset: Cell::new(None),
+            waiters: RefCell::new(Vec::new()),
+            leader: Cell::new(0),
+            reporting: Cell::new(false),
+            caught_up: RefCell::new(HashMap::new()),
+            isr_term: Cell::new(0),
+            failed: Cell::new(false),
+        });
+        self.replicas
+            .borrow_mut()
+            .insert((topic.to_string(), partition), group);
+        if !self.replica_driver.replace(true) {
+            glommio::spawn_local(self.clone().drive_replicas()).detach();
+        }
+        self.replica_work.notify();
+        Ok(())
+    }
+
+    /// Stops a group (its partition is retired or the broker shuts down): its waiting
+    /// produces get NOT_LEADER_OR_FOLLOWER.
+    pub(super) fn close_group(&self, topic: &str, partition: i32) {
+        if let Some(g) = self
+            .replicas
+            .borrow_mut()
+            .remove(&(topic.to_string(), partition))
+        {
+            g.failed.set(true);
+            g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+    }
+
+    /// The driver of this core's groups: ticks them every `TICK`, steps what arrived,
+    /// proposes what was produced, and handles their `Ready`s one group at a time.
+    async fn drive_replicas(self: Rc<Self>) {
+        let mut next_tick = Instant::now() + TICK;
+        loop {
+            let now = Instant::now();
+            if now < next_tick {
+                or(
+                    self.replica_work.notified(),
+                    glommio::timer::sleep(next_tick - now),
+                )
+                .await;
+            }
+            if self.shutdown.is_fired() {
+                return;
+            }
+            let tick = Instant::now() >= next_tick;
+            if tick {
+                next_tick = Instant::now() + TICK;
+            }
+            let groups: Vec<Rc<Group>> = self.replicas.borrow().values().cloned().collect();
+            for g in groups {
+                if g.failed.get() {
+                    continue;
+                }
+                if tick {
+                    g.raw.borrow_mut().tick();
+                    self.report_leadership(&g);
+                }
+                self.step_and_propose(&g);
+                let mut res = self.serve_fetches(&g).await;
+                if res.is_ok() && g.raw.borrow().has_ready() {
+                    res = self.handle_ready(&g).await;
+                }
+                if let Err(e) = res {
+                    // The replica's files cannot be written or disagree with what it was
+                    // sent: it must not go on voting or acknowledging.
+                    error!(topic = %g.topic, partition = g.partition, error = %e,
+                        "partition Raft group stopped on this broker");
+                    g.failed.set(true);
+                    g.fail_waiters(errors::KAFKA_STORAGE_ERROR);
+                }
+                glommio::yield_if_needed().await;
+            }
+        }
+    }
+
+    fn step_and_propose(&self, g: &Group) {
+        let msgs = std::mem::take(&mut *g.inbox.borrow_mut());
+        for m in msgs {
+            if let Err(e) = g.raw.borrow_mut().step(m) {
+                debug!(topic = %g.topic, partition = g.partition, error = %e, "stepping a Raft message");
+            }
+        }
+        let props = std::mem::take(&mut *g.proposals.borrow_mut());
+        for (data, term, slot) in props {
+            let mut raw = g.raw.borrow_mut();
+            if raw.raft.state != StateRole::Leader || raw.raft.term != term {
+                slot.set(Err(errors::NOT_LEADER_OR_FOLLOWER));
+                g.next_offset.set(None);
+                continue;
+            }
+            match raw.propose(Vec::new(), data.to_vec()) {
+                Ok(()) => slot.set(Ok(raw.raft.raft_log.last_index())),
+                Err(e) => {
+                    debug!(topic = %g.topic, partition = g.partition, error = %e, "proposal dropped");
+                    slot.set(Err(errors::NOT_LEADER_OR_FOLLOWER));
+                    g.next_offset.set(None);
+                }
+            }
+        }
+    }
+
+    async fn handle_ready(self: &Rc<Self>, g: &Rc<Group>) -> Result<(), String> {
+        let mut rd = g.raw.borrow_mut().ready();
+        if let Some(ss) = rd.ss() {
+            let (leader, role) = (ss.leader_id, ss.raft_state);
+            if leader != g.leader.get() || role != StateRole::Leader {
+                // Any change of leader: proposals and offsets of the old term are void.
+                g.next_offset.set(None);
+                if role != StateRole::Leader {
+                    g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
+                }
+            }
+            if leader != g.leader.get() {
+                info!(topic = %g.topic, partition = g.partition, leader, term = g.term(),
+                    "partition leader changed");
+            }
+            g.leader.set(leader);
+        }
+        self.send_raft(g, rd.take_messages());
+        if !rd.snapshot().is_empty() {
+            return Err("a Raft snapshot arrived: catching up from segments is not built".into());
+        }
+        let mut committed = rd.take_committed_entries();
+        self.persist_entries(g, rd.take_entries()).await?;
+        if rd.must_sync() || !rd.persisted_messages().is_empty() {
+            // Entries written above are fdatasync'ed before any follower acknowledges them
+            // (replica.flush=sync, the design's default) and before a saved commit covers
+            // them.
+            g.part
+                .log
+                .flush()
+                .await
+                .map_err(|e| format!("flush: {e}"))?;
+        }
+        if let Some(hs) = rd.hs().cloned() {
+            let must_save = {
+                let s = g.saved.borrow();
+                hs.term != s.term || hs.vote != s.vote
+            };
+            if must_save {
+                let mut next = g.saved.borrow().clone();
+                next.term = hs.term;
+                next.vote = hs.vote;
+                next.commit = hs.commit.max(next.snapshot.index);
+                next.save(&g.dir).await?;
+                *g.saved.borrow_mut() = next;
+            }
+            g.store.set_hard_state(hs);
+        }
+        self.send_raft(g, rd.take_persisted_messages());
+        let mut light = g.raw.borrow_mut().advance(rd);
+        self.send_raft(g, light.take_messages());
+        committed.extend(light.take_committed_entries());
+        g.raw.borrow_mut().advance_apply();
+        self.after_ready(g, committed.last().map(|e| e.index));
+        // The commit is saved now and then: a restart then keeps only the entries after it
+        // in memory (everything after the saved commit must stay cached until applied).
+        let commit = g.raw.borrow().raft.raft_log.committed;
+        if commit > g.saved.borrow().commit && g.saved_at.get().elapsed() >= COMMIT_SAVE_EVERY {
+            let mut next = g.saved.borrow().clone();
+            next.commit = commit;
+            next.save(&g.dir).await?;
+            *g.saved.borrow_mut() = next;
+            g.saved_at.set(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Writes a `Ready`'s entries: cuts a conflicting suffix first (`truncate_to` and the
+    /// side log), then appends each entry — batches with `append_assigned`, empty entries
+    /// to the side log — and records where each ends.
+    async fn persist_entries(&self, g: &Rc<Group>, entries: Vec<Entry>) -> Result<(), String> {
+        let Some(first) = entries.first().map(|e| e.index) else {
+            return Ok(());
+        };
+        if first <= g.store.last() {
+            let offset = g.store.start_of(first);
+            info!(topic = %g.topic, partition = g.partition, index = first, offset,
+                "replacing a suffix of the Raft log a new leader does not have");
+            g.part
+                .log
+                .truncate_to(offset)
+                .await
+                .map_err(|e| format!("truncating to {offset}: {e}"))?;
+            self.side_op(g, move |s| s.truncate_sync(first)).await?;
+            g.next_offset.set(None);
+        }
+        let mut at = g.store.start_of(first);
+        let mut unflushed = false;
+        for e in &entries {
+            if e.data.is_empty() {
+                if unflushed {
+                    // The side entry names the offset it follows: the batches before it must
+                    // not be lost in a power loss that keeps it.
+                    g.part
+                        .log
+                        .flush()
+                        .await
+                        .map_err(|e| format!("flush: {e}"))?;
+                    unflushed = false;
+                }
+                let side = SideEntry {
+                    index: e.index,
+                    term: e.term,
+                    before_offset: at,
+                };
+                self.side_op(g, move |s| s.append_sync(side)).await?;
+            } else {
+                let (_, end) = store::check_data_entry(e, at)?;
+                g.part
+                    .log
+                    .append_assigned(e.data.clone())
+                    .await
+                    .map_err(|err| format!("appending entry {} at {at}: {err}", e.index))?;
+                at = end;
+                unflushed = true;
+            }
+        }
+        g.store.append(&entries)
+    }
+
+    /// Runs a side log operation on the blocking pool.
+    async fn side_op(
+        &self,
+        g: &Group,
+        op: impl FnOnce(&mut SideLog) -> std::io::Result<()> + Send + 'static,
+    ) -> Result<(), String> {
+        let mut side = g.side.borrow_mut().take().ok_or("side log in use")?;
+        let (side, res) = weir_storage::io::off_reactor(move || {
+            let res = op(&mut side);
+            (side, res)
+        })
+        .await;
+        *g.side.borrow_mut() = Some(side);
+        res.map_err(|e| format!("{}: {e}", g.dir.join("raft_entries").display()))
+    }
+
+    /// After a `Ready`: the committed offset moves to the end of the last committed entry;
+    /// produces whose entry is written (acks=1) or committed (acks=-1) are answered; a
+    /// leader reports itself and its in-sync replicas to the metadata group.
+    fn after_ready(self: &Rc<Self>, g: &Rc<Group>, committed: Option<u64>) {
+        let commit = g.raw.borrow().raft.raft_log.committed;
+        if committed.is_some() || commit > g.snap.index {
+            let end = g.store.end_of(commit);
+            let end = end.min(g.part.log.watermarks().log_end_offset);
+            if let Err(e) = g.part.log.set_committed(end) {
+                warn!(topic = %g.topic, partition = g.partition, error = %e, "set_committed");
+            }
+        }
+        g.store.set_applied(g.raw.borrow().raft.raft_log.applied);
+        g.settle_waiters();
+        self.report_leadership(g);
+    }
+}
