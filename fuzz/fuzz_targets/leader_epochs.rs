@@ -78,7 +78,10 @@ fuzz_target!(|data: &[u8]| {
         let epochs = log.leader_epochs();
         for (i, &(epoch, start)) in epochs.iter().enumerate() {
             assert!(epoch > 0, "epoch {epoch} listed");
-            assert!(start < end, "epoch {epoch} starts at {start}, past the end {end}");
+            assert!(
+                start < end,
+                "epoch {epoch} starts at {start}, past the end {end}"
+            );
             if i > 0 {
                 let (pe, ps) = epochs[i - 1];
                 assert!(pe < epoch && ps <= start, "list out of order: {epochs:?}");
@@ -87,7 +90,10 @@ fuzz_target!(|data: &[u8]| {
         for asked in [-1, 0, 1, 2, 3, 5, 8, 9, 10, i32::MAX, i32::MIN] {
             if let Some((epoch, offset)) = log.end_offset_for_epoch(asked) {
                 assert!(epoch <= asked, "asked {asked}, got epoch {epoch}");
-                assert!(offset <= end, "asked {asked}, got offset {offset} past {end}");
+                assert!(
+                    offset <= end,
+                    "asked {asked}, got offset {offset} past {end}"
+                );
             }
         }
         let latest = epochs.last().map_or(0, |e| e.0);
