@@ -128,6 +128,20 @@ def main():
     write("segment_recovery", "repair", b"\x05" + clean + b"\x00" * 61)
     write("segment_recovery", "empty", b"\x00")
 
+    # leader_epochs: the target's log has epochs 2 (offsets 0-9), 5 (10-49) and 9 (50-69).
+    def epochs_file(entries):
+        body = b"WEIREPC1" + struct.pack(">I", len(entries))
+        body += b"".join(struct.pack(">iQ", e, s) for e, s in entries)
+        return body + struct.pack(">I", crc32c(body))
+    valid = epochs_file([(2, 0), (5, 10), (9, 50)])
+    write("leader_epochs", "valid", b"\x00" + valid)
+    write("leader_epochs", "valid_crash", b"\x02" + valid)
+    write("leader_epochs", "past_end", b"\x00" + epochs_file([(2, 0), (5, 10), (9, 50), (11, 500)]))
+    write("leader_epochs", "behind", b"\x00" + epochs_file([(2, 0)]))
+    write("leader_epochs", "unordered_repair", b"\x01" + epochs_file([(5, 10), (2, 0)]))
+    write("leader_epochs", "damaged", b"\x00" + valid[:-1] + bytes([valid[-1] ^ 1]))
+    write("leader_epochs", "empty", b"\x00")
+
 
 if __name__ == "__main__":
     main()
