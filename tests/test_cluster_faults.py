@@ -1,0 +1,205 @@
+"""Faults under load on replicated partitions, checked against the whole history
+(docs/replication.md §7, step 4; the checker is tests/history.py).
+
+Three `weir serve` processes; a topic of 2 partitions, replication factor 3. Two librdkafka
+acks=all producers write unique values for the whole run, one idempotent and one not, each
+delivery report recorded (acknowledged offset or error); a librdkafka consumer reads both
+partitions from offset 0 all along, each read recorded. Meanwhile, `WEIR_FAULT_CYCLES` rounds
+(2 in CI) of: kill -9 of the broker leading partition 0, restarted once a survivor leads; a
+SIGSTOP of the leading broker for 3 s (its followers elect another leader; it comes back as a
+follower); a SIGSTOP of a follower for 3 s (it catches up). Then the producers stop, the
+cluster heals, and every partition is read whole from offset 0. The checks: no acknowledged
+record lost or moved, no divergence between reads of one offset, no read of a record that was
+later cut, no consumer going backwards, no fatal error in either client, every replica holding
+the same bytes. Duplicates from the idempotent producer's retries are counted and printed, not
+asserted: deduplication across a failover is not built yet (a known bug). The figures printed
+(records acknowledged, failovers) are for the report.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from confluent_kafka import KafkaException, TopicPartition
+
+from clients import rd_consume, rd_consumer, rd_producer
+from history import History
+from test_cluster_metadata import NODE_ID_STRIDE, cluster, create  # noqa: F401
+from test_cluster_replication import high_watermark, leader_of, same_batches_everywhere, stored_batches
+
+CYCLES = int(os.environ.get("WEIR_FAULT_CYCLES", "2"))
+TOPIC = "faults"
+PARTITIONS = 2
+
+
+def producer_loop(hist: History, bootstrap: str, name: str, idempotent: bool, stop: threading.Event,
+                  fatal: list):
+    """Sends until `stop`. A fatal error of the client (librdkafka's idempotent producer gives
+    up when the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER) is recorded in `fatal` with its
+    reason, and the application does what one must then: a new producer instance (a new
+    producer id) carries on; the old instance's unanswered records stay of unknown outcome."""
+    def report(err, msg):
+        if err is None:
+            hist.acknowledged(msg.value(), msg.offset())
+        else:
+            hist.failed(msg.value(), str(err))
+
+    def new_producer():
+        return rd_producer(bootstrap, acks="all", **{"enable.idempotence": idempotent,
+                                                     "message.timeout.ms": 15000, "linger.ms": 2})
+
+    p = new_producer()
+    i = 0
+    while not stop.is_set():
+        value = f"{name}-{i}".encode()
+        part = i % PARTITIONS
+        hist.attempt(part, value, idempotent)
+        while True:
+            try:
+                p.produce(TOPIC, value=value, partition=part, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.05)
+            except KafkaException as e:
+                reason = str(e)
+                try:
+                    p.poll(0.5)  # raises the fatal error with its reason
+                except KafkaException as with_reason:
+                    reason = str(with_reason)
+                fatal.append(f"{name}: {reason}")
+                p = new_producer()
+        i += 1
+        p.poll(0)
+        time.sleep(0.002)
+    left = p.flush(30)
+    if left:
+        hist.failed_to_flush(name, left)
+
+
+def consumer_loop(hist: History, bootstrap: str, stop: threading.Event, errors: list):
+    c = rd_consumer(bootstrap, **{"fetch.wait.max.ms": 50})
+    c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    try:
+        while not stop.is_set():
+            m = c.poll(0.1)
+            if m is None:
+                continue
+            if m.error():
+                errors.append(str(m.error()))
+                continue
+            hist.read("consumer", m.partition(), m.offset(), m.value())
+    finally:
+        c.close()
+
+
+def broker_of(cluster, node: int):
+    return cluster[node // NODE_ID_STRIDE - 1]
+
+
+@pytest.mark.timeout(300 + 120 * CYCLES)
+def test_faults_under_load_lose_nothing_acknowledged(cluster):
+    everyone = ",".join(b.bootstrap for b in cluster)
+    create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=3)
+    leader, epoch = leader_of(cluster, TOPIC, 0)
+    hist = History()
+    stop_producers, stop_consumer = threading.Event(), threading.Event()
+    consumer_errors: list[str] = []
+    fatal: list[str] = []
+    threads = [threading.Thread(target=producer_loop, args=(hist, everyone, "idem", True, stop_producers, fatal)),
+               threading.Thread(target=producer_loop, args=(hist, everyone, "plain", False, stop_producers, fatal)),
+               threading.Thread(target=consumer_loop, args=(hist, everyone, stop_consumer, consumer_errors))]
+    for t in threads:
+        t.start()
+    events = []
+    try:
+        time.sleep(2)
+        for cycle in range(CYCLES):
+            # kill -9 of the leader's broker; a survivor takes over; the dead one restarts.
+            dead = broker_of(cluster, leader)
+            survivors = [b for b in cluster if b is not dead]
+            dead._kill()
+            t0 = time.monotonic()
+            leader, epoch = leader_of(survivors, TOPIC, 0, epoch + 1)
+            events.append(f"cycle {cycle}: kill -9 of broker {cluster.index(dead) + 1}, "
+                          f"new leader {leader} at epoch {epoch} after {time.monotonic() - t0:.2f}s")
+            time.sleep(1)
+            dead.start()
+            time.sleep(2)
+            # SIGSTOP of the leader's broker for 3 s: the others elect a leader meanwhile.
+            frozen = broker_of(cluster, leader)
+            frozen.proc.send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            others = [b for b in cluster if b is not frozen]
+            try:
+                leader, epoch = leader_of(others, TOPIC, 0, epoch + 1)
+                events.append(f"cycle {cycle}: SIGSTOP of broker {cluster.index(frozen) + 1}, "
+                              f"new leader {leader} at epoch {epoch} after {time.monotonic() - t0:.2f}s")
+            finally:
+                time.sleep(max(0.0, 3 - (time.monotonic() - t0)))
+                frozen.proc.send_signal(signal.SIGCONT)
+            time.sleep(2)
+            # SIGSTOP of a follower for 3 s: nothing visible to clients; it catches up after.
+            follower = next(b for b in cluster if b is not broker_of(cluster, leader))
+            follower.proc.send_signal(signal.SIGSTOP)
+            time.sleep(3)
+            follower.proc.send_signal(signal.SIGCONT)
+            events.append(f"cycle {cycle}: SIGSTOP of follower broker {cluster.index(follower) + 1} for 3 s")
+            time.sleep(2)
+    finally:
+        for b in cluster:
+            if b.proc is not None and b.proc.poll() is None:
+                b.proc.send_signal(signal.SIGCONT)
+        stop_producers.set()
+        for t in threads[:2]:
+            t.join(60)
+
+    # Healed: the consumer reads to the end, then every partition is read whole.
+    ends = {p: high_watermark(everyone, TOPIC, p) for p in range(PARTITIONS)}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with hist.lock:
+            last = {}
+            for p, off, _ in hist.reads.get("consumer", []):
+                last[p] = off
+        if all(last.get(p, -1) + 1 >= ends[p] for p in range(PARTITIONS)):
+            break
+        time.sleep(0.2)
+    stop_consumer.set()
+    threads[2].join(30)
+    final = {}
+    for p in range(PARTITIONS):
+        got = rd_consume(everyone, TOPIC, [p], ends[p])
+        assert [r.offset for r in got] == list(range(ends[p])), f"partition {p}: offsets not dense"
+        final[p] = [r.value for r in got]
+        records = sum(1 for _ in got)
+        same_batches_everywhere(cluster, TOPIC, p, records)
+
+    found = hist.check(final)
+    acked = hist.acked()
+    failed = [a for a in hist.attempts.values() if a.error is not None]
+    reads = len(hist.reads.get("consumer", []))
+    print("\n" + "\n".join(events))
+    unknown = [a for a in hist.attempts.values() if a.offset is None and a.error is None]
+    print(f"unknown outcome: {len(unknown)} (idempotent {sum(a.idempotent for a in unknown)}); "
+          f"left in a producer's queue after its flush: {hist.unflushed}")
+    print(f"{len(hist.attempts)} records sent, {len(acked)} acknowledged, {len(failed)} failed "
+          f"({sorted({a.error for a in failed})[:3]}); final log {sum(map(len, final.values()))} records; "
+          f"{reads} reads by the consumer; consumer errors {consumer_errors[:3]}; "
+          f"duplicates from the non-idempotent producer's retries: {len(found['duplicate'])}")
+    assert not fatal, f"a producer hit a fatal error: {fatal}"
+    # Known bug (docs/replication.md, "Step 3 as built"): a replicated partition does not yet
+    # deduplicate an idempotent producer's retries after a failover. Reported, not asserted,
+    # until it does.
+    print(f"duplicates from the idempotent producer's retries (known bug): "
+          f"{len(found['duplicate_idempotent'])}")
+    for kind in ("lost", "divergence", "read_uncommitted", "non_monotonic",
+                 "unknown_value"):
+        assert not found[kind], f"{kind}: {len(found[kind])}, e.g. {found[kind][:5]}"
+    assert len(acked) > 100, "the producers got almost nothing through"
+    for p in range(PARTITIONS):
+        copies = {stored_batches(b.data_dir, TOPIC, p) for b in cluster}
+        assert len(copies) == 1, f"partition {p}: replicas differ"
