@@ -246,9 +246,7 @@ impl Shard {
             weir_storage::batch::assign_offset(&mut b, next as i64, epoch);
             next += info.last_offset_delta as u64 + 1;
             let slot = Rc::new(Slot::default());
-            g.proposals
-                .borrow_mut()
-                .push((Bytes::from(b), term, slot.clone()));
+            g.proposals.borrow_mut().push((b, term, slot.clone()));
             slots.push(slot);
         }
         g.next_offset.set(Some(next));

@@ -62,7 +62,7 @@ pub(super) struct Waiter {
 
 /// A batch queued for the driver to propose: its term (stamped in it) and where to say at
 /// which Raft index it landed (or why not).
-pub(super) type Proposal = (Bytes, u64, Rc<Slot<Result<u64, i16>>>);
+pub(super) type Proposal = (Vec<u8>, u64, Rc<Slot<Result<u64, i16>>>);
 
 /// One replica's Raft group.
 pub struct Group {
@@ -381,7 +381,7 @@ impl Shard {
                 g.next_offset.set(None);
                 continue;
             }
-            match raw.propose(Vec::new(), data.to_vec()) {
+            match raw.propose(Vec::new(), data) {
                 Ok(()) => slot.set(Ok(raw.raft.raft_log.last_index())),
                 Err(e) => {
                     debug!(topic = %g.topic, partition = g.partition, error = %e, "proposal dropped");
