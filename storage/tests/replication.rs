@@ -303,6 +303,38 @@ fn a_follower_knows_the_leaders_producers() {
             matches!(e, Error::OutOfOrderSequence { expected: 4, .. }),
             "{e}"
         );
+        // What a new leader asks before it proposes (it appends with `append_assigned`, which
+        // does not check): a retry gets the original's offsets, the next sequence may go on,
+        // a gap or an old epoch is refused — and nothing is written by asking.
+        assert_eq!(
+            follower.check_producers(&idem(2)).expect("retry"),
+            Some((2, 2))
+        );
+        assert_eq!(follower.check_producers(&idem(4)).expect("next"), None);
+        let e = follower.check_producers(&idem(6)).expect_err("gap");
+        assert!(
+            matches!(
+                e,
+                Error::OutOfOrderSequence {
+                    expected: 4,
+                    got: 6,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let older = RecordBatchBuilder::new(5)
+            .producer(42, 0, 0)
+            .record(None, Some(b"v"), &[])
+            .build();
+        let newer_epoch = RecordBatchBuilder::new(5)
+            .producer(42, 1, 0)
+            .record(None, Some(b"v"), &[])
+            .build();
+        follower.append(newer_epoch).await.expect("new epoch");
+        let e = follower.check_producers(&older).expect_err("old epoch");
+        assert!(matches!(e, Error::InvalidProducerEpoch { .. }), "{e}");
+        assert_eq!(follower.watermarks().log_end_offset, 5);
     });
 }
 

@@ -234,6 +234,31 @@ impl Shard {
             debug!(topic = %g.topic, partition = g.partition, "transactional produce to a replicated partition refused");
             return Err(errors::INVALID_TXN_STATE);
         }
+        let idempotent = infos.iter().scan(0usize, |pos, info| {
+            let h = weir_storage::batch::BatchHeader::parse(&records[*pos..]);
+            *pos += info.total_bytes;
+            Some(h.is_some_and(|h| h.producer_id.get() >= 0))
+        });
+        // Idempotent requests are checked and proposed one at a time, in the order they
+        // reached this core (a place in line is taken now, in this call's first poll: a
+        // connection's pipelined requests must not overtake each other, or the later one is
+        // checked first and answered OUT_OF_ORDER_SEQUENCE_NUMBER). The turn is held until
+        // this request's batches are queued for proposal: the next is checked against them.
+        let in_order = if idempotent.into_iter().any(|i| i) {
+            Some(g.idempotent_order.lock().await)
+        } else {
+            None
+        };
+        if in_order.is_some() {
+            if let Some((base, last)) = self.retried_batch(&g, &records).await? {
+                drop(in_order);
+                if acks == -1 {
+                    self.wait_committed(&g, last).await?;
+                }
+                debug!(topic = %g.topic, partition = g.partition, base, last, "a retried idempotent batch: answered with the original's offsets");
+                return Ok((base, last));
+            }
+        }
         let term = g.term();
         let epoch = i32::try_from(term).map_err(|_| errors::NOT_LEADER_OR_FOLLOWER)?;
         let base = g.next_offset.get().unwrap_or_else(|| g.log_end());
@@ -250,6 +275,7 @@ impl Shard {
             slots.push(slot);
         }
         g.next_offset.set(Some(next));
+        drop(in_order);
         self.replica_work.notify();
         let mut last_index = 0;
         for s in slots {
@@ -276,6 +302,60 @@ impl Shard {
             }
         }
         Ok((base, next - 1))
+    }
+
+    /// An idempotent producer's batches are checked against the producers' state before
+    /// they are proposed (docs/replication.md §3.8): a retry of a batch already in the log —
+    /// one the old leader replicated before it died, say — gets the original's offsets
+    /// (`Some`) and is not written again; an out-of-order sequence or a stale epoch gets its
+    /// error. The state covers a batch once it is written here, so the check first waits
+    /// until every entry of the Raft log is written (what this leader proposed, and what it
+    /// received as a follower just before it was elected: checking without those answered
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to librdkafka). The caller holds its turn in
+    /// `idempotent_order` meanwhile, so no batch of a later request is proposed in between.
+    async fn retried_batch(&self, g: &Group, records: &[u8]) -> Result<Option<(u64, u64)>, i16> {
+        let started = Instant::now();
+        loop {
+            if !g.is_leader() {
+                return Err(errors::NOT_LEADER_OR_FOLLOWER);
+            }
+            // Written here: every batch this leader queued, and every entry raft-rs holds
+            // (a new leader may still be writing entries it took as a follower).
+            let queued = g.next_offset.get().is_some_and(|next| next != g.log_end());
+            let unwritten = g.raw.borrow().raft.raft_log.last_index() != g.store.last();
+            if !queued && !unwritten {
+                break;
+            }
+            if started.elapsed() > ACKS_WAIT {
+                return Err(errors::REQUEST_TIMED_OUT);
+            }
+            glommio::timer::sleep(Duration::from_micros(200)).await;
+        }
+        match g.part.log.check_producers(records) {
+            Ok(found) => Ok(found),
+            Err(e) => {
+                debug!(topic = %g.topic, partition = g.partition, term = g.term(), log_end = g.log_end(), error = %e, "an idempotent batch refused by the producer check");
+                Err(errors::storage_error_code(&e))
+            }
+        }
+    }
+
+    /// Waits until the log's committed offset passes `last` (a retried batch found in the
+    /// log is answered, for acks=all, once committed, as the original would have been).
+    async fn wait_committed(&self, g: &Group, last: u64) -> Result<(), i16> {
+        let log = &g.part.log;
+        futures_lite::future::or(
+            async {
+                log.wait_for_data(last)
+                    .await
+                    .map_err(|e| errors::storage_error_code(&e))
+            },
+            async {
+                glommio::timer::sleep(ACKS_WAIT).await;
+                Err(errors::REQUEST_TIMED_OUT)
+            },
+        )
+        .await
     }
 
     /// Reads back from the segments the entries raft-rs asked for to send to a lagging

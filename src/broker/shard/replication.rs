@@ -83,6 +83,9 @@ pub struct Group {
     /// On the leader: the offset the next produced batch gets (proposals in flight included);
     /// `None`: to be taken from the log's last entry.
     pub(super) next_offset: Cell<Option<u64>>,
+    /// Idempotent produces pass their producer check one at a time, in arrival order (a
+    /// connection's pipelined requests must be checked and proposed in the order sent).
+    pub(super) idempotent_order: crate::broker::sync::FifoLock,
     pub(super) waiters: RefCell<Vec<Waiter>>,
     /// The leader this replica knows (broker id; 0: none), and whether a report of its
     /// leadership to the metadata group is under way.
@@ -289,6 +292,7 @@ impl Shard {
             inbox: RefCell::new(Vec::new()),
             proposals: RefCell::new(Vec::new()),
             next_offset: Cell::new(None),
+            idempotent_order: Default::default(),
             waiters: RefCell::new(Vec::new()),
             leader: Cell::new(0),
             reporting: Cell::new(false),

@@ -453,7 +453,7 @@ impl Inner {
     /// Checks the idempotent producers' batches of a record set (`batches`: index into
     /// `infos` and the batch's producer fields) against the state. `Some(offsets)`: the set
     /// is a retry of a batch already in the log at those offsets.
-    fn check_producers(
+    pub(super) fn check_producers(
         &self,
         infos: &[batch::BatchInfo],
         batches: &[(usize, ProducerBatch)],

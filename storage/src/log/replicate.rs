@@ -138,6 +138,29 @@ impl Log {
         })
     }
 
+    /// Checks the idempotent producers' batches of `records` against the producers' state as
+    /// this log has it, as [`Log::append`] does before it assigns offsets: `Ok(Some((base,
+    /// last)))` when the set is a retry of a batch the log holds at those offsets (nothing is
+    /// to be appended), `Ok(None)` when it may be appended at the log end, else
+    /// `OutOfOrderSequence` / `InvalidProducerEpoch`. A replicated leader calls it before it
+    /// proposes (its entries are appended with [`Log::append_assigned`], which does not check),
+    /// once every batch it proposed earlier is written here, so the state includes them
+    /// (docs/replication.md §3.8).
+    pub fn check_producers(&self, records: &[u8]) -> Result<Option<(u64, u64)>> {
+        let inner = &self.inner;
+        inner.check_usable()?;
+        let infos = batch::validate_all(records).map_err(Error::InvalidBatch)?;
+        let mut from_producers: Vec<(usize, ProducerBatch)> = Vec::new();
+        let mut pos = 0usize;
+        for (i, info) in infos.iter().enumerate() {
+            if let Some(b) = ProducerBatch::of(&records[pos..]) {
+                from_producers.push((i, b));
+            }
+            pos += info.total_bytes;
+        }
+        inner.check_producers(&infos, &from_producers)
+    }
+
     /// Removes every batch at or above `offset`, which must be a batch boundary (the base
     /// offset of a batch, or the log end; an offset inside a batch is `NotBatchBoundary` and
     /// nothing changes). Truncating at the log end changes nothing. Refused
