@@ -201,7 +201,7 @@ pub(super) fn legacy_produce(req: &Request, p: &LegacyProduce) -> Response {
 // ---- InitProducerId ----
 
 /// Idempotent producers (the default of kafka-python 3 and of Java clients) ask for a
-/// producer id first: weir hands out ids unique across cores and restarts, and the owner of
+/// producer id first: weir hands out ids unique across cores, brokers and restarts, and the owner of
 /// each partition checks their sequence numbers (`ProducerState`). A transactional id's
 /// InitProducerId goes to its coordinator instead (`kafka::txn`).
 pub(super) fn init_producer_id(

@@ -196,8 +196,8 @@ pub struct Shard {
     pub connections: Cell<usize>,
     /// This core's counters for the metrics endpoint.
     pub metrics: crate::broker::metrics::CoreMetrics,
-    next_producer: Cell<u64>,
-    started_ms: i64,
+    /// The clock tick of the last producer id handed out here ([`producer_id`]).
+    last_producer_tick: Cell<u64>,
 }
 
 /// The metadata change of an admin request could not be saved: every topic it would have
@@ -275,11 +275,7 @@ impl Shard {
             txns: RefCell::new(None),
             shutdown: Event::default(),
             connections: Cell::new(0),
-            next_producer: Cell::new(0),
-            started_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0),
+            last_producer_tick: Cell::new(0),
         })
     }
 
@@ -312,13 +308,22 @@ impl Shard {
         id
     }
 
-    /// A producer id unique across cores and restarts: start time in ms, then a counter,
-    /// then the core.
+    /// A producer id unique across cores, brokers and restarts ([`producer_id`]).
     pub fn new_producer_id(&self) -> i64 {
-        let n = self.next_producer.get();
-        self.next_producer.set(n + 1);
-        let base = self.started_ms & ((1 << 41) - 1);
-        (base << 20) | ((n & 0x3ff) << 10) as i64 | (self.id as i64 & 0x3ff)
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let broker = self.metadata().local_broker.unwrap_or(0);
+        let (id, t) = producer_id(
+            now_us,
+            self.last_producer_tick.get(),
+            broker,
+            self.id,
+            self.cores,
+        );
+        self.last_producer_tick.set(t);
+        id
     }
 
     pub fn partition_sizes(&self) -> Vec<(String, i32, u64)> {
@@ -376,5 +381,61 @@ impl Shard {
             })
             .collect();
         snap
+    }
+}
+
+/// Microseconds from the Unix epoch to 2020-01-01: producer-id clocks count from there, so
+/// their 51 bits last until 2091.
+const PRODUCER_ID_EPOCH_US: u64 = 1_577_836_800_000_000;
+
+/// A producer id: a clock tick (microseconds since 2020), then the broker id (12 bits).
+/// `last` is the tick of this core's previous id: the tick is the first after both it and
+/// the wall clock that belongs to this core (tick mod `cores` = `core`), so no two cores and no
+/// two calls share one, however fast ids are asked for (a burst runs ahead of the wall clock
+/// by a tick per id, and a restart takes longer than any burst ran ahead). Brokers are told
+/// apart by their id modulo 4096. (Kafka has its controller hand out blocks of ids; this needs
+/// no round trip and no state.)
+pub(crate) fn producer_id(
+    now_us: u64,
+    last: u64,
+    broker: u64,
+    core: usize,
+    cores: usize,
+) -> (i64, u64) {
+    let cores = cores.max(1) as u64;
+    let mut tick = now_us.saturating_sub(PRODUCER_ID_EPOCH_US).max(last + 1);
+    tick += (core as u64 % cores + cores - tick % cores) % cores;
+    let tick = tick & ((1 << 51) - 1);
+    (((tick << 12) | (broker & 0xfff)) as i64, tick)
+}
+
+#[cfg(test)]
+mod producer_id_tests {
+    use super::producer_id;
+    use std::collections::HashSet;
+
+    #[test]
+    fn ids_never_repeat_across_calls_cores_brokers_and_restarts() {
+        let now = 1_795_000_000_000_000; // 2026-11-18, in microseconds
+        let mut seen = HashSet::new();
+        for broker in [0, 1, 2] {
+            for core in 0..3 {
+                // A burst of 5,000 ids within one microsecond (it runs 15 ms ahead of the
+                // wall clock), then a restart a second later.
+                for start in [now, now + 1_000_000] {
+                    let mut last = 0;
+                    for _ in 0..5_000 {
+                        let (id, tick) = producer_id(start, last, broker, core, 3);
+                        assert!(id > 0);
+                        assert!(seen.insert(id), "id {id} handed out twice");
+                        last = tick;
+                    }
+                }
+            }
+        }
+        // The old scheme (start time in ms, a 10-bit counter, the core) repeated its first id
+        // after 1,024 ids on one core: a new idempotent producer then inherited another's
+        // sequence numbers and got OUT_OF_ORDER_SEQUENCE_NUMBER on its first produce.
+        assert_eq!(seen.len(), 3 * 3 * 2 * 5_000);
     }
 }
