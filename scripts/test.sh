@@ -148,7 +148,7 @@ export WEIR_BIN="$ROOT/target/release/weir"
 # pytest exits 5 when it collected no test: that is a failure here too (set -e sees non-zero).
 # shellcheck disable=SC2086
 timeout -k 30 "${WEIR_PYTEST_TIMEOUT_S:-1800}" \
-    "$PYTHON" -m pytest "$ROOT/tests" -v -ra -p no:cacheprovider ${PYTEST_ARGS:-} \
+    "$PYTHON" -m pytest "$ROOT/tests" -v -ra --durations=30 -p no:cacheprovider ${PYTEST_ARGS:-} \
     || die "pytest (exit $?; 5 = no tests collected, 124 = timed out)"
 
 # ---------------------------------------------------------------------------------------------
