@@ -244,13 +244,22 @@ impl Shard {
         // connection's pipelined requests must not overtake each other, or the later one is
         // checked first and answered OUT_OF_ORDER_SEQUENCE_NUMBER). The turn is held until
         // this request's batches are queued for proposal: the next is checked against them.
+        // The wait for the turn counts against the request's ACKS_WAIT: behind a leader that
+        // cannot write, queued requests time out together, not one after another.
+        let started = Instant::now();
         let in_order = if idempotent.into_iter().any(|i| i) {
-            Some(g.idempotent_order.lock().await)
+            let turn =
+                futures_lite::future::or(async { Some(g.idempotent_order.lock().await) }, async {
+                    glommio::timer::sleep(ACKS_WAIT).await;
+                    None
+                })
+                .await;
+            Some(turn.ok_or(errors::REQUEST_TIMED_OUT)?)
         } else {
             None
         };
         if in_order.is_some() {
-            if let Some((base, last)) = self.retried_batch(&g, &records).await? {
+            if let Some((base, last)) = self.retried_batch(&g, &records, started).await? {
                 drop(in_order);
                 if acks == -1 {
                     self.wait_committed(&g, last).await?;
@@ -313,8 +322,12 @@ impl Shard {
     /// received as a follower just before it was elected: checking without those answered
     /// OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to librdkafka). The caller holds its turn in
     /// `idempotent_order` meanwhile, so no batch of a later request is proposed in between.
-    async fn retried_batch(&self, g: &Group, records: &[u8]) -> Result<Option<(u64, u64)>, i16> {
-        let started = Instant::now();
+    async fn retried_batch(
+        &self,
+        g: &Group,
+        records: &[u8],
+        started: Instant,
+    ) -> Result<Option<(u64, u64)>, i16> {
         loop {
             if !g.is_leader() {
                 return Err(errors::NOT_LEADER_OR_FOLLOWER);
