@@ -102,7 +102,7 @@ def broker_of(cluster, node: int):
 
 
 @pytest.mark.timeout(300 + 120 * CYCLES)
-def test_faults_under_load_lose_nothing_acknowledged(cluster):
+def test_faults_under_load_lose_nothing_acknowledged(cluster, request):
     everyone = ",".join(b.bootstrap for b in cluster)
     create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=3)
     leader, epoch = leader_of(cluster, TOPIC, 0)
@@ -110,9 +110,14 @@ def test_faults_under_load_lose_nothing_acknowledged(cluster):
     stop_producers, stop_consumer = threading.Event(), threading.Event()
     consumer_errors: list[str] = []
     fatal: list[str] = []
-    threads = [threading.Thread(target=producer_loop, args=(hist, everyone, "idem", True, stop_producers, fatal)),
-               threading.Thread(target=producer_loop, args=(hist, everyone, "plain", False, stop_producers, fatal)),
-               threading.Thread(target=consumer_loop, args=(hist, everyone, stop_consumer, consumer_errors))]
+    threads = [threading.Thread(target=producer_loop, args=(hist, everyone, "idem", True, stop_producers, fatal),
+                                daemon=True),
+               threading.Thread(target=producer_loop, args=(hist, everyone, "plain", False, stop_producers, fatal),
+                                daemon=True),
+               threading.Thread(target=consumer_loop, args=(hist, everyone, stop_consumer, consumer_errors),
+                                daemon=True)]
+    # A failed check must not leave the clients running (pytest would never exit).
+    request.addfinalizer(lambda: (stop_producers.set(), stop_consumer.set()))
     for t in threads:
         t.start()
     events = []
