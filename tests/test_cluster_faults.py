@@ -13,7 +13,8 @@ record lost or moved, no divergence between reads of one offset, no read of a re
 later cut, no consumer going backwards, no fatal error in either client, every replica holding
 the same bytes, and no duplicate from the idempotent producer: its retries after a failover are
 answered with the original's offsets (duplicates from the plain producer's retries are allowed,
-and counted). The figures printed (records acknowledged, failovers) are for the report.
+and counted; so are the idempotent one's if it timed messages out, which makes librdkafka
+re-send under a new epoch). The figures printed (records acknowledged, failovers) are for the report.
 `WEIR_HISTORY_DUMP=path` pickles the whole history and the final logs there, to study a failure.
 """
 
@@ -50,8 +51,13 @@ def producer_loop(hist: History, bootstrap: str, name: str, idempotent: bool, st
             hist.failed(msg.value(), str(err))
 
     def new_producer():
+        # The idempotent producer gets a long message timeout, as librdkafka recommends: a
+        # message that times out makes it bump its epoch and send what was in flight again
+        # under new sequence numbers, which no broker can deduplicate (librdkafka's
+        # INTRODUCTION.md, "Message timeout considerations").
+        timeout_ms = 60000 if idempotent else 15000
         return rd_producer(bootstrap, acks="all", **{"enable.idempotence": idempotent,
-                                                     "message.timeout.ms": 15000, "linger.ms": 2})
+                                                     "message.timeout.ms": timeout_ms, "linger.ms": 2})
 
     p = new_producer()
     i = 0
@@ -204,8 +210,15 @@ def test_faults_under_load_lose_nothing_acknowledged(cluster, request):
           f"{reads} reads by the consumer; consumer errors {consumer_errors[:3]}; "
           f"duplicates from the non-idempotent producer's retries: {len(found['duplicate'])}")
     assert not fatal, f"a producer hit a fatal error: {fatal}"
-    for kind in ("lost", "duplicate_idempotent", "divergence", "read_uncommitted", "non_monotonic",
-                 "unknown_value"):
+    # Duplicates from the idempotent producer are a broker bug unless it timed messages out
+    # (then librdkafka itself re-sent under a new epoch, see producer_loop).
+    idem_timeouts = [a for a in failed if a.idempotent and "TIMED_OUT" in (a.error or "")]
+    print(f"idempotent producer: {len(idem_timeouts)} messages timed out, "
+          f"{len(found['duplicate_idempotent'])} duplicates")
+    kinds = ["lost", "divergence", "read_uncommitted", "non_monotonic", "unknown_value"]
+    if not idem_timeouts:
+        kinds.append("duplicate_idempotent")
+    for kind in kinds:
         assert not found[kind], f"{kind}: {len(found[kind])}, e.g. {found[kind][:5]}"
     assert len(acked) > 100, "the producers got almost nothing through"
     for p in range(PARTITIONS):
