@@ -53,14 +53,16 @@ def free_ports(n: int) -> list[int]:
 
 @pytest.fixture
 def cluster(request):
-    """Three brokers, ids 1-3, each with its own inter-broker port named in --peers."""
+    """Three brokers, ids 1-3, each with its own inter-broker port named in --peers. More
+    settings for all three: `@pytest.mark.parametrize("cluster", [{...}], indirect=True)`."""
     ports = free_ports(3)
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
     brokers = []
     request.node._weir_brokers = brokers
     for i in range(3):
         b = Broker(_new_workdir(f"{request.node.name}-{i + 1}"),
-                   {"node.id": str(i + 1), "controller.quorum.voters": voters}, cores=CORES)
+                   {"node.id": str(i + 1), "controller.quorum.voters": voters,
+                    **getattr(request, "param", {})}, cores=CORES)
         brokers.append(b)
     for b in brokers:
         b.start()

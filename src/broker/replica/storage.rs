@@ -184,6 +184,63 @@ impl ReplicaStorage {
         Ok(())
     }
 
+    /// The snapshot point: entries up to its index are compacted away.
+    pub fn snapshot_point(&self) -> SnapshotPoint {
+        self.core.borrow().snap
+    }
+
+    /// The point retention may compact the log to, given that it would move the log start to
+    /// `offset`: the last applied entry ending at or below `offset` (`None` if that is not past
+    /// the current point).
+    pub fn compaction_point(&self, offset: u64) -> Option<SnapshotPoint> {
+        let c = self.core.borrow();
+        let mut point = None;
+        for (i, slot) in c.table.iter().enumerate() {
+            let index = c.snap.index + 1 + i as u64;
+            if index > c.applied || slot.end > offset {
+                break;
+            }
+            point = Some(SnapshotPoint {
+                index,
+                term: slot.term,
+                offset: slot.end,
+            });
+        }
+        point
+    }
+
+    /// Forgets the entries up to `point` (which `compaction_point` gave): raft-rs's log then
+    /// starts after it.
+    pub fn compact(&self, point: SnapshotPoint) -> Result<(), String> {
+        let mut guard = self.core.borrow_mut();
+        let c = &mut *guard;
+        let Some(n) = point.index.checked_sub(c.snap.index) else {
+            return Err(format!(
+                "compacting to {} below the point {}",
+                point.index, c.snap.index
+            ));
+        };
+        let slot = c.table.get(n.saturating_sub(1) as usize).copied();
+        if n == 0
+            || point.index > c.applied
+            || slot.map(|s| (s.term, s.end)) != Some((point.term, point.offset))
+        {
+            return Err(format!(
+                "compacting to {point:?}: not an applied entry of this log"
+            ));
+        }
+        c.table.drain(..n as usize);
+        let dropped: Vec<u64> = c.cache.range(..=point.index).map(|(&i, _)| i).collect();
+        for i in dropped {
+            if let Some(e) = c.cache.remove(&i) {
+                c.cache_bytes -= e.data.len();
+            }
+        }
+        c.fetched.retain(|&i, _| i > point.index);
+        c.snap = point;
+        Ok(())
+    }
+
     pub fn set_hard_state(&self, hs: HardState) {
         self.core.borrow_mut().hard_state = hs;
     }
@@ -412,6 +469,37 @@ mod tests {
     /// Applied entries leave the cache past its budget, unapplied ones never; an evicted one
     /// asked for asynchronously is a fetch request, answered once it was read back; asked
     /// for synchronously it is an error (never happens: only applied entries are evicted).
+    #[test]
+    fn compaction_forgets_applied_entries_up_to_a_point() {
+        // Entry 1 is empty, entries 2-5 cover offsets 0-2, 2-4, 4-6, 6-8; 3 are applied.
+        let s = five(1 << 20, 3);
+        // Retention would move the start into entry 3: the point is entry 2's end.
+        let p = s.compaction_point(3).expect("a point");
+        assert_eq!((p.index, p.offset), (2, 2));
+        // Never past what is applied, whatever retention asks.
+        assert_eq!(s.compaction_point(1_000).map(|p| p.index), Some(3));
+        s.compact(p).unwrap();
+        assert_eq!(s.first_index().unwrap(), 3);
+        assert_eq!(s.term(2).unwrap(), p.term);
+        assert!(matches!(
+            s.term(1),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+        assert!(matches!(
+            s.entries(1, 3, None, ctx_async()),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+        assert_eq!(s.start_of(3), 2);
+        assert_eq!((s.last(), s.log_end()), (5, 8));
+        assert_eq!(s.compaction_point(2), None, "nothing past the point");
+        let unapplied = SnapshotPoint {
+            index: 5,
+            term: 1,
+            offset: 8,
+        };
+        assert!(s.compact(unapplied).is_err(), "not applied");
+    }
+
     #[test]
     fn eviction_and_fetching() {
         let batch = data(2, 1, 0, 2).data.len();

@@ -161,8 +161,10 @@ impl Shard {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             for ((topic, p), part) in parts {
-                if self.replica_group(&topic, p).is_some() {
-                    // Not yet: the Raft log's snapshot point must move first (§3.7).
+                if let Some(g) = self.replica_group(&topic, p) {
+                    // The group's driver does it: the Raft snapshot point moves first.
+                    g.retention_due.set(Some(now_ms));
+                    self.replica_work.notify();
                     continue;
                 }
                 match part.log.enforce_retention(now_ms).await {

@@ -371,6 +371,37 @@ impl Shard {
         .await
     }
 
+    /// Retention on a replicated partition: the replica moves its Raft snapshot point to the
+    /// last applied entry ending where retention would move the log start, saves it in
+    /// `raft_state`, forgets the entries below it, and only then lets retention delete the
+    /// segments below the point. A crash in between leaves the log starting below the point,
+    /// which a restart reads past (docs/replication.md, "Retention on replicated
+    /// partitions"). Each replica does this on its own, as Raft lets every member compact
+    /// below its commit.
+    pub(super) async fn compact_replica(&self, g: &Group, now_ms: i64) -> Result<(), String> {
+        let log = &g.part.log;
+        if let Some(point) = log
+            .retention_point(now_ms)
+            .and_then(|start| g.store.compaction_point(start))
+        {
+            let mut next = g.saved.borrow().clone();
+            next.snapshot = point;
+            next.commit = next.commit.max(point.index);
+            next.save(&g.dir).await?;
+            *g.saved.borrow_mut() = next;
+            g.store.compact(point)?;
+        }
+        let limit = g.store.snapshot_point().offset;
+        match log.enforce_retention_below(now_ms, limit).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(topic = %g.topic, partition = g.partition, segments = n, below = limit, "retention deleted segments")
+            }
+            Err(e) => return Err(format!("retention: {e}")),
+        }
+        Ok(())
+    }
+
     /// Reads back from the segments the entries raft-rs asked for to send to a lagging
     /// follower (evicted from the cache), then lets it send them.
     pub(super) async fn serve_fetches(&self, g: &Group) -> Result<(), String> {

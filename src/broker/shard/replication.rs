@@ -33,7 +33,7 @@ use tracing::{debug, error, info, warn};
 use super::*;
 use crate::broker::errors;
 use crate::broker::replica::side::{SideEntry, SideLog};
-use crate::broker::replica::state::{RaftState, SnapshotPoint};
+use crate::broker::replica::state::RaftState;
 use crate::broker::replica::storage::ReplicaStorage;
 use crate::broker::replica::store;
 use crate::broker::sync::Slot;
@@ -77,7 +77,9 @@ pub struct Group {
     /// What `raft_state` holds now.
     pub(super) saved: RefCell<RaftState>,
     pub(super) saved_at: Cell<Instant>,
-    pub(super) snap: SnapshotPoint,
+    /// Set by the retention task (its clock): the driver applies retention to this replica
+    /// between `Ready`s (`Shard::compact_replica`), so the `raft_state` writes never interleave.
+    pub(super) retention_due: Cell<Option<i64>>,
     pub(super) inbox: RefCell<Vec<Message>>,
     pub(super) proposals: RefCell<Vec<Proposal>>,
     /// On the leader: the offset the next produced batch gets (proposals in flight included);
@@ -245,7 +247,8 @@ impl Shard {
         // What was committed before needs no applying again: the log holds it.
         let applied = hs.commit;
         storage.set_hard_state(hs);
-        if applied > snap.index {
+        // (After a compaction the log is committed at least to the snapshot point.)
+        if applied > snap.index || snap.offset > 0 {
             part.log
                 .set_committed(storage.end_of(applied))
                 .map_err(|e| format!("restoring the committed offset: {e}"))?;
@@ -288,7 +291,6 @@ impl Shard {
             side: RefCell::new(Some(side)),
             saved: RefCell::new(state),
             saved_at: Cell::new(Instant::now()),
-            snap,
             inbox: RefCell::new(Vec::new()),
             proposals: RefCell::new(Vec::new()),
             next_offset: Cell::new(None),
@@ -299,6 +301,7 @@ impl Shard {
             caught_up: RefCell::new(HashMap::new()),
             isr_term: Cell::new(0),
             failed: Cell::new(false),
+            retention_due: Cell::new(None),
         });
         self.replicas
             .borrow_mut()
@@ -356,6 +359,9 @@ impl Shard {
                 let mut res = self.serve_fetches(&g).await;
                 if res.is_ok() && g.raw.borrow().has_ready() {
                     res = self.handle_ready(&g).await;
+                }
+                if let Some(now_ms) = g.retention_due.take().filter(|_| res.is_ok()) {
+                    res = self.compact_replica(&g, now_ms).await;
                 }
                 if let Err(e) = res {
                     // The replica's files cannot be written or disagree with what it was
@@ -537,7 +543,7 @@ impl Shard {
     /// leader reports itself and its in-sync replicas to the metadata group.
     fn after_ready(self: &Rc<Self>, g: &Rc<Group>, committed: Option<u64>) {
         let commit = g.raw.borrow().raft.raft_log.committed;
-        if committed.is_some() || commit > g.snap.index {
+        if committed.is_some() || commit > g.store.snapshot_point().index {
             let end = g.store.end_of(commit);
             let end = end.min(g.part.log.watermarks().log_end_offset);
             if let Err(e) = g.part.log.set_committed(end) {

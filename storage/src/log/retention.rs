@@ -15,6 +15,44 @@ impl Log {
     /// segment and deletes whole old segments (moving the log start offset). Returns the
     /// number of segments deleted.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize> {
+        self.enforce_retention_below(now_ms, u64::MAX).await
+    }
+
+    /// Where [`Log::enforce_retention`] would move the log start now: the end of the last
+    /// whole segment it would delete (`None`: nothing to delete). Nothing changes. A
+    /// replicated log moves its Raft snapshot point there before it lets retention delete
+    /// ([`Log::enforce_retention_below`]).
+    pub fn retention_point(&self, now_ms: i64) -> Option<u64> {
+        let inner = &self.inner;
+        let config = inner.config.borrow().clone();
+        if !config.cleanup_delete {
+            return None;
+        }
+        let segs = inner.segments.borrow();
+        let mut total: u64 = segs.values().map(|s| s.state.borrow().size).sum();
+        let mut point = None;
+        for seg in segs.values().take(segs.len().saturating_sub(1)) {
+            let st = seg.state.borrow();
+            if st.next_offset > inner.visible.get() {
+                break;
+            }
+            let by_time = config
+                .retention_ms
+                .is_some_and(|ms| st.max_timestamp < now_ms - ms as i64);
+            let by_size = config
+                .retention_bytes
+                .is_some_and(|max| total - st.size >= max);
+            if !(by_time || by_size) {
+                break;
+            }
+            total -= st.size;
+            point = Some(st.next_offset);
+        }
+        point
+    }
+
+    /// [`Log::enforce_retention`], deleting only segments that end at or below `limit`.
+    pub async fn enforce_retention_below(&self, now_ms: i64, limit: u64) -> Result<usize> {
         let inner = &self.inner;
         inner.check_usable()?;
         inner.release_if_idle();
@@ -48,8 +86,9 @@ impl Log {
                 let st = oldest.state.borrow();
                 (st.size, st.max_timestamp, st.next_offset)
             };
-            if next_offset > inner.visible.get() {
-                // Not yet committed (`committed_reads`): a truncation may still cut it.
+            if next_offset > inner.visible.get() || next_offset > limit {
+                // Not yet committed (`committed_reads`): a truncation may still cut it. Or
+                // past the caller's limit (a replicated log's snapshot point).
                 break;
             }
             let by_time = config.cleanup_delete
