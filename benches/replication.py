@@ -17,6 +17,8 @@ of three (--node-id 1-3, --peers on free ports), all on 127.0.0.1, port 0, data 
   3. for each configuration, in an order that alternates from round to round (so drift hits
      all): `weir bench produce --client rdkafka --acks -1` at full speed (--producers, --duration
      s), then at each fixed rate of --rates (records/s, one producer, --rate-duration s);
+     `--client native` runs weir's own client instead (it follows the leaders across brokers
+     too);
   4. after every run, the guard: no delivery error, the high watermarks (ListOffsets on the
      leaders) grew by exactly the records acknowledged, and for rf3 every replica's log end
      offset (each broker's `weir_partition_log_end_offset`) equals that high watermark within
@@ -36,7 +38,8 @@ report in --out/<config>-<load>-r<round>.{json,txt}.
 
     cargo build --release && python3 benches/replication.py [--rounds 3] [--duration 6]
         [--rates 2000,20000] [--rate-duration 5] [--producers 2] [--partitions 3] [--cores 1]
-        [--raw-secs 1] [--data DIR] [--out DIR] [--keep] [--smoke]
+        [--raw-secs 1] [--client rdkafka|native] [--configs single,rf1,rf3] [--data DIR]
+        [--out DIR] [--keep] [--smoke]
 
 --smoke: one round, 2 s runs, one rate (about 30 s): checks the script and the guard.
 """
@@ -288,7 +291,7 @@ class Runner:
         d0 = disk_counters(self.dev)
         t0 = time.monotonic()
         bench_args = ["produce", "--bootstrap", brokers[0].bootstrap, "--topic", topic,
-                      "--partitions", str(parts), "--client", "rdkafka", "--acks", "-1",
+                      "--partitions", str(parts), "--client", a.client, "--acks", "-1",
                       "--record-size", str(a.record_size), "--raw-secs", "0",
                       "--work-dir", str(self.data / "bench-work")]
         if rate is None:
@@ -391,7 +394,7 @@ def mm(xs: list[float], fmt: str = "{:.1f}") -> str:
 def summary(a: argparse.Namespace, runs: list[dict], raws: list[dict], cmd: str, shared: str) -> None:
     loads = ["full"] + [f"{r}/s" for r in a.rate_list]
     log("")
-    log("== replication cost: produce acks=all through librdkafka, medians [min-max] over "
+    log(f"== replication cost: produce acks=all through {a.client}, medians [min-max] over "
         f"{a.rounds} round(s) ==")
     log(cmd)
     log(shared)
@@ -462,7 +465,7 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=6, help="seconds of each full-speed run")
     ap.add_argument("--rates", default="2000,20000", help="fixed rates, records/s (empty: none)")
     ap.add_argument("--rate-duration", type=int, default=5)
-    ap.add_argument("--producers", type=int, default=2, help="librdkafka producers at full speed")
+    ap.add_argument("--producers", type=int, default=2, help="producers at full speed")
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--record-size", type=int, default=1024)
     ap.add_argument("--cores", type=int, default=1, help="--cores of every weir serve")
@@ -471,6 +474,8 @@ def main() -> int:
                                                                     ROOT / "target" / "bench" / "replication")))
     ap.add_argument("--out", type=Path, default=ROOT / "target" / "bench" / "replication-out")
     ap.add_argument("--keep", action="store_true", help="keep --data after the run")
+    ap.add_argument("--client", default="rdkafka", choices=["rdkafka", "native"],
+                    help="load generator's client (both follow leaders across brokers)")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="which of single,rf1,rf3 to run")
     ap.add_argument("--smoke", action="store_true", help="one round, 2 s runs, one rate")
     a = ap.parse_args()
@@ -497,7 +502,7 @@ def main() -> int:
     raws: list[dict] = []
     shared = (f"shared: {os.cpu_count()} CPUs for 4 weir serve processes of --cores {a.cores} (the "
               f"standalone one and the cluster's three, all running throughout) and the load generator "
-              f"(librdkafka); one disk ({runner.dev or 'unknown device'}, data under {data}) for every "
+              f"({a.client}); one disk ({runner.dev or 'unknown device'}, data under {data}) for every "
               f"replica; loopback TCP between the brokers and to the client")
     clients = []
     try:
