@@ -114,6 +114,18 @@ class Broker:
                 out.setdefault(m.group(1), {})[int(labels["partition"])] = float(m.group(3))
         return out
 
+    def produce_requests(self) -> tuple[float, float]:
+        """(Produce requests answered, seconds they spent in the broker) so far, all cores."""
+        text = urllib.request.urlopen(self.metrics_url, timeout=10).read().decode()
+        n = t = 0.0
+        for m in re.finditer(r'^weir_request_duration_seconds_(count|sum)\{[^}]*api="Produce"[^}]*\} (\S+)$',
+                             text, re.M):
+            if m.group(1) == "count":
+                n += float(m.group(2))
+            else:
+                t += float(m.group(2))
+        return n, t
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -286,6 +298,7 @@ class Runner:
         before_hw = high_watermarks(c, topic, parts)
         before_leaders = leaders(c, topic)
         before_flush = {b.name: self.flushes(b, topic) for b in brokers}
+        before_req = [b.produce_requests() for b in brokers]
         cpu0 = {b.name: b.cpu() for b in self.all_brokers}
         m0 = machine_cpu()
         d0 = disk_counters(self.dev)
@@ -327,6 +340,11 @@ class Runner:
         r["leaders_moved"] = after_leaders != before_leaders
         if r["leaders_moved"]:
             r["guard"] += f" [leaders moved: {before_leaders} -> {after_leaders}]"
+        after_req = [b.produce_requests() for b in brokers]
+        reqs = sum(x[0] - y[0] for x, y in zip(after_req, before_req))
+        # How long the brokers held a Produce (acks=all: until committed), and how big it was.
+        r["produce_req_ms"] = sum(x[1] - y[1] for x, y in zip(after_req, before_req)) * 1000 / max(1.0, reqs)
+        r["produce_req_kib"] = acked * a.record_size / 1024 / max(1.0, reqs)
         after_flush = {b.name: self.flushes(b, topic) for b in brokers}
         r["fsyncs_s"] = {n: (after_flush[n][0] - before_flush[n][0]) / wall for n in after_flush}
         # Mean time of one fdatasync of the topic's partitions, per broker.
@@ -379,7 +397,8 @@ class Runner:
         log(f"  r{r['round']} {r['config']:<6} {r['load']:<5} {r['mb_s']:7.1f} MB/s {r['rec_s']:9.0f} rec/s  "
             f"ack p50 {r['p50_ms']:7.2f} p99 {r['p99_ms']:7.2f} p999 {r['p999_ms']:7.2f} ms | "
             f"CPU% {cpus} | disk {r['disk_mb_s']:.0f} MB/s ({r['disk_per_acked']:.2f} x acked), "
-            f"{r['disk_flushes_s']:.0f} flushes/s | fdatasyncs/s (mean) {fs} | guard {r['guard']}")
+            f"{r['disk_flushes_s']:.0f} flushes/s | fdatasyncs/s (mean) {fs} | Produce in broker "
+            f"{r['produce_req_ms']:.1f} ms, {r['produce_req_kib']:.0f} KiB | guard {r['guard']}")
 
 
 # -- summary ---------------------------------------------------------------------------------------
@@ -448,6 +467,10 @@ def summary(a: argparse.Namespace, runs: list[dict], raws: list[dict], cmd: str,
             f"{mm([r['p50_ms'] for r in sel('rf3', load)], '{:.2f}')} vs RF1 "
             f"{mm([r['p50_ms'] for r in sel('rf1', load)], '{:.2f}')} vs single "
             f"{mm([r['p50_ms'] for r in sel('single', load)], '{:.2f}')} ms")
+    log("Produce request time in the brokers (acks=all: until committed), full speed: "
+        + ", ".join(f"{cfg} {mm([r['produce_req_ms'] for r in sel(cfg, 'full')], '{:.1f}')} ms "
+                    f"({mm([r['produce_req_kib'] for r in sel(cfg, 'full')], '{:.0f}')} KiB each)"
+                    for cfg in CONFIGS if sel(cfg, "full")))
     full3 = sel("rf3", "full")
     if full3:
         log("rf3 full speed: fdatasyncs/s per broker "
