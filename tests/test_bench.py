@@ -10,6 +10,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 
 import confluent_kafka
+from confluent_kafka.admin import NewTopic
 
 from clients import rd_admin, rd_consume
 from conftest import WEIR_BIN
@@ -120,3 +121,43 @@ def test_rdkafka_refuses_idle_polls_and_bad_properties(tmp_path):
         proc = subprocess.run([str(WEIR_BIN), "bench", *args, "--work-dir", str(tmp_path / "w")],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0 and want in proc.stderr, proc.stderr
+
+
+# What benches/replication.py builds on: the yardsticks alone, and produce into a topic made
+# beforehand at a capped rate, without yardsticks, reporting what was acknowledged.
+
+def test_raw_scenario_measures_the_yardsticks_without_a_broker(tmp_path):
+    report = bench(tmp_path, "raw")
+    [sample] = report["raw_samples"]
+    s = sample["sample"]
+    assert s["disk_write_bps"] > 0 and s["disk_read_bps"] > 0 and s["tcp_bps"] > 0, s
+
+
+def test_produce_into_a_given_topic_at_a_capped_rate(broker, tmp_path):
+    topic = "made-before"
+    admin = rd_admin(broker.bootstrap)
+    admin.create_topics([NewTopic(topic, num_partitions=3)])[topic].result(30)
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [str(WEIR_BIN), "bench", "produce", "--bootstrap", broker.bootstrap, "--topic", topic,
+         "--partitions", "3", "--client", "rdkafka", "--acks", "-1", "--rate", "500",
+         "--duration", "2", "--raw-secs", "0", "--work-dir", str(tmp_path / "work"),
+         "--json", str(out), "--svg", str(tmp_path / "bench.svg")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-3000:]}"
+    report = json.loads(out.read_text())
+    assert report["raw_samples"] == [], "--raw-secs 0 measures no yardstick"
+    assert figure(report, "produce errors", "records") == 0
+    assert figure(report, "offered rate", "records/s") == 500
+    acked = figure(report, "records acknowledged", "records")
+    # The rate is a cap: 2 s at 500/s cannot send more than ~1,000 (1,500 allows for the
+    # producer's start), and the records went to the given topic, not a new one.
+    assert 0 < acked <= 1500, acked
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench-check"})
+    try:
+        total = sum(consumer.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=10)[1]
+                    for p in range(3))
+    finally:
+        consumer.close()
+    assert total == acked, f"{total} records on the broker, {acked} acknowledged"
+    assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("bench-produce-")]

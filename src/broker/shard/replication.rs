@@ -490,8 +490,12 @@ impl Shard {
         }
         let mut at = g.store.start_of(first);
         let mut unflushed = false;
+        // Consecutive batches are appended in one `append_assigned` (one write, not one
+        // write awaited per entry: a follower's MsgAppend holds up to 1 MiB of entries).
+        let mut run: Vec<&Entry> = Vec::new();
         for e in &entries {
             if e.data.is_empty() {
+                self.append_run(g, &mut run).await?;
                 if unflushed {
                     // The side entry names the offset it follows: the batches before it must
                     // not be lost in a power loss that keeps it.
@@ -510,16 +514,38 @@ impl Shard {
                 self.side_op(g, move |s| s.append_sync(side)).await?;
             } else {
                 let (_, end) = store::check_data_entry(e, at)?;
-                g.part
-                    .log
-                    .append_assigned(e.data.clone())
-                    .await
-                    .map_err(|err| format!("appending entry {} at {at}: {err}", e.index))?;
+                run.push(e);
                 at = end;
                 unflushed = true;
             }
         }
+        self.append_run(g, &mut run).await?;
         g.store.append(&entries)
+    }
+
+    /// Appends a run of checked, consecutive data entries with one `append_assigned` (the
+    /// batches copied into one buffer when there are several) and empties it.
+    async fn append_run(&self, g: &Group, run: &mut Vec<&Entry>) -> Result<(), String> {
+        let (Some(first), Some(last)) = (run.first(), run.last()) else {
+            return Ok(());
+        };
+        let what = format!("appending entries {}-{}", first.index, last.index);
+        let data = if run.len() == 1 {
+            first.data.clone()
+        } else {
+            let mut b = bytes::BytesMut::with_capacity(run.iter().map(|e| e.data.len()).sum());
+            for e in run.iter() {
+                b.extend_from_slice(&e.data);
+            }
+            b.freeze()
+        };
+        run.clear();
+        g.part
+            .log
+            .append_assigned(data)
+            .await
+            .map_err(|err| format!("{what}: {err}"))?;
+        Ok(())
     }
 
     /// Runs a side log operation on the blocking pool.

@@ -58,6 +58,9 @@ Scenarios:
   consume-disk  write --dataset bytes (several times the broker's cache), then read them
                 from offset 0 with --consumers consumers; MB/s of the catch-up read.
                 Goal: >= 0.8 x min(raw disk read, TCP).
+  raw           the yardsticks alone: --raw-secs of direct writes, of direct reads and of
+                loopback TCP (for scripts that run several weir phases against one
+                sample, e.g. benches/replication.py).
   idle-polls    --fetchers long-poll fetches (one connection each) parked on idle
                 partitions: broker CPU (from /proc/PID/stat) and RSS while they wait, then
                 the wake-up latency when one record lands on a partition.
@@ -94,6 +97,7 @@ pub enum Scenario {
     ConsumeTail,
     ConsumeDisk,
     IdlePolls,
+    Raw,
 }
 
 impl Scenario {
@@ -103,6 +107,7 @@ impl Scenario {
             Scenario::ConsumeTail => "consume-tail",
             Scenario::ConsumeDisk => "consume-disk",
             Scenario::IdlePolls => "idle-polls",
+            Scenario::Raw => "raw",
         }
     }
 }
@@ -134,6 +139,10 @@ pub struct BenchArgs {
     /// Keep --work-dir after the run.
     #[arg(long)]
     pub keep: bool,
+    /// Produce into this topic (created with --partitions if it does not exist) instead of
+    /// a new `bench-<scenario>-<pid>`; e.g. a topic of replication factor 3 made beforehand.
+    #[arg(long)]
+    pub topic: Option<String>,
     /// Seconds of the measured weir phase (produce, consume-tail).
     #[arg(long, default_value_t = 20)]
     pub duration: u64,
@@ -158,7 +167,8 @@ pub struct BenchArgs {
     /// Produce requests in flight per producer connection.
     #[arg(long, default_value_t = 8)]
     pub max_in_flight: usize,
-    /// consume-tail: offered records per second (all producers together).
+    /// consume-tail, produce: offered records per second (all producers together);
+    /// produce without it sends as fast as it can.
     #[arg(long)]
     pub rate: Option<f64>,
     /// consume-tail: long-poll, stream (weir's streaming fetch), or both in turn on the same
@@ -177,7 +187,8 @@ pub struct BenchArgs {
     /// idle-polls: single-record wake-ups to time.
     #[arg(long, default_value_t = 40)]
     pub wake_rounds: usize,
-    /// Seconds per raw sample (disk write, disk read, TCP: each).
+    /// Seconds per raw sample (disk write, disk read, TCP: each); 0: no raw samples (produce
+    /// only: no ratios then; the caller measures the yardsticks, e.g. with `weir bench raw`).
     #[arg(long, default_value_t = 2.0)]
     pub raw_secs: f64,
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
@@ -330,12 +341,21 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
         write_qd: args.raw_write_qd,
         read_qd: args.raw_read_qd,
     };
-    progress(&format!(
-        "[setup] preallocating and writing the raw-device file ({} MiB)",
-        args.raw_file >> 20
-    ));
-    raw::prepare(&raw).map_err(|e| format!("raw file: {e}"))?;
-    progress_done();
+    let no_raw = args.raw_secs <= 0.0;
+    if no_raw && args.scenario != Scenario::Produce {
+        return Err("--raw-secs 0 is for the produce scenario only".into());
+    }
+    if !no_raw {
+        progress(&format!(
+            "[setup] preallocating and writing the raw-device file ({} MiB)",
+            args.raw_file >> 20
+        ));
+        raw::prepare(&raw).map_err(|e| format!("raw file: {e}"))?;
+        progress_done();
+    }
+    if args.scenario == Scenario::Raw {
+        return scenario_raw(args, raw);
+    }
     let broker = match &args.bootstrap {
         Some(b) => Broker::external(b, args.broker_pid),
         None => {
@@ -355,7 +375,10 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
             b
         }
     };
-    let topic = format!("bench-{scenario}-{}", std::process::id());
+    let topic = args
+        .topic
+        .clone()
+        .unwrap_or_else(|| format!("bench-{scenario}-{}", std::process::id()));
     {
         let (bootstrap, topic, partitions) =
             (broker.bootstrap.clone(), topic.clone(), args.parts());
@@ -404,9 +427,37 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
         Scenario::ConsumeTail => scenario_consume_tail(&mut ctx)?,
         Scenario::ConsumeDisk => scenario_consume_disk(&mut ctx)?,
         Scenario::IdlePolls => scenario_idle(&mut ctx)?,
+        Scenario::Raw => unreachable!("answered before a broker is started"),
     }
     ctx.broker.stop();
-    ctx.report.print_summary();
+    finish(args, &ctx.report)
+}
+
+/// `weir bench raw`: one sample of each yardstick, no broker.
+fn scenario_raw(args: &BenchArgs, raw: RawConfig) -> Result<(), String> {
+    progress(&format!(
+        "[raw] disk write, disk read, loopback TCP ({:.0} s each)",
+        raw.seconds
+    ));
+    let s = raw::sample(&raw).map_err(|e| format!("raw sample: {e}"))?;
+    progress_done();
+    let report = Report {
+        scenario: "raw".to_string(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        config: json!({
+            "raw_write_qd": args.raw_write_qd, "raw_read_qd": args.raw_read_qd,
+            "raw_file": args.raw_file, "raw_secs": args.raw_secs,
+        }),
+        raw: vec![("raw".to_string(), s)],
+        ..Report::default()
+    };
+    finish(args, &report)
+}
+
+/// Prints the summary and writes the JSON and SVG files.
+fn finish(args: &BenchArgs, report: &Report) -> Result<(), String> {
+    let scenario = args.scenario.name();
+    report.print_summary();
     let json_path = args
         .json
         .clone()
@@ -415,7 +466,7 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
         .svg
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("target/bench/{scenario}.svg")));
-    ctx.report
+    report
         .write_files(&json_path, &svg_path)
         .map_err(|e| format!("writing reports: {e}"))?;
     println!("\nwrote {} and {}", json_path.display(), svg_path.display());

@@ -131,11 +131,13 @@ impl Report {
         println!("{:<44} {:>14}  unit", "figure", "value");
         println!("{}", "-".repeat(66));
         let raw = self.raw_means();
-        for (name, v) in [
+        // Without samples (`--raw-secs 0`) there is nothing to print, rather than zeros.
+        let yardsticks = [
             ("raw disk write (1 MiB direct, mean)", raw.disk_write_bps),
             ("raw disk read (1 MiB direct, mean)", raw.disk_read_bps),
             ("loopback TCP (1 stream, mean)", raw.tcp_bps),
-        ] {
+        ];
+        for (name, v) in yardsticks.iter().filter(|_| !self.raw.is_empty()) {
             println!("{:<44} {:>14.1}  MB/s", name, v / 1e6);
         }
         for f in &self.figures {
