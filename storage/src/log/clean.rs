@@ -43,6 +43,7 @@ use super::clean_files::{
     remove_segment_files, with_suffix, Checkpoint, SegmentBatches, SegmentWriter, CLEANED_SUFFIX,
     CLEANER_CHECKPOINT_FILE, SWAP_SUFFIX,
 };
+use super::markers::{write_compacted, Compacted};
 use super::{Inner, Log};
 use crate::batch::records::{raw_records, rebuild_batch};
 use crate::batch::{BatchHeader, COMPRESSION_MASK, HEADER_BYTES};
@@ -413,6 +414,13 @@ impl Inner {
         for seg in group {
             remove_segment_files(&self.vfs, &self.dir, seg.base_offset).await?;
         }
+        // The marker that lets recovery accept this segment's offset gaps, durable before
+        // the segment takes its name (until then open() redoes this from the swap file).
+        let marker = Compacted {
+            bytes: after,
+            next_offset: state.next_offset,
+        };
+        write_compacted(&self.vfs, &final_path, marker).await?;
         self.vfs.rename(&swap_path, &final_path).await?;
         self.vfs.sync_dir(&self.dir).await?;
         let file = self.vfs.open(&final_path, false).await?;
