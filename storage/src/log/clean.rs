@@ -86,6 +86,7 @@ struct Throttle {
     limit: Option<u64>,
     start: std::time::Instant,
     bytes: u64,
+    sleeps: u64,
     slice_start: std::time::Instant,
 }
 
@@ -95,6 +96,7 @@ impl Throttle {
             limit,
             start: std::time::Instant::now(),
             bytes: 0,
+            sleeps: 0,
             slice_start: std::time::Instant::now(),
         }
     }
@@ -113,6 +115,7 @@ impl Throttle {
         let due = std::time::Duration::from_secs_f64(self.bytes as f64 / limit as f64);
         let elapsed = self.start.elapsed();
         if due > elapsed + std::time::Duration::from_millis(1) {
+            self.sleeps += 1;
             glommio::timer::sleep(due - elapsed).await;
         }
     }
@@ -152,6 +155,10 @@ pub struct CleanStats {
     pub batches_kept_compressed: u64,
     /// The log is clean up to here (the checkpoint).
     pub cleaned_to: u64,
+    /// Bytes read and written, as counted against [`CleanOptions::io_bytes_per_second`].
+    pub io_bytes: u64,
+    /// How many times the I/O cap made the cleaning sleep (0 without a cap).
+    pub io_sleeps: u64,
 }
 
 impl Log {
@@ -253,6 +260,22 @@ impl Inner {
     ) -> Result<()> {
         let codecs = options.codecs;
         let mut throttle = Throttle::new(options.io_bytes_per_second);
+        let result = self
+            .clean_with(now_ms, config, codecs, &mut throttle, stats)
+            .await;
+        stats.io_bytes = throttle.bytes;
+        stats.io_sleeps = throttle.sleeps;
+        result
+    }
+
+    async fn clean_with(
+        &self,
+        now_ms: i64,
+        config: &crate::LogConfig,
+        codecs: Option<&dyn Codecs>,
+        throttle: &mut Throttle,
+        stats: &mut CleanStats,
+    ) -> Result<()> {
         let mut range = self.cleanable_range(now_ms, config);
         let Some(last) = range.last() else {
             return Ok(());
@@ -317,7 +340,7 @@ impl Inner {
         for group in groups(&range, config.effective_segment_bytes()) {
             self.check_usable()?;
             let (before, after, due) = self
-                .clean_group(group, &ctx, interval, stats, &mut throttle)
+                .clean_group(group, &ctx, interval, stats, throttle)
                 .await?;
             stats.segments_before += group.len();
             stats.segments_after += usize::from(after > 0);
