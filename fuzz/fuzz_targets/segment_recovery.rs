@@ -5,8 +5,9 @@
 //! appended to, closed cleanly, reopened (this time trusting the indexes it wrote) and read
 //! again: it must hold the same offsets.
 //!
-//! Input: a mode byte, then the segment bytes. Mode bit 0: repair the batches (CRCs, and
-//! contiguous base offsets from 0) so recovery finds valid data followed by the rest as a
+//! Input: a mode byte, then the segment bytes. Mode bit 0: repair the batches (CRCs,
+//! contiguous base offsets from 0, leader epochs 0 — recovery requires both, as the CRC does
+//! not cover them) so recovery finds valid data followed by the rest as a
 //! garbage tail, and must keep exactly those batches; bit 1: also repair lengths and magic; bit 2: a small configuration (tiny
 //! segments, an index entry per 256 bytes, small read chunks); bit 3: a clean-shutdown
 //! marker is present (recovery must still not trust a segment without valid indexes).

@@ -17,8 +17,9 @@ pub fn split_mode(data: &[u8]) -> (u8, &[u8]) {
 
 /// Walks `bytes` as a sequence of batches and repairs each one in place so that it
 /// validates: when `fix_length` is set a batch length that does not fit is clamped to the
-/// bytes left; when `next_offset` is given, base offsets are made contiguous starting there;
-/// then the CRC is recomputed. Stops at the first batch whose framing still fails (garbage
+/// bytes left; when `next_offset` is given, base offsets are made contiguous starting there
+/// and leader epochs 0 (what recovery of a single-node segment keeps); then the CRC is
+/// recomputed. Stops at the first batch whose framing still fails (garbage
 /// tail). Returns the number of bytes of repaired batches.
 pub fn repair_batches(bytes: &mut [u8], fix_length: bool, mut next_offset: Option<i64>) -> usize {
     let mut pos = 0;
@@ -48,6 +49,9 @@ pub fn repair_batches(bytes: &mut [u8], fix_length: bool, mut next_offset: Optio
         let last_delta = i64::from(header.last_offset_delta.get());
         if let Some(next) = next_offset {
             b[0..8].copy_from_slice(&next.to_be_bytes());
+            // Recovery also requires the leader epoch a log without a `leader_epochs` file
+            // writes (0): the epoch, like the base offset, is outside the CRC.
+            b[12..16].copy_from_slice(&0i32.to_be_bytes());
             next_offset = Some(next.saturating_add(last_delta).saturating_add(1));
         }
         let crc = crc32c::crc32c(&b[CRC_START..total]);

@@ -134,6 +134,14 @@ pub enum BatchError {
         /// The batch's base offset.
         got: i64,
     },
+    /// The batch's leader epoch is not the one the log's leader-epoch list gives for its
+    /// offset (found by recovery: the epoch is outside the CRC).
+    EpochMismatch {
+        /// The epoch the list gives.
+        expected: i32,
+        /// The batch's `partition_leader_epoch`.
+        got: i32,
+    },
     /// The batch would end past the largest file position a segment's offset index can
     /// address ([`SEGMENT_POSITION_MAX`](crate::config::SEGMENT_POSITION_MAX)).
     PastSegmentLimit {
@@ -162,6 +170,9 @@ impl std::fmt::Display for BatchError {
             ),
             BatchError::OffsetGap { expected, got } => {
                 write!(f, "base offset {got} does not follow {expected}")
+            }
+            BatchError::EpochMismatch { expected, got } => {
+                write!(f, "leader epoch {got} where the log has {expected}")
             }
             BatchError::PastSegmentLimit { end } => write!(
                 f,

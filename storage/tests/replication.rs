@@ -15,33 +15,9 @@ use proptest::prelude::*;
 use weir_storage::batch::RecordBatchBuilder;
 use weir_storage::error::BatchError;
 use weir_storage::io::SimDisk;
-use weir_storage::{BatchCache, Error, Log, LogConfig};
+use weir_storage::{Error, Log};
 
-fn batch(tag: u8, n: usize, value_bytes: usize) -> Bytes {
-    let mut b = RecordBatchBuilder::new(1_000 + i64::from(tag));
-    for i in 0..n {
-        let mut v = vec![tag; value_bytes.max(1)];
-        let last = v.len() - 1;
-        v[last] = i as u8;
-        b = b.record(Some(&[i as u8]), Some(&v), &[]);
-    }
-    b.build()
-}
-
-fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 << 10,
-        index_interval_bytes: 512,
-        committed_reads: true,
-        ..common::small_config()
-    }
-}
-
-async fn open(disk: &Rc<SimDisk>, dir: &Path, cfg: LogConfig) -> Log {
-    Log::open_in(disk.vfs(), dir, cfg, BatchCache::new(1 << 20))
-        .await
-        .expect("open")
-}
+use common::{open_sim as open, replicated_config as config, tagged_batch as batch};
 
 /// The batches of `[from, to)` as the log stores them, joined.
 async fn read_range(log: &Log, from: u64, to: u64) -> Vec<u8> {

@@ -16,26 +16,7 @@ use weir_storage::batch::RecordBatchBuilder;
 use weir_storage::io::{CrashFate, SimDisk};
 use weir_storage::{BatchCache, Error, Log, LogConfig};
 
-/// A batch of `n` records whose values all start with `tag` (to tell old and new data apart).
-fn batch(tag: u8, n: usize, value_bytes: usize) -> Bytes {
-    let mut b = RecordBatchBuilder::new(1_000);
-    for i in 0..n {
-        let mut v = vec![tag; value_bytes.max(1)];
-        let last = v.len() - 1;
-        v[last] = i as u8;
-        b = b.record(None, Some(&v), &[]);
-    }
-    b.build()
-}
-
-fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 << 10,
-        index_interval_bytes: 512,
-        committed_reads: true,
-        ..common::small_config()
-    }
-}
+use common::{open_sim as open, replicated_config as config, tagged_batch as batch};
 
 /// The same settings without committed reads: a reopened log shows everything it holds.
 fn inspect_config() -> LogConfig {
@@ -107,12 +88,6 @@ async fn fill(log: &Log, count: usize, flushed: usize) -> Vec<(u64, u64)> {
         }
     }
     offsets
-}
-
-async fn open(disk: &Rc<SimDisk>, dir: &Path, cfg: LogConfig) -> Log {
-    Log::open_in(disk.vfs(), dir, cfg, BatchCache::new(1 << 20))
-        .await
-        .expect("open")
 }
 
 /// One run: a log of 40 batches (several segments; the last 10 not flushed), committed up to

@@ -420,6 +420,13 @@ impl Inner {
         let base = self.log_end.get();
         let path = segment_path(&self.dir, base);
         let config = self.config.borrow().clone();
+        let marker = super::markers::compacted_path(&path);
+        if self.vfs.exists(&marker) {
+            // Left by a cleaned segment a truncation deleted: the new segment was not
+            // cleaned, and recovery must not allow offset gaps in it.
+            self.vfs.remove(&marker).await?;
+            self.vfs.sync_dir(&self.dir).await?;
+        }
         let file = self.vfs.open(&path, true).await?;
         if file.file_size().await? > 0 {
             // A file from a crashed earlier incarnation of this segment: its bytes must not

@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
 use crate::error::{Error, Result};
 use crate::io::{align_down, align_up, IoFile, Vfs, BLOCK};
+use crate::recovery::ScanRules;
 use crate::segment::{log_name, parse_log_name, segment_path, Segment};
 
 /// Name of the file that records how far the log has been cleaned.
@@ -177,12 +178,15 @@ impl SegmentWriter {
 }
 
 /// Removes a segment's files, indexes first: a crash in between never leaves an index beside
-/// a `.log` it does not describe (the new segment of a swap takes the same name).
+/// a `.log` it does not describe (the new segment of a swap takes the same name). Then its
+/// compaction marker, if any: only during a committed swap, which open() finishes (and
+/// writes the new segment's marker) if a crash stops it here.
 pub(super) async fn remove_segment_files(vfs: &Vfs, dir: &Path, base: u64) -> Result<()> {
     let log = segment_path(dir, base);
     vfs.remove(&log.with_extension("index")).await?;
     vfs.remove(&log.with_extension("timeindex")).await?;
-    vfs.remove(&log).await
+    vfs.remove(&log).await?;
+    vfs.remove(&super::markers::compacted_path(&log)).await
 }
 
 pub(super) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
@@ -219,8 +223,19 @@ pub(super) async fn complete_swaps(vfs: &Vfs, dir: &Path, interval: u32) -> Resu
             interval,
         );
         let mut scanned = Vec::new();
-        crate::recovery::scan_segment(&seg, u64::from(interval.max(1)), &mut scanned).await?;
-        let end = seg.state.borrow().next_offset;
+        // The whole swap file is a cleaning's output (complete and fdatasync'ed before it
+        // was named `.swap`): offsets may skip anywhere in it.
+        crate::recovery::scan_segment(
+            &seg,
+            u64::from(interval.max(1)),
+            ScanRules::trusted(),
+            &mut scanned,
+        )
+        .await?;
+        let (end, bytes) = {
+            let st = seg.state.borrow();
+            (st.next_offset, st.size)
+        };
         drop(seg);
         tracing::warn!(dir = %dir.display(), base, end, "finishing a compaction swap a crash interrupted");
         let mut covered: Vec<u64> = vfs
@@ -240,7 +255,13 @@ pub(super) async fn complete_swaps(vfs: &Vfs, dir: &Path, interval: u32) -> Resu
         for b in covered {
             remove_segment_files(vfs, dir, b).await?;
         }
-        vfs.rename(&swap_path, &dir.join(log_name(base))).await?;
+        let log_path = dir.join(log_name(base));
+        let marker = super::markers::Compacted {
+            bytes,
+            next_offset: end,
+        };
+        super::markers::write_compacted(vfs, &log_path, marker).await?;
+        vfs.rename(&swap_path, &log_path).await?;
         changed = true;
     }
     if changed {

@@ -146,9 +146,51 @@ impl Inner {
 
     pub(super) async fn save_epochs(&self) -> Result<()> {
         let bytes = self.epochs.borrow().encode();
-        self.vfs
-            .write_small(&self.dir.join(LEADER_EPOCHS_FILE), &bytes)
-            .await
+        write_file(&self.vfs, &self.dir, &bytes).await
+    }
+}
+
+/// Writes the `leader_epochs` file (write, fdatasync). When it is created, the directory is
+/// fsync'ed as well: recovery reads "no file" as "no batch carries an epoch above 0"
+/// (`StoredEpochs::Absent`), so the file must not vanish in a power loss once a batch
+/// that needs it may be on disk.
+async fn write_file(vfs: &crate::io::Vfs, dir: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    let path = dir.join(LEADER_EPOCHS_FILE);
+    let created = !vfs.exists(&path);
+    vfs.write_small(&path, bytes).await?;
+    if created {
+        vfs.sync_dir(dir).await?;
+    }
+    Ok(())
+}
+
+/// The `leader_epochs` file as recovery finds it, before anything is dropped from it.
+pub(super) enum StoredEpochs {
+    /// No file: no batch of the log carries an epoch above 0 (the file is created, and its
+    /// directory entry made durable, before the first such batch is written).
+    Absent,
+    /// The file fails its CRC or does not decode (a write torn by a power loss).
+    Damaged,
+    /// The list as written.
+    Valid(LeaderEpochs),
+}
+
+impl StoredEpochs {
+    pub(super) async fn read(vfs: &crate::io::Vfs, dir: &std::path::Path) -> Result<StoredEpochs> {
+        Ok(match vfs.read_small(&dir.join(LEADER_EPOCHS_FILE)).await? {
+            None => StoredEpochs::Absent,
+            Some(b) => LeaderEpochs::decode(&b).map_or(StoredEpochs::Damaged, StoredEpochs::Valid),
+        })
+    }
+
+    /// What recovery can require of the batches' epochs: exactly the list's (none means
+    /// epoch 0 everywhere), or only that they never go down when the list is damaged.
+    pub(super) fn rule(&self) -> crate::recovery::EpochRule<'_> {
+        match self {
+            StoredEpochs::Absent => crate::recovery::EpochRule::Exact(&[]),
+            StoredEpochs::Damaged => crate::recovery::EpochRule::NonDecreasing,
+            StoredEpochs::Valid(list) => crate::recovery::EpochRule::Exact(list.entries()),
+        }
     }
 }
 
@@ -185,7 +227,7 @@ pub(super) async fn load(
         changed = true;
     }
     if changed {
-        vfs.write_small(&path, &epochs.encode()).await?;
+        write_file(vfs, dir, &epochs.encode()).await?;
     }
     Ok(epochs)
 }

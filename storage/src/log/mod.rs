@@ -28,6 +28,7 @@ mod open;
 mod read;
 mod replicate;
 mod retention;
+mod throttle;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};

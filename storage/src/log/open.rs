@@ -25,6 +25,7 @@ use crate::io::{align_down, align_up, Vfs};
 use crate::offset_index::{OffsetIndex, SegmentSummary, TimeIndex};
 use crate::producer_state::{ProducerBatch, ProducerState, SNAPSHOT_FILE};
 use crate::reader::ReadCache;
+use crate::recovery::ScanRules;
 use crate::segment::{parse_log_name, segment_path, Segment};
 use crate::watermark::{FifoLock, Watch};
 
@@ -76,7 +77,6 @@ impl Log {
         }
         let interval = config.index_interval_bytes;
         super::clean_files::complete_swaps(&vfs, dir, interval).await?;
-        let (mut segments, scanned) = recover_segments(&vfs, dir, interval, clean).await?;
         let checkpoint = vfs
             .read_small(&dir.join(super::CLEANER_CHECKPOINT_FILE))
             .await?
@@ -85,6 +85,9 @@ impl Log {
                 offset: 0,
                 tombstones_due_ms: None,
             });
+        let (mut segments, scanned) =
+            recover_segments(&vfs, dir, interval, clean, checkpoint.offset).await?;
+        remove_stale_compaction_markers(&vfs, dir, &segments).await?;
 
         let persisted_start = vfs
             .read_small(&dir.join(LOG_START_FILE))
@@ -108,6 +111,18 @@ impl Log {
             let st = active.state.borrow();
             (st.size, st.next_offset)
         };
+        // Appends go after `size`: a compaction marker of the active segment must not claim
+        // bytes past it (recovery cut into the cleaned bytes), or offset gaps would be
+        // allowed where appends write.
+        if let Some(m) = markers::read_compacted(&vfs, &active.log_path).await? {
+            if m.bytes > size {
+                let m = markers::Compacted {
+                    bytes: size,
+                    next_offset,
+                };
+                markers::write_compacted(&vfs, &active.log_path, m).await?;
+            }
+        }
         let producers =
             recover_producers(&vfs, dir, clean, &segments, next_offset, &scanned, interval).await?;
         let epochs = super::epochs::load(&vfs, dir, &segments, next_offset).await?;
@@ -224,7 +239,10 @@ async fn recover_segments(
     dir: &Path,
     interval: u32,
     clean: bool,
+    cleaned_to: u64,
 ) -> Result<(BTreeMap<u64, Rc<Segment>>, Vec<(ProducerBatch, u64, u64)>)> {
+    // The leader-epoch list as it was left: the epochs scanned batches must carry.
+    let stored_epochs = super::epochs::StoredEpochs::read(vfs, dir).await?;
     let mut bases: Vec<u64> = vfs
         .list(dir)?
         .iter()
@@ -267,10 +285,30 @@ async fn recover_segments(
                 Segment::from_parts(base, file, path, interval, summary, oi, ti)
             }
             _ => {
+                let compacted = markers::read_compacted(vfs, &path).await?;
+                // A sealed segment wholly below the cleaner checkpoint may have been cleaned
+                // by a build that wrote no markers: offsets there only go up, as before. (Not
+                // the last segment: sealed means fdatasync'ed whole, so no unflushed tail
+                // whose damage this would let through.)
+                let legacy_cleaned =
+                    compacted.is_none() && bases.get(i + 1).is_some_and(|&next| next <= cleaned_to);
+                let rules = ScanRules {
+                    compacted_bytes: if legacy_cleaned {
+                        u64::MAX
+                    } else {
+                        compacted.map_or(0, |m| m.bytes)
+                    },
+                    compacted_next: compacted.map_or(base, |m| m.next_offset),
+                    epochs: stored_epochs.rule(),
+                };
                 let seg = Segment::new(base, file, path, interval);
-                let stop =
-                    crate::recovery::scan_segment(&seg, u64::from(interval.max(1)), &mut scanned)
-                        .await?;
+                let stop = crate::recovery::scan_segment(
+                    &seg,
+                    u64::from(interval.max(1)),
+                    rules,
+                    &mut scanned,
+                )
+                .await?;
                 let valid = seg.state.borrow().size;
                 if stop.reason.is_some() && !is_zeros_or_end(&seg, valid, file_size).await {
                     tracing::warn!(
@@ -301,6 +339,35 @@ async fn recover_segments(
         vfs.sync_dir(dir).await?;
     }
     Ok((segments, scanned))
+}
+
+/// Removes compaction markers (`<base>.compacted`) whose segment is gone — retention,
+/// a truncation or a recovery cut deleted it; they are left behind then so that no crash can
+/// leave a cleaned segment without its marker — and half-written ones (`.compacted.tmp`).
+/// A segment created later at that base must not inherit one (`Inner::roll` checks too).
+async fn remove_stale_compaction_markers(
+    vfs: &Vfs,
+    dir: &Path,
+    segments: &BTreeMap<u64, Rc<Segment>>,
+) -> Result<()> {
+    let mut removed = false;
+    for name in vfs.list(dir)? {
+        let stale = if name.ends_with(markers::COMPACTED_TMP_SUFFIX) {
+            true
+        } else if let Some(stem) = name.strip_suffix(markers::COMPACTED_SUFFIX) {
+            parse_log_name(&format!("{stem}.log")).is_some_and(|b| !segments.contains_key(&b))
+        } else {
+            false
+        };
+        if stale {
+            vfs.remove(&dir.join(&name)).await?;
+            removed = true;
+        }
+    }
+    if removed {
+        vfs.sync_dir(dir).await?;
+    }
+    Ok(())
 }
 
 /// The producers' state of a log (`segments`, the last one active) which ends at
@@ -363,8 +430,13 @@ async fn recover_producers(
                     seg.log_path.clone(),
                     interval,
                 );
-                crate::recovery::scan_segment(&copy, u64::from(interval.max(1)), &mut earlier)
-                    .await?;
+                crate::recovery::scan_segment(
+                    &copy,
+                    u64::from(interval.max(1)),
+                    ScanRules::trusted(),
+                    &mut earlier,
+                )
+                .await?;
             }
             producers = state;
             // Segments recovery scanned itself before the active one were read again

@@ -17,6 +17,7 @@ use crate::batch::{self, BatchInfo, HEADER_BYTES};
 use crate::error::{BatchError, Error, Result};
 use crate::io::{align_down, align_up};
 use crate::producer_state::{ProducerBatch, ProducerState, SNAPSHOT_FILE};
+use crate::recovery::ScanRules;
 use crate::segment::{Segment, SegmentState};
 
 impl Log {
@@ -305,6 +306,20 @@ impl Inner {
     /// Cuts the log at `offset`, which starts at `position` of `target` (`truncate_to`, under
     /// both locks, writes drained).
     async fn cut(self: &Rc<Self>, target: &Rc<Segment>, offset: u64, position: u64) -> Result<()> {
+        // 0. A cut inside the bytes a cleaning wrote: the compaction marker first says that
+        // the cleaned bytes end at the cut and offsets resume at `offset` there — appends will
+        // follow, and they must not be allowed offset gaps. (A crash after this, before the
+        // truncate, finds the old bytes after the cut held to contiguity: recovery may cut
+        // them, which this truncation was doing anyway.)
+        if let Some(m) = super::markers::read_compacted(&self.vfs, &target.log_path).await? {
+            if m.bytes > position {
+                let m = super::markers::Compacted {
+                    bytes: position,
+                    next_offset: offset,
+                };
+                super::markers::write_compacted(&self.vfs, &target.log_path, m).await?;
+            }
+        }
         // 1. The cut itself, durable before anything else: the file (preallocated room
         // included) ends at the cut, so no crash from here on finds a cut batch in it.
         target.file.truncate(position).await?;
@@ -336,7 +351,9 @@ impl Inner {
         if position == 0 {
             *target.state.borrow_mut() = SegmentState::empty(target.base_offset);
         } else {
-            let stop = crate::recovery::scan_segment(target, interval, &mut scanned).await?;
+            let stop =
+                crate::recovery::scan_segment(target, interval, ScanRules::trusted(), &mut scanned)
+                    .await?;
             let kept = target.state.borrow().size;
             if kept != position || stop.reason.is_some() {
                 return Err(Error::CorruptFile {
@@ -448,7 +465,8 @@ impl Inner {
                 interval as u32,
             );
             let mut batches = Vec::new();
-            crate::recovery::scan_segment(&copy, interval, &mut batches).await?;
+            crate::recovery::scan_segment(&copy, interval, ScanRules::trusted(), &mut batches)
+                .await?;
             for (b, base, last) in batches.iter().filter(|s| s.1 >= from) {
                 state.update(b, *base, *last);
             }

@@ -4,8 +4,12 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
-use weir_storage::LogConfig;
+use bytes::Bytes;
+use weir_storage::batch::RecordBatchBuilder;
+use weir_storage::io::SimDisk;
+use weir_storage::{BatchCache, Log, LogConfig};
 
 /// Runs `f` on a fresh glommio executor thread. `dir` is where the test's files live; the
 /// engine primes glommio's IOPOLL probe there itself (`io/dma_probe.rs`), so nothing is done
@@ -45,4 +49,35 @@ pub fn small_config() -> LogConfig {
         retention_ms: None,
         ..LogConfig::default()
     }
+}
+
+/// A replicated log's configuration in tests: committed reads, 16 KiB segments, an index
+/// entry per 512 bytes.
+pub fn replicated_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 16 << 10,
+        index_interval_bytes: 512,
+        committed_reads: true,
+        ..small_config()
+    }
+}
+
+/// A batch of `n` records, record `i` keyed `[i]` with a value of `value_bytes` bytes of `tag`
+/// ending in `i`: which batch a record came from can be told from its value.
+pub fn tagged_batch(tag: u8, n: usize, value_bytes: usize) -> Bytes {
+    let mut b = RecordBatchBuilder::new(1_000 + i64::from(tag));
+    for i in 0..n {
+        let mut v = vec![tag; value_bytes.max(1)];
+        let last = v.len() - 1;
+        v[last] = i as u8;
+        b = b.record(Some(&[i as u8]), Some(&v), &[]);
+    }
+    b.build()
+}
+
+/// Opens the log in `dir` on the simulated disk, with a private 1 MiB cache.
+pub async fn open_sim(disk: &Rc<SimDisk>, dir: &Path, cfg: LogConfig) -> Log {
+    Log::open_in(disk.vfs(), dir, cfg, BatchCache::new(1 << 20))
+        .await
+        .expect("open")
 }
