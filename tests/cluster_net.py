@@ -4,9 +4,11 @@ cut with iptables (docs/replication.md, "Step 4 as built").
 Broker i (1-based) serves clients on 127.0.0.1 (port 0, as every test broker) and the other
 brokers on 127.0.0.(i+1) — its entry in `controller.quorum.voters` — and its connections to
 the other brokers leave from that address too (broker::cluster::net binds them). So the
-traffic between brokers i and j is exactly the packets between 127.0.0.(i+1) and 127.0.0.(j+1),
-and a rule `iptables -I OUTPUT -s A -d B -j DROP` (loopback packets pass OUTPUT) cuts the link
-A -> B and nothing else: clients, on 127.0.0.1, still reach every broker. That is a real
+traffic between brokers i and j is exactly the TCP packets between 127.0.0.(i+1) and
+127.0.0.(j+1) to or from one of their two inter-broker ports, and two rules
+`iptables -I OUTPUT -p tcp -s A -d B --dport PORT_B -j DROP` and `... --sport PORT_A ...`
+(loopback packets pass OUTPUT) cut the link A -> B and nothing else: clients, on 127.0.0.1,
+still reach every broker, and another cluster on the same addresses (other ports) is untouched. That is a real
 partition — a leader alive for its clients but cut from its followers — which SIGSTOP cannot
 give (a stopped leader answers nobody).
 
@@ -94,17 +96,25 @@ class Partitions:
     def _run(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([self.iptables, "-w", *args], capture_output=True, text=True, timeout=30)
 
-    def host(self, b: Broker) -> str:
-        return host_of(self.brokers.index(b) + 1)
-
-    def _rule(self, src: str, dst: str) -> list[str]:
-        return ["OUTPUT", "-s", src, "-d", dst, "-m", "comment", "--comment", RULE_TAG, "-j", "DROP"]
+    def peer_address(self, b: Broker) -> tuple[str, int]:
+        """b's inter-broker (host, port): its own entry in the voters list."""
+        i = self.brokers.index(b) + 1
+        entry = next(e for e in b.settings["controller.quorum.voters"].split(",") if e.startswith(f"{i}@"))
+        host, port = entry.split("@")[1].rsplit(":", 1)
+        assert host == host_of(i), f"broker {i} is not on its own address: {entry}"
+        return host, int(port)
 
     def cut(self, a: Broker, b: Broker) -> None:
-        """Drops every packet between a's and b's inter-broker addresses, both ways."""
-        for src, dst in ((self.host(a), self.host(b)), (self.host(b), self.host(a))):
-            r = self._run("-I", *self._rule(src, dst))
-            assert r.returncode == 0, f"iptables -I {src} -> {dst}: {r.stderr}"
+        """Drops every packet between a's and b's inter-broker sockets, both ways: to the
+        other's inter-broker port (an outbound connection) and from one's own (the replies on
+        the other's outbound connection)."""
+        (ha, pa), (hb, pb) = self.peer_address(a), self.peer_address(b)
+        for src, dst, sport, dport in ((ha, hb, pa, pb), (hb, ha, pb, pa)):
+            for match in (["--dport", str(dport)], ["--sport", str(sport)]):
+                rule = ["OUTPUT", "-p", "tcp", "-s", src, "-d", dst, *match, "-m", "comment", "--comment",
+                        RULE_TAG, "-j", "DROP"]
+                r = self._run("-I", *rule)
+                assert r.returncode == 0, f"iptables -I {rule}: {r.stderr}"
 
     def isolate(self, b: Broker) -> None:
         """Cuts b off from every other broker; clients still reach it (and it them)."""
