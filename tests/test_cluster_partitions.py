@@ -147,14 +147,23 @@ def caught_up(cluster, leader: int, what: str) -> None:
 
 def isolate_the_leader(cluster, net, hist: History, cycle: int, leader: int, epoch: int, figures: dict):
     """Phase 1 and 2 of a cycle (module docstring); returns the new (leader, epoch)."""
+    # The leader now (leadership may have moved since the last cycle's end).
+    leader, epoch = leader_of(cluster, TOPIC, 0, epoch)
     old = broker_of(cluster, leader)
     others = [b for b in cluster if b is not old]
     net.isolate(old)
     t_cut = time.monotonic()
-    # The majority side elects a new leader, named in its Metadata (watched from now on).
+
+    def new_leader():
+        """The majority side elects a new leader, named in its Metadata (watched from now on;
+        a change of leader just before the cut can name `old` at a newer epoch first)."""
+        named, at = leader_of(others, TOPIC, 0, epoch + 1)
+        while broker_of(cluster, named) is old:
+            named, at = leader_of(others, TOPIC, 0, at + 1)
+        elected.append(((named, at), time.monotonic() - t_cut))
+
     elected: list = []
-    watcher = threading.Thread(target=lambda: elected.append(
-        (leader_of(others, TOPIC, 0, epoch + 1), time.monotonic() - t_cut)))
+    watcher = threading.Thread(target=new_leader)
     watcher.start()
     # Still leading for now, it writes an acks=1 batch alone: never committed.
     alone = f"alone-{cycle}".encode()
