@@ -124,9 +124,13 @@ def test_faults_under_load_lose_nothing_acknowledged(cluster):
     stop_producers, stop_consumer = threading.Event(), threading.Event()
     consumer_errors: list[str] = []
     fatal: list[str] = []
-    threads = [threading.Thread(target=producer_loop, args=(hist, everyone, "idem", True, stop_producers, fatal)),
-               threading.Thread(target=producer_loop, args=(hist, everyone, "plain", False, stop_producers, fatal)),
-               threading.Thread(target=consumer_loop, args=(hist, everyone, stop_consumer, consumer_errors))]
+    # Daemon threads: a failed check must not leave pytest waiting on the consumer forever.
+    threads = [threading.Thread(target=producer_loop, args=(hist, everyone, "idem", True, stop_producers, fatal),
+                                daemon=True),
+               threading.Thread(target=producer_loop, args=(hist, everyone, "plain", False, stop_producers, fatal),
+                                daemon=True),
+               threading.Thread(target=consumer_loop, args=(hist, everyone, stop_consumer, consumer_errors),
+                                daemon=True)]
     for t in threads:
         t.start()
     events = []
