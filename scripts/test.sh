@@ -68,6 +68,9 @@ for tool in gcc g++ make; do command -v $tool >/dev/null 2>&1 || apt_install bui
 [ -f /usr/include/zlib.h ] || apt_install zlib1g-dev
 [ -f /usr/include/rapidjson/rapidjson.h ] || apt_install rapidjson-dev
 
+# iptables: tests/test_cluster_partitions.py cuts links between brokers (tests/cluster_net.py).
+command -v iptables >/dev/null 2>&1 || apt_install iptables
+
 # gdb: a broker that hangs (start, stop) is reported with every thread's backtrace.
 command -v gdb >/dev/null 2>&1 || apt_install gdb
 

@@ -1,7 +1,10 @@
 """Faults under load on replicated partitions, checked against the whole history
 (docs/replication.md §7, step 4; the checker is tests/history.py).
 
-Three `weir serve` processes; a topic of 2 partitions, replication factor 3. Two librdkafka
+`WEIR_FAULT_BROKERS` `weir serve` processes (3 in CI, up to 5; inter-broker traffic on
+127.0.0.2-6, tests/cluster_net.py); a topic of 2 partitions replicated on every broker
+(factor 3, or 5 with five brokers: every fault then hits a replica, and the groups are five
+voters with a majority of three). Two librdkafka
 acks=all producers write unique values for the whole run, one idempotent and one not, each
 delivery report recorded (acknowledged offset or error); a librdkafka consumer reads both
 partitions from offset 0 all along, each read recorded. Meanwhile, `WEIR_FAULT_CYCLES` rounds
@@ -29,11 +32,14 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 
 from clients import rd_consume, rd_consumer, rd_producer
+from cluster_net import start_cluster
+from conftest import close_brokers
 from history import History
-from test_cluster_metadata import NODE_ID_STRIDE, cluster, create  # noqa: F401
+from test_cluster_metadata import NODE_ID_STRIDE, create
 from test_cluster_replication import high_watermark, leader_of, same_batches_everywhere, stored_batches
 
 CYCLES = int(os.environ.get("WEIR_FAULT_CYCLES", "2"))
+BROKERS = int(os.environ.get("WEIR_FAULT_BROKERS", "3"))
 TOPIC = "faults"
 PARTITIONS = 2
 
@@ -103,6 +109,15 @@ def consumer_loop(hist: History, bootstrap: str, stop: threading.Event, errors: 
         c.close()
 
 
+@pytest.fixture
+def cluster(request):
+    """`BROKERS` brokers, ids 1..BROKERS, inter-broker traffic on 127.0.0.2-6."""
+    try:
+        yield start_cluster(request, BROKERS, own_addresses=True)
+    finally:
+        close_brokers(request, getattr(request.node, "_weir_brokers", []))
+
+
 def broker_of(cluster, node: int):
     return cluster[node // NODE_ID_STRIDE - 1]
 
@@ -110,12 +125,13 @@ def broker_of(cluster, node: int):
 @pytest.mark.timeout(300 + 120 * CYCLES)
 def test_faults_under_load_lose_nothing_acknowledged(cluster, request):
     everyone = ",".join(b.bootstrap for b in cluster)
-    create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=3)
+    create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=BROKERS)
     leader, epoch = leader_of(cluster, TOPIC, 0)
     hist = History()
     stop_producers, stop_consumer = threading.Event(), threading.Event()
     consumer_errors: list[str] = []
     fatal: list[str] = []
+    # Daemon threads: a failed check must not leave pytest waiting on the consumer forever.
     threads = [threading.Thread(target=producer_loop, args=(hist, everyone, "idem", True, stop_producers, fatal),
                                 daemon=True),
                threading.Thread(target=producer_loop, args=(hist, everyone, "plain", False, stop_producers, fatal),

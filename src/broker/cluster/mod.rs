@@ -152,7 +152,7 @@ impl Node {
             outcomes: RefCell::new(BTreeMap::new()),
             peers: peers
                 .iter()
-                .map(|&(p, addr)| (p, Peer::new(p, addr)))
+                .map(|&(p, addr)| (p, Peer::new(p, addr, listen)))
                 .collect(),
             forwards: RefCell::new(HashMap::new()),
             // Request ids: unique per broker and per start (a restart's ids never meet the

@@ -1,5 +1,9 @@
 //! Traffic between brokers (core 0 to core 0): one outbound TCP connection per peer, written
 //! by that peer's sender task, and the connections peers open to us, read by a task each.
+//! An outbound connection leaves from this broker's own inter-broker address (its entry in
+//! `controller.quorum.voters`) when that names one address, so a peer sees it come from there
+//! and a firewall can tell the brokers apart even when they share one host (the tests cut
+//! links between brokers on 127.0.0.2-6 with iptables: docs/replication.md, "Step 4 as built").
 //!
 //! A frame is `length (u32 BE) | kind (u8) | body`, the length counting kind and body:
 //! - kind 1: a raft-rs `Message` (protobuf);
@@ -11,9 +15,9 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
@@ -33,6 +37,8 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 const MAX_QUEUED: usize = 4096;
 const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often a connection from a bound source address is checked while it is being made.
+const CONNECT_POLL: Duration = Duration::from_millis(2);
 
 const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
@@ -123,15 +129,19 @@ pub async fn read_frame(stream: &mut TcpStream) -> Result<Option<Frame>, String>
 pub struct Peer {
     pub id: u64,
     addr: SocketAddr,
+    /// The source address of connections to it (see `source_for`).
+    source: Option<IpAddr>,
     queue: RefCell<VecDeque<Vec<u8>>>,
     work: Notify,
 }
 
 impl Peer {
-    pub fn new(id: u64, addr: SocketAddr) -> Rc<Peer> {
+    /// A peer at `addr`, reached from `own` (this broker's inter-broker address).
+    pub fn new(id: u64, addr: SocketAddr, own: SocketAddr) -> Rc<Peer> {
         Rc::new(Peer {
             id,
             addr,
+            source: source_for(own, addr),
             queue: RefCell::new(VecDeque::new()),
             work: Notify::default(),
         })
@@ -151,7 +161,7 @@ impl Peer {
     pub async fn run(self: Rc<Self>) {
         let mut connected_before = false;
         loop {
-            let mut stream = match TcpStream::connect_timeout(self.addr, CONNECT_TIMEOUT).await {
+            let mut stream = match connect(self.addr, self.source).await {
                 Ok(s) => s,
                 Err(e) => {
                     // What was queued for an unreachable peer is dropped: Raft sends again
@@ -184,6 +194,65 @@ impl Peer {
             glommio::timer::sleep(RECONNECT_PAUSE).await;
         }
     }
+}
+
+/// The address to connect to a peer at `peer` from, for a broker whose own inter-broker
+/// address is `own`: that address itself when it names one (not 0.0.0.0 or ::) of the peer's
+/// family; otherwise none (the kernel picks, by its routes).
+fn source_for(own: SocketAddr, peer: SocketAddr) -> Option<IpAddr> {
+    let ip = own.ip();
+    (!ip.is_unspecified() && own.is_ipv4() == peer.is_ipv4()).then_some(ip)
+}
+
+/// A connection to `addr`, from `source` (any port) when given, within `CONNECT_TIMEOUT`.
+/// glommio's `TcpStream` cannot bind before it connects, so a bound one is made with socket2,
+/// connected without blocking the reactor (a non-blocking `connect`, then its state looked at
+/// every `CONNECT_POLL`: a connection on one host is made in microseconds, and one to an
+/// unreachable peer gives up at the timeout as glommio's does), then handed to glommio.
+async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, String> {
+    let Some(source) = source else {
+        return TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string());
+    };
+    let io = |what: &str, e: std::io::Error| format!("{what}: {e}");
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(|e| io("socket", e))?;
+    socket
+        .bind(&SocketAddr::new(source, 0).into())
+        .map_err(|e| io(&format!("binding to {source}"), e))?;
+    socket
+        .set_nonblocking(true)
+        .map_err(|e| io("set_nonblocking", e))?;
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
+            let deadline = Instant::now() + CONNECT_TIMEOUT;
+            loop {
+                // SO_ERROR first: a refused connection is no longer "in progress" either.
+                if let Some(e) = socket.take_error().map_err(|e| io("SO_ERROR", e))? {
+                    return Err(e.to_string());
+                }
+                if socket.peer_addr().is_ok() {
+                    break; // established
+                }
+                if Instant::now() >= deadline {
+                    return Err("connection timed out".into());
+                }
+                glommio::timer::sleep(CONNECT_POLL).await;
+            }
+        }
+        Err(e) => return Err(e.to_string()),
+    }
+    // glommio's own sockets are blocking ones (it reads and writes through io_uring).
+    socket
+        .set_nonblocking(false)
+        .map_err(|e| io("set_nonblocking", e))?;
+    Ok(TcpStream::from(socket))
 }
 
 #[cfg(test)]
@@ -232,5 +301,59 @@ mod tests {
         assert!(Frame::decode(&[KIND_FORWARD, b'{']).is_err());
         assert!(Frame::decode(&[KIND_RAFT, 0xff, 0xff, 0xff]).is_err());
         assert!(Frame::decode(&[KIND_PARTITION, 1, 2, 3]).is_err());
+    }
+
+    #[test]
+    fn source_address_is_the_brokers_own_when_it_names_one() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            source_for(at("127.0.0.2:9093"), at("127.0.0.3:9093")),
+            Some("127.0.0.2".parse().unwrap())
+        );
+        assert_eq!(source_for(at("0.0.0.0:9093"), at("127.0.0.3:9093")), None);
+        assert_eq!(source_for(at("[::]:9093"), at("[::1]:9093")), None);
+        assert_eq!(source_for(at("127.0.0.2:9093"), at("[::1]:9093")), None);
+    }
+
+    /// A peer sees the connection come from this broker's own address (what lets a firewall
+    /// rule cut one broker pair on a shared host), frames flow on it, and a refused connection
+    /// is an error at once, not a hang of the reactor.
+    #[test]
+    fn connections_leave_from_the_bound_source_address() {
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(|| async {
+                let listener = glommio::net::TcpListener::bind("127.0.0.3:0").unwrap();
+                let addr = listener.local_addr().unwrap();
+                let accepted = glommio::spawn_local(async move {
+                    let mut s = listener.accept().await.unwrap();
+                    let from = s.peer_addr().unwrap();
+                    (from, read_frame(&mut s).await.unwrap())
+                });
+                let mut out = connect(addr, Some("127.0.0.2".parse().unwrap()))
+                    .await
+                    .unwrap();
+                let frame = Frame::Reply(Reply {
+                    req: 5,
+                    result: Ok(12),
+                });
+                out.write_all(&frame.encode()).await.unwrap();
+                let (from, got) = accepted.await;
+                assert_eq!(from.ip(), "127.0.0.2".parse::<IpAddr>().unwrap());
+                assert_eq!(got, Some(frame));
+                // Nothing listens there any more: refused, well within the timeout.
+                drop(out);
+                let t0 = Instant::now();
+                let free = std::net::TcpListener::bind("127.0.0.3:0").unwrap();
+                let closed = free.local_addr().unwrap();
+                drop(free);
+                assert!(connect(closed, Some("127.0.0.2".parse().unwrap()))
+                    .await
+                    .is_err());
+                assert!(t0.elapsed() < CONNECT_TIMEOUT);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }
