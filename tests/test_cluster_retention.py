@@ -3,7 +3,9 @@ partitions"): each replica deletes its old segments on its own, once its Raft sn
 has moved past them, and a replica restarted after that opens its Raft log from the point.
 
 Three `weir serve` processes; a topic at replication factor 3 with 64 KiB segments and
-`retention.bytes` of 256 KiB. A librdkafka acks=all producer writes about 1.7 MB; then every
+`retention.bytes` of 256 KiB. A librdkafka acks=all producer writes about 5 MB in batches of
+16 KiB (a follower appends what one Raft message brings, up to 1 MiB, in one go, and rolls
+only between appends, so its segments can hold up to that); then every
 replica must have deleted its first segments while keeping at least `retention.bytes`; a
 consumer from the beginning starts at the leader's new log start and reads every record from
 there to the end. A follower is killed and restarted, then the leader is: the cluster elects a
@@ -14,6 +16,7 @@ same batches above the highest log start.
 from __future__ import annotations
 
 import struct
+import time
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -26,6 +29,8 @@ TOPIC = "kept"
 SEGMENT = 64 << 10
 RETAIN = 256 << 10
 PAD = 4 << 10
+N = 1200
+SMALL_BATCHES = {"linger.ms": 5, "batch.size": 16 << 10}
 
 
 def first_segment(b) -> int:
@@ -63,8 +68,8 @@ def test_each_replica_applies_retention_and_restarts_from_its_snapshot_point(clu
     create(cluster[0].bootstrap, TOPIC, 1, replication_factor=3,
            config={"segment.bytes": str(SEGMENT), "retention.bytes": str(RETAIN)})
     leader, epoch = leader_of(cluster, TOPIC, 0)
-    producer = rd_producer(everyone, acks="all", **{"linger.ms": 5})
-    produce(producer, TOPIC, 0, 0, 400, pad=PAD)
+    producer = rd_producer(everyone, acks="all", **SMALL_BATCHES)
+    produce(producer, TOPIC, 0, 0, N, pad=PAD)
 
     # Every replica deletes its first segments on its own, and keeps at least retention.bytes.
     starts = wait_until("retention on every replica",
@@ -73,38 +78,42 @@ def test_each_replica_applies_retention_and_restarts_from_its_snapshot_point(clu
     for b in cluster:
         assert kept_bytes(b) >= RETAIN, (b.data_dir, kept_bytes(b))
         assert "retention deleted segments" in b.log_tail(1 << 20)
-    low = log_start(everyone)
-    assert 0 < low <= max(starts), (low, starts)
-    got = rd_consume(everyone, TOPIC, [0], 400 - low)
-    assert [r.offset for r in got] == list(range(low, 400))
-    assert [r.value for r in got] == values(0, low, 400, PAD)
+    # Retention goes on while entries are applied: read once the leader's start has settled.
+    def settled():
+        first = log_start(everyone)
+        time.sleep(1.0)
+        return first if first == log_start(everyone) and first > 0 else None
+    low = wait_until("the leader's log start settled", settled, timeout=30.0)
+    got = rd_consume(everyone, TOPIC, [0], N - low)
+    assert [r.offset for r in got] == list(range(low, N))
+    assert [r.value for r in got] == values(0, low, N, PAD)
 
     # A follower restarted after retention opens its Raft log from its snapshot point.
     follower = cluster[(leader // NODE_ID_STRIDE) % 3]  # broker ids are 1-3, at index id - 1
     follower._kill()
     follower.start()
-    producer = rd_producer(",".join(b.bootstrap for b in cluster), acks="all", **{"linger.ms": 5})
-    produce(producer, TOPIC, 0, 400, 450, pad=PAD)
+    producer = rd_producer(",".join(b.bootstrap for b in cluster), acks="all", **SMALL_BATCHES)
+    produce(producer, TOPIC, 0, N, N + 50, pad=PAD)
 
     # The leader's broker dies: a replica whose log was compacted leads, producing goes on.
     dead = cluster[leader // NODE_ID_STRIDE - 1]
     survivors = [b for b in cluster if b is not dead]
     dead._kill()
     leader_of(survivors, TOPIC, 0, epoch + 1)
-    producer = rd_producer(",".join(b.bootstrap for b in survivors), acks="all", **{"linger.ms": 5})
-    produce(producer, TOPIC, 0, 450, 500, pad=PAD)
+    producer = rd_producer(",".join(b.bootstrap for b in survivors), acks="all", **SMALL_BATCHES)
+    produce(producer, TOPIC, 0, N + 50, N + 100, pad=PAD)
     dead.start()
 
     # Every replica holds the same batches above the highest first segment.
     def same():
         above = max(first_segment(b) for b in cluster)
         copies = [batches_from(stored_batches(b.data_dir, TOPIC, 0), above) for b in cluster]
-        if all(c == copies[0] for c in copies) and count_records(copies[0]) == 500 - above:
+        if all(c == copies[0] for c in copies) and count_records(copies[0]) == N + 100 - above:
             return above
         return None
     above = wait_until("the same batches above every replica's log start", same, timeout=60.0)
     everyone = ",".join(b.bootstrap for b in cluster)
     low = log_start(everyone)
-    got = rd_consume(everyone, TOPIC, [0], 500 - low)
-    assert [r.value for r in got] == values(0, low, 400, PAD) + values(0, 400, 500, PAD)
+    got = rd_consume(everyone, TOPIC, [0], N + 100 - low)
+    assert [r.value for r in got] == values(0, low, N + 100, PAD)
     print(f"first segments after retention: {starts}; log start {low}; replicas agree from {above}")
