@@ -222,9 +222,14 @@ async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, 
         Some(socket2::Protocol::TCP),
     )
     .map_err(|e| io("socket", e))?;
-    socket
-        .bind(&SocketAddr::new(source, 0).into())
-        .map_err(|e| io(&format!("binding to {source}"), e))?;
+    if let Err(e) = socket.bind(&SocketAddr::new(source, 0).into()) {
+        // The voters entry names an address this host does not have (behind NAT, or a
+        // container's published address): connect as before, from whatever the kernel picks.
+        tracing::debug!(%source, error = %e, "cannot bind a peer connection to this broker's voters address; connecting unbound");
+        return TcpStream::connect_timeout(addr, CONNECT_TIMEOUT)
+            .await
+            .map_err(|e| e.to_string());
+    }
     socket
         .set_nonblocking(true)
         .map_err(|e| io("set_nonblocking", e))?;
@@ -351,6 +356,15 @@ mod tests {
                     .await
                     .is_err());
                 assert!(t0.elapsed() < CONNECT_TIMEOUT);
+                // A voters address this host does not have (NAT, a container's published
+                // address) must not keep the brokers apart: the connection is made unbound.
+                let listener = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = listener.local_addr().unwrap();
+                let accepted = glommio::spawn_local(async move { listener.accept().await.is_ok() });
+                assert!(connect(addr, Some("192.0.2.1".parse().unwrap()))
+                    .await
+                    .is_ok());
+                assert!(accepted.await);
             })
             .unwrap()
             .join()
