@@ -93,9 +93,12 @@ def producer_loop(hist: History, bootstrap: str, name: str, idempotent: bool, st
         hist.failed_to_flush(name, left)
 
 
-def consumer_loop(hist: History, bootstrap: str, stop: threading.Event, errors: list):
+def consumer_loop(hist: History, bootstrap: str, stop: threading.Event, errors: list,
+                  topic: str = TOPIC, partitions: int = PARTITIONS):
+    """Reads `topic`'s partitions from offset 0 until `stop`, each read recorded in `hist`
+    (also used by tests/test_cluster_partitions.py)."""
     c = rd_consumer(bootstrap, **{"fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     try:
         while not stop.is_set():
             m = c.poll(0.1)

@@ -32,14 +32,14 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 import kafka_wire as kw
-from clients import rd_consume, rd_consumer, rd_producer
+from clients import rd_consume, rd_producer
 from cluster_net import partition_cluster  # noqa: F401
 from history import History
+from test_cluster_faults import broker_of, consumer_loop
 from test_cluster_metadata import NODE_ID_STRIDE, create, metadata_v1, wait_until
 from test_cluster_replication import high_watermark, leader_of, same_batches_everywhere, stored_batches
 
@@ -115,26 +115,6 @@ def producer_loop(hist: History, bootstrap: str, stop: threading.Event, acks_at:
     left = p.flush(40)
     if left:
         hist.failed_to_flush("load", left)
-
-
-def consumer_loop(hist: History, bootstrap: str, stop: threading.Event, errors: list):
-    c = rd_consumer(bootstrap, **{"fetch.wait.max.ms": 50})
-    c.assign([TopicPartition(TOPIC, 0, 0)])
-    try:
-        while not stop.is_set():
-            m = c.poll(0.1)
-            if m is None:
-                continue
-            if m.error():
-                errors.append(str(m.error()))
-                continue
-            hist.read("consumer", m.partition(), m.offset(), m.value())
-    finally:
-        c.close()
-
-
-def broker_of(cluster, node: int):
-    return cluster[node // NODE_ID_STRIDE - 1]
 
 
 def caught_up(cluster, leader: int, what: str) -> None:
@@ -246,7 +226,7 @@ def test_partitioned_leader_acknowledges_nothing_and_its_suffix_is_cut(partition
     acks_at: list[float] = []
     consumer_errors: list[str] = []
     threads = [threading.Thread(target=producer_loop, args=(hist, everyone, stop_producer, acks_at), daemon=True),
-               threading.Thread(target=consumer_loop, args=(hist, everyone, stop_consumer, consumer_errors),
+               threading.Thread(target=consumer_loop, args=(hist, everyone, stop_consumer, consumer_errors, TOPIC, 1),
                                 daemon=True)]
     for t in threads:
         t.start()

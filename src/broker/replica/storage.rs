@@ -194,19 +194,15 @@ impl ReplicaStorage {
     /// the current point).
     pub fn compaction_point(&self, offset: u64) -> Option<SnapshotPoint> {
         let c = self.core.borrow();
-        let mut point = None;
-        for (i, slot) in c.table.iter().enumerate() {
-            let index = c.snap.index + 1 + i as u64;
-            if index > c.applied || slot.end > offset {
-                break;
-            }
-            point = Some(SnapshotPoint {
-                index,
-                term: slot.term,
-                offset: slot.end,
-            });
-        }
-        point
+        // Entry ends only go up: the entries ending at or below `offset` are a prefix.
+        let applied = c.applied.saturating_sub(c.snap.index) as usize;
+        let n = c.table.partition_point(|s| s.end <= offset).min(applied);
+        let slot = c.table.get(n.checked_sub(1)?)?;
+        Some(SnapshotPoint {
+            index: c.snap.index + n as u64,
+            term: slot.term,
+            offset: slot.end,
+        })
     }
 
     /// Forgets the entries up to `point` (which `compaction_point` gave): raft-rs's log then

@@ -221,24 +221,21 @@ impl Shard {
             debug!(topic = %g.topic, partition = g.partition, error = ?e, "invalid batch");
             errors::CORRUPT_MESSAGE
         })?;
-        let transactional =
-            infos.iter().scan(0usize, |pos, info| {
-                let h = weir_storage::batch::BatchHeader::parse(&records[*pos..]);
-                *pos += info.total_bytes;
-                Some(h.is_some_and(|h| {
-                    h.attributes.get() & weir_storage::batch::TRANSACTIONAL_FLAG != 0
-                }))
-            });
-        if transactional.into_iter().any(|t| t) {
+        // Which of the producer fields the batches carry (one pass over their headers).
+        let (mut transactional, mut idempotent) = (false, false);
+        let mut pos = 0usize;
+        for info in &infos {
+            if let Some(h) = weir_storage::batch::BatchHeader::parse(&records[pos..]) {
+                transactional |= h.attributes.get() & weir_storage::batch::TRANSACTIONAL_FLAG != 0;
+                idempotent |= h.producer_id.get() >= 0;
+            }
+            pos += info.total_bytes;
+        }
+        if transactional {
             // Not yet: markers are not replicated (docs/replication.md, "Step 3 as built").
             debug!(topic = %g.topic, partition = g.partition, "transactional produce to a replicated partition refused");
             return Err(errors::INVALID_TXN_STATE);
         }
-        let idempotent = infos.iter().scan(0usize, |pos, info| {
-            let h = weir_storage::batch::BatchHeader::parse(&records[*pos..]);
-            *pos += info.total_bytes;
-            Some(h.is_some_and(|h| h.producer_id.get() >= 0))
-        });
         // Idempotent requests are checked and proposed one at a time, in the order they
         // reached this core (a place in line is taken now, in this call's first poll: a
         // connection's pipelined requests must not overtake each other, or the later one is
@@ -247,7 +244,7 @@ impl Shard {
         // The wait for the turn counts against the request's ACKS_WAIT: behind a leader that
         // cannot write, queued requests time out together, not one after another.
         let started = Instant::now();
-        let in_order = if idempotent.into_iter().any(|i| i) {
+        let in_order = if idempotent {
             let turn =
                 futures_lite::future::or(async { Some(g.idempotent_order.lock().await) }, async {
                     glommio::timer::sleep(ACKS_WAIT).await;

@@ -529,7 +529,7 @@ impl Shard {
         let (Some(first), Some(last)) = (run.first(), run.last()) else {
             return Ok(());
         };
-        let what = format!("appending entries {}-{}", first.index, last.index);
+        let (from, to) = (first.index, last.index);
         let data = if run.len() == 1 {
             first.data.clone()
         } else {
@@ -544,7 +544,7 @@ impl Shard {
             .log
             .append_assigned(data)
             .await
-            .map_err(|err| format!("{what}: {err}"))?;
+            .map_err(|err| format!("appending entries {from}-{to}: {err}"))?;
         Ok(())
     }
 

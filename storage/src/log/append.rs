@@ -106,16 +106,7 @@ impl Log {
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         inner.check_usable()?;
         // Idempotent producers: sequence checks and retries, under the append lock.
-        let mut from_producers: Vec<(usize, ProducerBatch)> = Vec::new();
-        {
-            let mut pos = 0usize;
-            for (i, info) in infos.iter().enumerate() {
-                if let Some(b) = ProducerBatch::of(&records[pos..]) {
-                    from_producers.push((i, b));
-                }
-                pos += info.total_bytes;
-            }
-        }
+        let from_producers = producer_batches(&records, &infos);
         if let Some((base_offset, last_offset)) = inner.check_producers(&infos, &from_producers)? {
             drop(permit);
             // The original may still be on its way to the disk.
@@ -542,4 +533,21 @@ impl Inner {
             self.syncs_completed.advance(self.syncs_completed.get() + 1);
         }
     }
+}
+
+/// The idempotent producers' batches of a validated record set: each one's index in `infos`
+/// and its producer fields.
+pub(super) fn producer_batches(
+    records: &[u8],
+    infos: &[batch::BatchInfo],
+) -> Vec<(usize, ProducerBatch)> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    for (i, info) in infos.iter().enumerate() {
+        if let Some(b) = ProducerBatch::of(&records[pos..]) {
+            out.push((i, b));
+        }
+        pos += info.total_bytes;
+    }
+    out
 }

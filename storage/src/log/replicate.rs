@@ -151,15 +151,7 @@ impl Log {
         let inner = &self.inner;
         inner.check_usable()?;
         let infos = batch::validate_all(records).map_err(Error::InvalidBatch)?;
-        let mut from_producers: Vec<(usize, ProducerBatch)> = Vec::new();
-        let mut pos = 0usize;
-        for (i, info) in infos.iter().enumerate() {
-            if let Some(b) = ProducerBatch::of(&records[pos..]) {
-                from_producers.push((i, b));
-            }
-            pos += info.total_bytes;
-        }
-        inner.check_producers(&infos, &from_producers)
+        inner.check_producers(&infos, &super::append::producer_batches(records, &infos))
     }
 
     /// Removes every batch at or above `offset`, which must be a batch boundary (the base

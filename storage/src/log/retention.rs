@@ -31,6 +31,8 @@ impl Log {
         let segs = inner.segments.borrow();
         let mut total: u64 = segs.values().map(|s| s.state.borrow().size).sum();
         let mut point = None;
+        // The active segment is never deleted; nor is one not yet committed
+        // (`committed_reads`: a truncation may still cut it).
         for seg in segs.values().take(segs.len().saturating_sub(1)) {
             let st = seg.state.borrow();
             if st.next_offset > inner.visible.get() {
@@ -71,35 +73,22 @@ impl Log {
                 drop(permit);
             }
         }
+        // Deletes what `retention_point` plans, up to `limit`: appends meanwhile only add
+        // bytes, and nothing cuts below the committed offset, so the plan stays valid.
+        let Some(stop) = self.retention_point(now_ms).map(|p| p.min(limit)) else {
+            return Ok(0);
+        };
         let mut deleted = 0;
         loop {
-            let (oldest, total_bytes, count) = {
+            let deletable = {
                 let segs = inner.segments.borrow();
-                let total: u64 = segs.values().map(|s| s.state.borrow().size).sum();
-                (segs.values().next().cloned(), total, segs.len())
+                segs.len() > 1
+                    && segs
+                        .values()
+                        .next()
+                        .is_some_and(|s| s.state.borrow().next_offset <= stop)
             };
-            let Some(oldest) = oldest else { break };
-            if count <= 1 {
-                break; // the active segment is never deleted
-            }
-            let (size, max_ts, next_offset) = {
-                let st = oldest.state.borrow();
-                (st.size, st.max_timestamp, st.next_offset)
-            };
-            if next_offset > inner.visible.get() || next_offset > limit {
-                // Not yet committed (`committed_reads`): a truncation may still cut it. Or
-                // past the caller's limit (a replicated log's snapshot point).
-                break;
-            }
-            let by_time = config.cleanup_delete
-                && config
-                    .retention_ms
-                    .is_some_and(|ms| max_ts < now_ms - ms as i64);
-            let by_size = config.cleanup_delete
-                && config
-                    .retention_bytes
-                    .is_some_and(|max| total_bytes - size >= max);
-            if !(by_time || by_size) {
+            if !deletable {
                 break;
             }
             inner.delete_oldest_segment().await?;
