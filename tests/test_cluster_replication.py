@@ -128,7 +128,10 @@ def stored_batches(data_dir: Path, topic: str, partition: int) -> bytes:
 
 def leader_of(brokers, topic: str, partition: int, min_epoch: int = 1) -> tuple[int, int]:
     """Waits until every live broker names the same leader of the partition with an epoch of
-    at least `min_epoch` (its Metadata answer and its applied metadata); (leader node, epoch)."""
+    at least `min_epoch` (its Metadata answer and its applied metadata); (leader node, epoch).
+    The two are read apart, so a broker counts only when they agree: its Metadata answer can
+    lag the applied file by a moment, and a stale answer beside a new epoch once sent a
+    SIGSTOP to a follower instead of the leader."""
     def check():
         seen = set()
         for b in brokers:
@@ -137,7 +140,10 @@ def leader_of(brokers, topic: str, partition: int, min_epoch: int = 1) -> tuple[
             epoch = t.get("leader_epochs", [0] * (partition + 1))[partition]
             if epoch < min_epoch:
                 return None
-            seen.add((topics[topic][1][partition], epoch))
+            leader = topics[topic][1][partition]
+            if leader // NODE_ID_STRIDE != t["brokers"][partition]:
+                return None
+            seen.add((leader, epoch))
         return seen.pop() if len(seen) == 1 else None
     return wait_until(f"one leader of {topic}-{partition} named everywhere", check)
 
