@@ -457,6 +457,11 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
                 if !grown.leader_epochs.is_empty() {
                     grown.leader_epochs.resize(grown.owners.len(), 0);
                 }
+                // New partitions have no reported in-sync replicas yet (Metadata then names
+                // the leader alone), like the unreported ones of a new topic.
+                if !grown.isr.is_empty() {
+                    grown.isr.resize(grown.owners.len(), Vec::new());
+                }
             }
             if let Err(o) = check_factor(&grown, rf) {
                 return o;

@@ -357,7 +357,21 @@ fn replicas_on_distinct_brokers_core_aligned() {
     assert_eq!(Metadata::replicas_of(t, 0, 0).len(), 3);
     let bytes = serde_json::to_vec(&m).unwrap();
     assert_eq!(Metadata::parse(&bytes).unwrap(), m);
-    // Growing the topic keeps its replication factor.
+    // A leader reports itself and its in-sync replicas (every partition gets an ISR slot).
+    let (b0, c0) = m.topics["t"].replicas[0][1];
+    let report = Record::PartitionLeader {
+        topic: "t".into(),
+        topic_id: m.topics["t"].id.clone(),
+        partition: 0,
+        broker: b0,
+        core: c0,
+        epoch: 1,
+        isr: vec![1, 2, 3],
+    };
+    assert_eq!(apply(&mut m, &report), Outcome::Done);
+    assert_eq!(m.topics["t"].isr.len(), 6);
+    // Growing the topic keeps its replication factor; the new partitions have no ISR yet
+    // (regression: the ISR list was not grown, and the record was refused).
     let mut grow = Record::CreatePartitions {
         topic: "t".into(),
         count: 8,
@@ -368,6 +382,9 @@ fn replicas_on_distinct_brokers_core_aligned() {
     assert_eq!(apply(&mut m, &grow), Outcome::Done);
     assert_eq!(m.topics["t"].replicas.len(), 8);
     assert!(m.topics["t"].replicas.iter().all(|r| r.len() == 3));
+    assert_eq!(m.topics["t"].isr.len(), 8);
+    assert_eq!(m.topics["t"].isr[0], vec![1, 2, 3]);
+    assert!(m.topics["t"].isr[6..].iter().all(|i| i.is_empty()));
     // A metadata file with a replica list that breaks the rules is refused at load.
     let mut bad = m.clone();
     let t = bad.topics.get_mut("t").unwrap();

@@ -96,7 +96,7 @@ impl Coordinator {
             Ok(()) => vec![codes::NONE; n],
             Err(e) => {
                 tracing::warn!(group = group_id, error = %e, "offset commit failed");
-                vec![codes::KAFKA_STORAGE_ERROR; n]
+                vec![e.code(); n]
             }
         }
     }
@@ -163,7 +163,7 @@ impl Coordinator {
             Ok(()) => codes::NONE,
             Err(e) => {
                 tracing::warn!(group = group_id, error = %e, "transaction marker for offsets failed");
-                codes::KAFKA_STORAGE_ERROR
+                e.code()
             }
         }
     }
@@ -271,7 +271,7 @@ impl Coordinator {
         if let Some(store) = store {
             if let Err(e) = store.delete_partitions(group_id, &doomed).await {
                 tracing::warn!(group = group_id, error = %e, "deleting offsets failed");
-                return Err(codes::KAFKA_STORAGE_ERROR);
+                return Err(e.code());
             }
         }
         Ok(out)

@@ -54,7 +54,8 @@ impl Coordinator {
         })
     }
 
-    /// The core that owns `group`.
+    /// The core that owns `group` on a standalone broker (in a cluster: the core of this
+    /// broker's replica of the group's `__consumer_offsets` partition, `Shard::group_core`).
     pub fn core_of(group: &str, cores: usize) -> usize {
         OffsetRouter::core_of(group, cores)
     }
@@ -427,6 +428,7 @@ impl Coordinator {
     /// Expires members whose session timed out and completes rebalances whose time came.
     /// Called periodically by the core (every 100 ms or so).
     pub fn tick(&self) {
+        self.drop_lost_groups();
         let now = Instant::now();
         let groups: Vec<(String, Rc<RefCell<Group>>)> = self
             .groups
@@ -544,7 +546,7 @@ impl Coordinator {
         };
         if let Err(e) = deleted {
             tracing::warn!(group = group_id, error = %e, "deleting group offsets failed");
-            return codes::KAFKA_STORAGE_ERROR;
+            return e.code();
         }
         self.groups.borrow_mut().remove(group_id);
         codes::NONE

@@ -11,6 +11,7 @@ pub mod offsets;
 mod routing;
 pub mod service;
 mod state;
+mod takeover;
 #[cfg(test)]
 mod tests;
 

@@ -1,6 +1,11 @@
 //! Offset-store routing: which core coordinates a group (its bucket, `bucket % cores`), and
 //! the offset stores (one `weir_storage::Log` each) of the buckets this core owns, opened on
 //! first use.
+//!
+//! In a cluster ([`OffsetRouter::set_replica`]) a bucket is a partition of the replicated
+//! `__consumer_offsets`: this core coordinates the groups of the buckets whose partition it
+//! leads, each store loaded (the partition replayed) for the term it leads at; a store of an
+//! older term is never served.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -9,7 +14,7 @@ use std::rc::Rc;
 
 use weir_storage::BatchCache;
 
-use super::offsets::{bucket_of, OffsetStore, BUCKETS};
+use super::offsets::{bucket_of, OffsetStore, OffsetsReplica, BUCKETS};
 use super::state::codes;
 
 /// The offset stores of this core's buckets.
@@ -21,6 +26,8 @@ pub struct OffsetRouter {
     data_dir: PathBuf,
     cache: Rc<BatchCache>,
     open_lock: glommio::sync::Semaphore,
+    /// In a cluster: the replicated partitions behind the buckets.
+    replica: RefCell<Option<Rc<dyn OffsetsReplica>>>,
 }
 
 impl OffsetRouter {
@@ -47,7 +54,86 @@ impl OffsetRouter {
             data_dir: data_dir.to_owned(),
             cache,
             open_lock: glommio::sync::Semaphore::new(1),
+            replica: RefCell::new(None),
         })
+    }
+
+    /// Makes this a cluster's router: buckets are `__consumer_offsets` partitions.
+    pub fn set_replica(&self, replica: Rc<dyn OffsetsReplica>) {
+        *self.replica.borrow_mut() = Some(replica);
+    }
+
+    /// In a cluster, why this core does not serve `group` now: it leads the group's
+    /// partition but has not loaded it yet (COORDINATOR_LOAD_IN_PROGRESS, which clients retry
+    /// in place), or it does not lead it (NOT_COORDINATOR: they look for the coordinator
+    /// again). Kafka's two answers; the difference matters to librdkafka, whose OffsetFetch
+    /// treats NOT_COORDINATOR as "find the coordinator" — which crashes its admin client
+    /// (librdkafka issue 5040) — and LOAD_IN_PROGRESS as "retry".
+    pub fn not_serving(&self, group: &str) -> i16 {
+        match self.replica() {
+            Some(r) if r.leads(bucket_of(group)) => codes::COORDINATOR_LOAD_IN_PROGRESS,
+            _ => codes::NOT_COORDINATOR,
+        }
+    }
+
+    /// Whether this is a cluster's router.
+    pub fn is_cluster(&self) -> bool {
+        self.replica.borrow().is_some()
+    }
+
+    fn replica(&self) -> Option<Rc<dyn OffsetsReplica>> {
+        self.replica.borrow().clone()
+    }
+
+    /// In a cluster, the store of `bucket` if it is loaded for the term this core leads the
+    /// bucket's partition at now.
+    fn serving(&self, replica: &Rc<dyn OffsetsReplica>, bucket: usize) -> Option<Rc<OffsetStore>> {
+        let term = replica.serving_term(bucket)?;
+        let store = self.stores.borrow().get(&bucket).cloned()?;
+        (store.term() == Some(term)).then_some(store)
+    }
+
+    /// In a cluster, loads the store of `group`'s bucket when this core leads its partition
+    /// and the store is not loaded for that term (replaying the partition up to its commit).
+    /// `Ok(true)`: a store was (re)loaded, so any group state this core kept for the bucket
+    /// is of an older term. Standalone: nothing to do.
+    pub async fn load(&self, group: &str) -> Result<bool, i16> {
+        let Some(replica) = self.replica() else {
+            return Ok(false);
+        };
+        let bucket = bucket_of(group);
+        if replica.serving_term(bucket).is_none() || self.serving(&replica, bucket).is_some() {
+            return Ok(false);
+        }
+        let _permit = self
+            .open_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| codes::COORDINATOR_NOT_AVAILABLE)?;
+        let Some(term) = replica.serving_term(bucket) else {
+            return Ok(false);
+        };
+        if self.serving(&replica, bucket).is_some() {
+            return Ok(false);
+        }
+        let started = std::time::Instant::now();
+        match OffsetStore::open_replicated(replica.clone(), bucket, term).await {
+            Ok(s) => {
+                tracing::info!(
+                    bucket,
+                    term,
+                    groups = s.groups().len(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "offsets partition loaded: coordinating its groups"
+                );
+                self.stores.borrow_mut().insert(bucket, Rc::new(s));
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!(bucket, term, error = %e, "loading an offsets partition failed");
+                Err(codes::COORDINATOR_LOAD_IN_PROGRESS)
+            }
+        }
     }
 
     /// The core that owns `group`.
@@ -55,19 +141,39 @@ impl OffsetRouter {
         bucket_of(group) % cores.max(1)
     }
 
-    /// Whether this core coordinates `group`.
+    /// Whether this core coordinates `group` (in a cluster: leads its bucket's partition,
+    /// the store loaded for that term).
     pub fn owns(&self, group: &str) -> bool {
-        self.owned.contains(&bucket_of(group))
+        match self.replica() {
+            Some(r) => self.serving(&r, bucket_of(group)).is_some(),
+            None => self.owned.contains(&bucket_of(group)),
+        }
     }
 
     /// The group's offset store if it is open (an unopened store holds no offsets).
     pub fn store(&self, group: &str) -> Option<Rc<OffsetStore>> {
-        self.stores.borrow().get(&bucket_of(group)).cloned()
+        match self.replica() {
+            Some(r) => self.serving(&r, bucket_of(group)),
+            None => self.stores.borrow().get(&bucket_of(group)).cloned(),
+        }
     }
 
-    /// The stores opened so far.
+    /// The stores opened so far (in a cluster: those being served).
     pub fn open_stores(&self) -> Vec<Rc<OffsetStore>> {
-        self.stores.borrow().values().cloned().collect()
+        let stores: Vec<(usize, Rc<OffsetStore>)> = self
+            .stores
+            .borrow()
+            .iter()
+            .map(|(b, s)| (*b, s.clone()))
+            .collect();
+        match self.replica() {
+            Some(r) => stores
+                .into_iter()
+                .filter(|(b, s)| r.serving_term(*b).is_some() && s.term() == r.serving_term(*b))
+                .map(|(_, s)| s)
+                .collect(),
+            None => stores.into_iter().map(|(_, s)| s).collect(),
+        }
     }
 
     /// The stores, for closing them.
@@ -81,6 +187,9 @@ impl OffsetRouter {
         }
         if let Some(s) = self.store(group) {
             return Ok(s);
+        }
+        if self.replica().is_some() {
+            return Err(codes::NOT_COORDINATOR);
         }
         let _permit = self
             .open_lock

@@ -82,8 +82,62 @@ pub enum GroupResp {
     Done,
 }
 
+impl GroupReq {
+    /// The group the request is for (none for a listing or a deleted topic).
+    pub fn group(&self) -> Option<&str> {
+        match self {
+            GroupReq::Join(j) => Some(&j.group_id),
+            GroupReq::Sync(s) => Some(&s.group_id),
+            GroupReq::Heartbeat { group, .. }
+            | GroupReq::Leave { group, .. }
+            | GroupReq::Commit { group, .. }
+            | GroupReq::TxnCommit { group, .. }
+            | GroupReq::TxnEnd { group, .. }
+            | GroupReq::Fetch { group, .. }
+            | GroupReq::DeleteOffsets { group, .. } => Some(group),
+            GroupReq::Describe(g) | GroupReq::Delete(g) => Some(g),
+            GroupReq::List | GroupReq::TopicDeleted(_) => None,
+        }
+    }
+
+    /// The answer meaning "`code`, nothing done" in this request's shape.
+    fn refused(&self, code: i16) -> GroupResp {
+        match self {
+            GroupReq::Join(j) => GroupResp::Join(JoinResponse {
+                error: code,
+                member_id: j.member_id.clone(),
+                generation_id: -1,
+                ..Default::default()
+            }),
+            GroupReq::Sync(_) => GroupResp::Sync(SyncResponse {
+                error: code,
+                ..Default::default()
+            }),
+            GroupReq::Leave { members, .. } => GroupResp::Leave(code, vec![code; members.len()]),
+            GroupReq::Commit { parts, .. } | GroupReq::TxnCommit { parts, .. } => {
+                GroupResp::Commit(vec![code; parts.len()])
+            }
+            GroupReq::Fetch { .. } => GroupResp::Fetch(Err(code)),
+            GroupReq::DeleteOffsets { .. } => GroupResp::DeleteOffsets(Err(code)),
+            GroupReq::Describe(_) => GroupResp::Describe(GroupDescription {
+                error: code,
+                state: String::new(),
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            }),
+            _ => GroupResp::Code(code),
+        }
+    }
+}
+
 /// Serves a group operation on the core that owns the group.
 pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
+    if let Some(group) = req.group() {
+        if let Err(code) = coord.prepare(group).await {
+            return req.refused(code);
+        }
+    }
     match req {
         GroupReq::Join(j) => GroupResp::Join(coord.join(j).await),
         GroupReq::Sync(s) => GroupResp::Sync(coord.sync(s).await),

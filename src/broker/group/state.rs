@@ -16,6 +16,7 @@ pub mod codes {
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const ILLEGAL_GENERATION: i16 = 22;
     pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;

@@ -28,7 +28,7 @@ pub(super) fn s(v: &str) -> StrBytes {
 }
 
 pub(super) async fn call(shard: &Rc<Shard>, group: &str, req: GroupReq) -> GroupResp {
-    let core = Coordinator::core_of(group, shard.cores);
+    let core = shard.group_core(group);
     match shard.call(core, Req::Group(req)).await {
         Resp::Group(r) => r,
         _ => GroupResp::Code(codes::COORDINATOR_NOT_AVAILABLE),
@@ -41,66 +41,88 @@ pub struct Client<'a> {
     pub host: &'a str,
 }
 
-pub fn find_coordinator(
+pub async fn find_coordinator(
     shard: &Rc<Shard>,
     version: i16,
     req: &FindCoordinatorRequest,
     listener: usize,
 ) -> FindCoordinatorResponse {
     // The group's core (its offsets bucket's owner), or the transactional id's (its
-    // transaction log bucket's owner), when each core is its own broker.
-    let endpoint = |key: &str| -> (i32, String, i32) {
-        if req.key_type == 0 {
-            if let Some(e) = shard.group_coordinator(key, listener) {
-                return e;
-            }
-        }
-        let core = if req.key_type == 1 {
-            crate::broker::txn::core_of(key, shard.cores)
-        } else {
-            Coordinator::core_of(key, shard.cores)
-        };
-        let node = shard.node_of(core);
-        let brokers = shard.brokers(listener);
-        match brokers.iter().find(|b| b.0 == node) {
-            Some((_, h, p)) => (node, h.clone(), *p),
-            None => brokers[0].clone(),
-        }
+    // transaction log bucket's owner), when each core is its own broker. In a cluster a
+    // group's coordinator is its `__consumer_offsets` partition's leader (the topic is
+    // created on first need: COORDINATOR_NOT_AVAILABLE, which clients retry, meanwhile).
+    let keys: Vec<&str> = if version >= 4 {
+        req.coordinator_keys.iter().map(|k| k.as_str()).collect()
+    } else {
+        vec![req.key.as_str()]
     };
+    let mut endpoints = Vec::with_capacity(keys.len());
+    for key in keys {
+        let e = match (req.key_type == 0).then(|| shard.group_coordinator(key, listener)) {
+            Some(f) => f.await,
+            None => None,
+        };
+        endpoints.push(match e {
+            Some(e) => {
+                if e.is_err() {
+                    shard.ensure_offsets_topic();
+                }
+                e
+            }
+            None => {
+                let core = if req.key_type == 1 {
+                    crate::broker::txn::core_of(key, shard.cores)
+                } else {
+                    Coordinator::core_of(key, shard.cores)
+                };
+                let node = shard.node_of(core);
+                let brokers = shard.brokers(listener);
+                Ok(match brokers.iter().find(|b| b.0 == node) {
+                    Some((_, h, p)) => (node, h.clone(), *p),
+                    None => brokers[0].clone(),
+                })
+            }
+        });
+    }
     let mut r = FindCoordinatorResponse::default();
     // key_type 0 = group; 1 = transaction; 2 = share group (v6, KIP-932): not supported.
     // Not COORDINATOR_NOT_AVAILABLE: clients retry that until their timeout and then report
     // only the timeout. UNSUPPORTED_VERSION is fatal for them at once.
-    let (code, msg) = match req.key_type {
-        0 | 1 => (codes::NONE, None),
-        _ => (
+    let share_group = !matches!(req.key_type, 0 | 1);
+    // The answer for each key: its coordinator, or the error.
+    let answers = endpoints.into_iter().map(|e| match e {
+        _ if share_group => (
             crate::broker::errors::UNSUPPORTED_VERSION,
             Some(s("weir does not support share groups")),
+            -1,
+            String::new(),
+            -1,
         ),
-    };
+        Ok((node, host, port)) => (codes::NONE, None, node, host, port),
+        Err(e) => (e, None, -1, String::new(), -1),
+    });
     if version >= 4 {
         r.coordinators = req
             .coordinator_keys
             .iter()
-            .map(|k| {
-                let (node, host, port) = endpoint(k.as_str());
+            .zip(answers)
+            .map(|(k, (error, message, node, host, port))| {
                 let mut c = WireCoordinator::default();
                 c.key = k.clone();
                 c.node_id = BrokerId(node);
                 c.host = s(&host);
                 c.port = port;
-                c.error_code = code;
-                c.error_message = msg.clone();
+                c.error_code = error;
+                c.error_message = message;
                 c
             })
             .collect();
-    } else {
-        let (node, host, port) = endpoint(req.key.as_str());
-        r.error_code = code;
-        r.error_message = msg;
-        r.node_id = BrokerId(if code == codes::NONE { node } else { -1 });
-        r.host = s(if code == codes::NONE { &host } else { "" });
-        r.port = if code == codes::NONE { port } else { -1 };
+    } else if let Some((error, message, node, host, port)) = answers.into_iter().next() {
+        r.error_code = error;
+        r.error_message = message;
+        r.node_id = BrokerId(node);
+        r.host = s(&host);
+        r.port = port;
     }
     r
 }

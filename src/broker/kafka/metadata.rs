@@ -20,8 +20,10 @@ pub(super) async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
     if names.is_empty() {
         return;
     }
+    // `__consumer_offsets` is never auto-created as a plain topic: the brokers create it.
     let topics = names
         .into_iter()
+        .filter(|n| n != crate::broker::group::offsets::OFFSETS_TOPIC)
         .map(|name| NewTopic {
             name,
             partitions: -1,
@@ -115,6 +117,7 @@ pub(super) async fn metadata(
             }
             Some(tm) => {
                 t.topic_id = topic_uuid(&tm.id);
+                t.is_internal = name == crate::broker::group::offsets::OFFSETS_TOPIC;
                 t.partitions = (0..tm.owners.len())
                     .map(|p| {
                         let leader = BrokerId(shard.leader_node(&meta, tm, p));

@@ -270,7 +270,7 @@ async fn process_request(
         Body::DescribeTransactions(d) => one(&req, &txn::describe_transactions(&shard, d).await),
         Body::ListTransactions(l) => one(&req, &txn::list_transactions(&shard, l).await),
         Body::FindCoordinator(f) => {
-            let mut resp = group::find_coordinator(&shard, req.version, f, listener);
+            let mut resp = group::find_coordinator(&shard, req.version, f, listener).await;
             authz::patch_find_coordinator(&shard, session, f, &mut resp);
             one(&req, &resp)
         }

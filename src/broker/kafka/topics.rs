@@ -2,6 +2,7 @@
 
 use super::groups as group;
 use crate::broker::errors;
+use crate::broker::group::offsets::OFFSETS_TOPIC;
 use crate::broker::shard::{NewTopic, Req, Resp, Shard};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -40,20 +41,27 @@ pub(super) async fn create_topics(
                 .collect(),
         })
         .collect();
+    let (internal, topics): (Vec<NewTopic>, Vec<NewTopic>) =
+        topics.into_iter().partition(|t| t.name == OFFSETS_TOPIC);
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
-    let results = match shard
-        .call(
-            0,
-            Req::CreateTopics {
-                topics,
-                validate_only: c.validate_only,
-            },
-        )
-        .await
-    {
-        Resp::Topics(r) => r,
-        _ => unanswered(names),
+    let mut results = if topics.is_empty() {
+        Vec::new()
+    } else {
+        match shard
+            .call(
+                0,
+                Req::CreateTopics {
+                    topics,
+                    validate_only: c.validate_only,
+                },
+            )
+            .await
+        {
+            Resp::Topics(r) => r,
+            _ => unanswered(names),
+        }
     };
+    results.extend(internal.into_iter().map(|t| internal_topic(t.name)));
     let meta = shard.metadata();
     let mut resp = CreateTopicsResponse::default();
     for r in results {
@@ -120,6 +128,19 @@ pub(super) async fn create_partitions(
     resp
 }
 
+/// The answer to a client creating or deleting `__consumer_offsets`: the brokers own it
+/// (they create it for the first consumer group of a cluster).
+fn internal_topic(name: String) -> crate::broker::shard::TopicResult {
+    crate::broker::shard::TopicResult {
+        name,
+        error: errors::INVALID_REQUEST,
+        message: Some(format!(
+            "{OFFSETS_TOPIC} is an internal topic: the brokers create and keep it"
+        )),
+        partitions: -1,
+    }
+}
+
 pub(super) fn unanswered(names: Vec<String>) -> Vec<crate::broker::shard::TopicResult> {
     names
         .into_iter()
@@ -163,10 +184,17 @@ pub(super) async fn delete_topics(
         return resp;
     }
     let meta = shard.metadata();
-    let results = match shard.call(0, Req::DeleteTopics(names.clone())).await {
-        Resp::Topics(r) => r,
-        _ => unanswered(names),
+    let (internal, names): (Vec<String>, Vec<String>) =
+        names.into_iter().partition(|n| n == OFFSETS_TOPIC);
+    let mut results = if names.is_empty() {
+        Vec::new()
+    } else {
+        match shard.call(0, Req::DeleteTopics(names.clone())).await {
+            Resp::Topics(r) => r,
+            _ => unanswered(names),
+        }
     };
+    results.extend(internal.into_iter().map(internal_topic));
     for r in results {
         if r.error == errors::NONE {
             // Committed offsets of a deleted topic go away with it.

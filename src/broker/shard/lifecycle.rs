@@ -191,6 +191,12 @@ impl Shard {
         )
         .await
         .map_err(|e| format!("opening the group offsets: {e}"))?;
+        if !self.config.voters.is_empty() {
+            // In a cluster the buckets are the partitions of `__consumer_offsets`.
+            c.set_replica(Rc::new(super::offsets_replica::OffsetsReplicas {
+                shard: Rc::downgrade(self),
+            }));
+        }
         let c = Rc::new(c);
         *self.groups.borrow_mut() = Some(c.clone());
         let weak = Rc::downgrade(&c);

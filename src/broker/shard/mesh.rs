@@ -138,6 +138,10 @@ impl Shard {
                 Resp::LowWatermarks(self.delete_records_local(parts).await)
             }
             Req::Metrics => Resp::Metrics(Box::new(self.metrics_snapshot())),
+            Req::ReplicaLeader(topic, partition) => Resp::Leader(
+                self.replica_group(&topic, partition)
+                    .map_or(0, |g| g.leader.get()),
+            ),
             Req::PartitionSizes => Resp::PartitionSizes(self.partition_sizes()),
             Req::DescribeProducers(parts) => {
                 Resp::Producers(self.describe_producers_local(parts).await)

@@ -18,6 +18,7 @@ mod lifecycle;
 mod mesh;
 mod msg;
 mod offsets;
+mod offsets_replica;
 mod produce;
 mod replica_io;
 mod replicated;
@@ -198,6 +199,8 @@ pub struct Shard {
     pub metrics: crate::broker::metrics::CoreMetrics,
     /// The clock tick of the last producer id handed out here ([`producer_id`]).
     last_producer_tick: Cell<u64>,
+    /// A creation of `__consumer_offsets` is under way from this core (`offsets_replica`).
+    creating_offsets_topic: Cell<bool>,
 }
 
 /// The metadata change of an admin request could not be saved: every topic it would have
@@ -276,6 +279,7 @@ impl Shard {
             shutdown: Event::default(),
             connections: Cell::new(0),
             last_producer_tick: Cell::new(0),
+            creating_offsets_topic: Cell::new(false),
         })
     }
 

@@ -265,6 +265,9 @@ pub enum Req {
     /// → core 0: metadata records to submit to the metadata group (a partition leader);
     /// answered `Stored`.
     Submit(Vec<weir::cluster::Record>),
+    /// → the replica's core: the leader (broker id, 0 for none) its Raft group knows of;
+    /// answered `Leader`.
+    ReplicaLeader(String, i32),
 }
 
 #[derive(Debug)]
@@ -292,6 +295,7 @@ pub enum Resp {
     PartitionSizes(Vec<(String, i32, u64)>),
     /// Per partition of a `Req::DescribeProducers`: its producers, or an error code.
     Producers(Vec<Result<Vec<ProducerInfo>, i16>>),
+    Leader(u64),
     Done,
 }
 

@@ -466,7 +466,7 @@ impl Shard {
 
     /// The node id of core `core` of broker `b` as clients see it: on this broker
     /// `node_of`, on another per core if that broker registered per-core endpoints.
-    fn node_at(&self, meta: &Metadata, b: u64, core: usize) -> i32 {
+    pub(super) fn node_at(&self, meta: &Metadata, b: u64, core: usize) -> i32 {
         if meta.local_broker.is_none_or(|here| here == b) {
             return self.node_of(core);
         }
@@ -515,28 +515,6 @@ impl Shard {
             .iter()
             .map(|&(b, c)| self.node_at(meta, b, c))
             .collect()
-    }
-
-    /// In a cluster, the coordinator of consumer group `group` for a client on `listener`:
-    /// one broker for the whole cluster (the registered brokers in id order, picked by a
-    /// CRC-32C of the name), and on it the core that holds the group's offsets bucket — so
-    /// every member, whichever broker it asked, joins and commits at the same place. Groups
-    /// are not replicated yet: while that broker is down its groups are unavailable.
-    /// `None` on a standalone broker.
-    pub fn group_coordinator(&self, group: &str, listener: usize) -> Option<(i32, String, i32)> {
-        let meta = self.metadata();
-        let here = meta.local_broker?;
-        let mut all = meta.brokers.clone();
-        all.insert(here, self.broker_info());
-        let (&b, info) = all
-            .iter()
-            .nth(crc32c::crc32c(group.as_bytes()) as usize % all.len())?;
-        let core = crate::broker::group::Coordinator::core_of(group, info.cores.max(1));
-        let l = info.listeners.get(listener).or(info.listeners.first())?;
-        Some(match l.cores.get(core) {
-            Some((h, p)) => (self.node_id(Some(b), core, true), h.clone(), *p),
-            None => (self.node_id(Some(b), core, false), l.host.clone(), l.port),
-        })
     }
 
     /// The controller id put in Metadata: in a cluster this broker's first node (it

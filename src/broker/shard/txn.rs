@@ -28,7 +28,6 @@ use super::lifecycle::wall_clock_ms;
 use super::msg::{Req, Resp, TxnReq, TxnResp};
 use super::Shard;
 use crate::broker::errors;
-use crate::broker::group::coordinator::Coordinator;
 use crate::broker::group::service::{GroupReq, GroupResp};
 use crate::broker::sync::join_all;
 use crate::broker::txn::{self, TxnMeta, TxnState, TxnStore};
@@ -462,7 +461,7 @@ impl Shard {
         let written = join_all(calls.collect()).await;
         let mut ok = written.iter().all(|w| *w);
         for group in groups {
-            let core = Coordinator::core_of(group, self.cores);
+            let core = self.group_core(group);
             let req = Req::Group(GroupReq::TxnEnd {
                 group: group.clone(),
                 producer_id,

@@ -1,5 +1,8 @@
 //! Durable committed offsets: one internal log per bucket (`<data>/__consumer_offsets/<n>`),
-//! on the core that owns the bucket, written with the storage engine.
+//! on the core that owns the bucket, written with the storage engine. In a cluster the
+//! buckets are instead the partitions of the replicated internal topic `__consumer_offsets`
+//! ([`OffsetsReplica`]): a commit is proposed to the partition's Raft group and answered once
+//! a majority has it, and the bucket's leader replays the partition when it takes over.
 //!
 //! Each commit appends one record batch (one record per partition) and is flushed before
 //! it is acknowledged. Record layout (all integers big-endian):
@@ -24,12 +27,19 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use weir_storage::batch::{decode_records, RecordBatchBuilder};
 use weir_storage::{BatchCache, Log, LogConfig};
 
+mod backing;
 mod txn;
+
+use backing::Backing;
+pub use backing::{OffsetsError, OffsetsReplica};
 
 use txn::{Pending, KIND_TXN_END, KIND_TXN_OFFSET};
 
 /// Number of offset buckets (Kafka's `offsets.topic.num.partitions`, fixed here).
 pub const BUCKETS: usize = 16;
+/// The internal topic whose partitions are the buckets in a cluster (Kafka's name).
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 const KIND_OFFSET: u8 = 1;
 const VALUE_VERSION: u8 = 1;
 const COMPACT_MIN_BYTES: u64 = 4 << 20;
@@ -57,7 +67,7 @@ pub(crate) type Key = (String, String, i32);
 
 /// The offsets of the groups in one bucket.
 pub struct OffsetStore {
-    log: Log,
+    backing: Backing,
     pub(crate) entries: RefCell<BTreeMap<Key, Committed>>,
     /// Offsets of open transactions (`offsets/txn.rs`).
     pub(crate) pending: RefCell<Pending>,
@@ -207,23 +217,80 @@ impl OffsetStore {
     ) -> Result<OffsetStore, weir_storage::Error> {
         let dir = Self::dir(data_dir, bucket);
         let log = Log::open_with_cache(&dir, internal_log_config(), cache).await?;
-        let store = OffsetStore {
+        let store = OffsetStore::new(Backing::Own(log));
+        store.replay().await?;
+        Ok(store)
+    }
+
+    /// The store of `bucket` in a cluster, for the leader of its partition at `term`: the
+    /// partition replayed up to its committed offset.
+    pub async fn open_replicated(
+        io: Rc<dyn OffsetsReplica>,
+        bucket: usize,
+        term: u64,
+    ) -> Result<OffsetStore, OffsetsError> {
+        let log = io.log(bucket).await.ok_or(OffsetsError::Replica(
+            crate::broker::errors::NOT_COORDINATOR,
+        ))?;
+        let store = OffsetStore::new(Backing::Replica {
             log,
+            io,
+            bucket,
+            term,
+        });
+        store.replay().await?;
+        Ok(store)
+    }
+
+    fn new(backing: Backing) -> OffsetStore {
+        OffsetStore {
+            backing,
             entries: RefCell::new(BTreeMap::new()),
             pending: RefCell::new(Pending::new()),
             bytes_since_compaction: Cell::new(0),
             compacting: Cell::new(false),
             unapplied: Cell::new(0),
             compact_min_bytes: COMPACT_MIN_BYTES,
-        };
-        store.replay().await?;
-        Ok(store)
+        }
+    }
+
+    fn log(&self) -> &Log {
+        match &self.backing {
+            Backing::Own(log) => log,
+            Backing::Replica { log, .. } => log,
+        }
+    }
+
+    /// The Raft term this store was loaded for (`None` for a standalone broker's own log).
+    pub fn term(&self) -> Option<u64> {
+        match &self.backing {
+            Backing::Own(_) => None,
+            Backing::Replica { term, .. } => Some(*term),
+        }
+    }
+
+    /// Appends `batch` durably: flushed to this broker's own log, or committed by a majority
+    /// of the bucket's replicas.
+    async fn append_durably(&self, batch: Bytes) -> Result<(), OffsetsError> {
+        match &self.backing {
+            Backing::Own(log) => {
+                log.append(batch).await?;
+                log.flush().await?;
+            }
+            Backing::Replica {
+                io, bucket, term, ..
+            } => io
+                .append(*bucket, *term, batch)
+                .await
+                .map_err(OffsetsError::Replica)?,
+        }
+        Ok(())
     }
 
     async fn replay(&self) -> Result<(), weir_storage::Error> {
         let mut entries = BTreeMap::new();
         let mut pending = Pending::new();
-        let bytes = replay_records(&self.log, |raw_key, value| {
+        let bytes = replay_records(self.log(), |raw_key, value| {
             if matches!(raw_key.first(), Some(&KIND_TXN_OFFSET | &KIND_TXN_END)) {
                 txn::replay(raw_key, value, &mut pending, &mut entries);
                 return;
@@ -237,7 +304,7 @@ impl OffsetStore {
             };
         })
         .await?;
-        tracing::debug!(dir = %self.log.dir().display(), entries = entries.len(), bytes, "offsets replayed");
+        tracing::debug!(dir = %self.log().dir().display(), entries = entries.len(), bytes, "offsets replayed");
         *self.entries.borrow_mut() = entries;
         *self.pending.borrow_mut() = pending;
         self.bytes_since_compaction.set(bytes);
@@ -249,7 +316,7 @@ impl OffsetStore {
         &self,
         group: &str,
         offsets: Vec<(String, i32, Committed)>,
-    ) -> Result<(), weir_storage::Error> {
+    ) -> Result<(), OffsetsError> {
         if offsets.is_empty() {
             return Ok(());
         }
@@ -265,8 +332,7 @@ impl OffsetStore {
         let len = batch.len() as u64;
         {
             let _unapplied = Unapplied::new(&self.unapplied);
-            self.log.append(batch).await?;
-            self.log.flush().await?;
+            self.append_durably(batch).await?;
             let mut e = self.entries.borrow_mut();
             for (topic, partition, c) in offsets {
                 e.insert((group.to_owned(), topic, partition), c);
@@ -283,12 +349,11 @@ impl OffsetStore {
         &self,
         batch: Bytes,
         apply: impl FnOnce(&Self),
-    ) -> Result<(), weir_storage::Error> {
+    ) -> Result<(), OffsetsError> {
         let len = batch.len() as u64;
         {
             let _unapplied = Unapplied::new(&self.unapplied);
-            self.log.append(batch).await?;
-            self.log.flush().await?;
+            self.append_durably(batch).await?;
             apply(self);
         }
         self.bytes_since_compaction
@@ -301,7 +366,7 @@ impl OffsetStore {
         &self,
         group: Option<&str>,
         topic: Option<&str>,
-    ) -> Result<usize, weir_storage::Error> {
+    ) -> Result<usize, OffsetsError> {
         let keys: Vec<Key> = self
             .entries
             .borrow()
@@ -318,7 +383,7 @@ impl OffsetStore {
         &self,
         group: &str,
         parts: &[(String, i32)],
-    ) -> Result<usize, weir_storage::Error> {
+    ) -> Result<usize, OffsetsError> {
         let keys: Vec<Key> = {
             let e = self.entries.borrow();
             parts
@@ -331,7 +396,7 @@ impl OffsetStore {
     }
 
     /// Appends a tombstone for each key (one batch), flushes, then forgets them in memory.
-    async fn tombstone(&self, mut keys: Vec<Key>) -> Result<usize, weir_storage::Error> {
+    async fn tombstone(&self, mut keys: Vec<Key>) -> Result<usize, OffsetsError> {
         keys.sort();
         keys.dedup();
         if keys.is_empty() {
@@ -342,8 +407,7 @@ impl OffsetStore {
             b = b.record(Some(&encode_key(g, t, *p)), None, &[]);
         }
         let _unapplied = Unapplied::new(&self.unapplied);
-        self.log.append(b.build()).await?;
-        self.log.flush().await?;
+        self.append_durably(b.build()).await?;
         let mut e = self.entries.borrow_mut();
         for k in &keys {
             e.remove(k);
@@ -392,7 +456,13 @@ impl OffsetStore {
 
     /// Rewrites the live offsets and drops what is below them, once the log holds much more
     /// than the live data.
-    async fn maybe_compact(&self) -> Result<(), weir_storage::Error> {
+    ///
+    /// Only a standalone broker's own log: a replicated bucket is not compacted yet (its
+    /// replicas would have to move their log starts together; docs/replication.md).
+    async fn maybe_compact(&self) -> Result<(), OffsetsError> {
+        let Backing::Own(log) = &self.backing else {
+            return Ok(());
+        };
         let live: Vec<(Key, Committed)> = {
             let e = self.entries.borrow();
             let since = self.bytes_since_compaction.get();
@@ -413,7 +483,7 @@ impl OffsetStore {
             e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         };
         self.compacting.set(true);
-        let start = self.log.watermarks().log_end_offset;
+        let start = log.watermarks().log_end_offset;
         let mut written = 0u64;
         for chunk in live.chunks(500) {
             let mut b = RecordBatchBuilder::new(now_ms());
@@ -422,25 +492,30 @@ impl OffsetStore {
             }
             let batch = b.build();
             written += batch.len() as u64;
-            self.log.append(batch).await?;
+            log.append(batch).await?;
         }
-        self.log.flush().await?;
-        let r = self.log.set_log_start_offset(start).await;
+        log.flush().await?;
+        let r = log.set_log_start_offset(start).await;
         self.compacting.set(false);
         r?;
         self.bytes_since_compaction.set(written);
-        tracing::debug!(dir = %self.log.dir().display(), live = live.len(), "offsets compacted");
+        tracing::debug!(dir = %log.dir().display(), live = live.len(), "offsets compacted");
         Ok(())
     }
 
     /// Segments and bytes of the offsets log.
     #[cfg(test)]
     pub fn log_size(&self) -> (usize, u64) {
-        self.log.size()
+        self.log().size()
     }
 
+    /// Closes a standalone broker's own log (a replicated bucket's log is the partition's:
+    /// the shard closes it).
     pub async fn close(self) -> Result<(), weir_storage::Error> {
-        self.log.close().await
+        match self.backing {
+            Backing::Own(log) => log.close().await,
+            Backing::Replica { .. } => Ok(()),
+        }
     }
 }
 
@@ -490,88 +565,4 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Regression: a compaction ran while another commit had appended its record but not yet
-    /// applied it to memory (it was waiting for its flush). The snapshot lacked that commit,
-    /// the log start moved past its record, and after a restart the acknowledged commit was
-    /// gone (the key read back an older offset). Many concurrent committers with a tiny
-    /// compaction threshold hit that window; every key must read back its last acknowledged
-    /// offset after reopening.
-    #[test]
-    fn concurrent_commits_survive_compaction_and_restart() {
-        run_on_disk(|path| async move {
-            let cache = BatchCache::new(8 << 20);
-            let mut store = OffsetStore::open(&path, 3, cache.clone())
-                .await
-                .expect("open");
-            store.compact_min_bytes = 2048;
-            let store = Rc::new(store);
-            const WRITERS: i32 = 16;
-            const ROUNDS: i64 = 60;
-            let mut tasks = Vec::new();
-            for w in 0..WRITERS {
-                let st = store.clone();
-                tasks.push(glommio::spawn_local(async move {
-                    let mut acked = -1;
-                    for round in 0..ROUNDS {
-                        let c = Committed {
-                            offset: round,
-                            leader_epoch: -1,
-                            metadata: String::new(),
-                            commit_ms: 0,
-                        };
-                        st.commit(&format!("g{w}"), vec![("t".into(), w, c)])
-                            .await
-                            .expect("commit");
-                        acked = round;
-                    }
-                    (w, acked)
-                }));
-            }
-            let mut acked = Vec::new();
-            for t in tasks {
-                acked.push(t.await);
-            }
-            assert!(
-                store.log.watermarks().log_start_offset > 0,
-                "no compaction ran: the test did not exercise the race"
-            );
-            let store = Rc::try_unwrap(store).ok().expect("sole owner");
-            store.close().await.expect("close");
-            let reopened = OffsetStore::open(&path, 3, cache).await.expect("reopen");
-            for (w, last) in acked {
-                let got = reopened.get(&format!("g{w}"), "t", w).map(|c| c.offset);
-                assert_eq!(
-                    got,
-                    Some(last),
-                    "group g{w}: acknowledged offset {last} lost"
-                );
-            }
-        });
-    }
-
-    #[test]
-    fn records_round_trip() {
-        let k = encode_key("g", "topic-a", 7);
-        assert_eq!(decode_key(&k), Some(("g".into(), "topic-a".into(), 7)));
-        let c = Committed {
-            offset: 42,
-            leader_epoch: -1,
-            metadata: "meta".into(),
-            commit_ms: 5,
-        };
-        assert_eq!(decode_value(&encode_value(&c)), Some(c));
-        assert_eq!(decode_key(&k[..k.len() - 1]), None);
-        assert_eq!(decode_value(&[1, 2, 3]), None);
-    }
-
-    #[test]
-    fn buckets_are_stable_and_spread() {
-        assert_eq!(bucket_of("group-a"), bucket_of("group-a"));
-        let used: std::collections::HashSet<usize> =
-            (0..200).map(|i| bucket_of(&format!("g{i}"))).collect();
-        assert!(used.len() > BUCKETS / 2);
-    }
-}
+mod tests;

@@ -1,0 +1,140 @@
+"""Consumer groups in a cluster survive their coordinator's death (docs/replication.md,
+"Consumer groups in a cluster").
+
+Committed offsets live in the replicated internal topic `__consumer_offsets` (16 partitions,
+replication factor 3, created by the brokers for the first group); a group's coordinator is
+the leader of its partition. Three `weir serve` processes; a librdkafka consumer group commits
+offsets; its coordinator's broker is killed with SIGKILL. The offsets committed before the kill
+must be what the new coordinator answers (a consumer that found none would start over from
+`auto.offset.reset`), the running consumer must go on and commit through the new coordinator,
+and a new member of the group must resume exactly at the last commit.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+from clients import CLIENT_TIMEOUT_S, rd_admin, rd_consumer, rd_poll, rd_producer
+from test_cluster_metadata import NODE_ID_STRIDE, cluster, create, metadata_v1, wait_until  # noqa: F401
+from test_cluster_replication import leader_of, produce
+
+TOPIC = "orders"
+GROUP = "billing"
+PARTITIONS = 2
+N = 600  # records per partition
+
+
+def coordinator_of(bootstrap: str, group: str) -> int:
+    """The node id of the group's coordinator, as the brokers name it (FindCoordinator)."""
+    admin = rd_admin(bootstrap)
+    d = admin.describe_consumer_groups([group], request_timeout=CLIENT_TIMEOUT_S)[group].result(CLIENT_TIMEOUT_S)
+    return d.coordinator.id
+
+
+def committed(bootstrap: str, group: str) -> dict[int, int]:
+    """The group's committed offsets per partition of TOPIC (OffsetFetch); -1001 for none."""
+    admin = rd_admin(bootstrap)
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+    got = admin.list_consumer_group_offsets([req], request_timeout=CLIENT_TIMEOUT_S)[group].result(CLIENT_TIMEOUT_S)
+    out = {}
+    for tp in got.topic_partitions:
+        assert tp.error is None, tp.error
+        out[tp.partition] = tp.offset
+    return out
+
+
+def consume_and_commit(consumer, done, seen: set, target) -> None:
+    """Reads and commits (synchronously, after every poll) until `target(done)` holds, `done`
+    being the last offsets committed per partition (updated in place). A commit that fails
+    while the coordinator moves is not retried: the member goes on polling (which is how it
+    rejoins), and what it had not committed is delivered again, from the committed offset, as
+    at-least-once consumers expect. Every record delivered lands in `seen`."""
+    deadline = time.monotonic() + 90
+    while not target(done):
+        assert time.monotonic() < deadline, f"committed only {done} within 90 s"
+        msgs = consumer.consume(num_messages=100, timeout=1.0)
+        offsets = {}
+        for m in msgs:
+            assert m.error() is None, f"consumer error: {m.error()}"
+            seen.add((m.partition(), m.offset()))
+            offsets[m.partition()] = m.offset() + 1
+        if not offsets:
+            continue
+        try:
+            consumer.commit(offsets=[TopicPartition(TOPIC, p, o) for p, o in offsets.items()], asynchronous=False)
+        except KafkaException as e:
+            print(f"commit failed (the coordinator moves): {e}")
+            continue
+        done.update(offsets)
+
+
+def test_group_offsets_survive_the_coordinators_death(cluster):
+    everyone = ",".join(b.bootstrap for b in cluster)
+    create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=3)
+    for p in range(PARTITIONS):
+        leader_of(cluster, TOPIC, p)
+    producer = rd_producer(everyone, acks="all")
+    for p in range(PARTITIONS):
+        produce(producer, TOPIC, p, 0, N)
+
+    group_conf = {"group.id": GROUP, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    consumer = rd_consumer(everyone, **group_conf)
+    consumer.subscribe([TOPIC])
+    done: dict[int, int] = {}
+    seen: set[tuple[int, int]] = set()
+    consume_and_commit(consumer, done, seen, lambda d: sum(d.values()) >= N)
+    before = {p: done.get(p, -1001) for p in range(PARTITIONS)}  # -1001: nothing committed
+
+    # The offsets topic exists, replicated on every broker, marked internal.
+    _, topics = metadata_v1(cluster[0].bootstrap, ["__consumer_offsets"], full=True)
+    err, parts = topics["__consumer_offsets"]
+    assert err == 0 and len(parts) == 16, topics
+    assert all(len(replicas) == 3 for _, replicas, _ in parts.values()), parts
+
+    # What the coordinator holds, then SIGKILL of its broker.
+    coordinator = coordinator_of(everyone, GROUP)
+    assert committed(everyone, GROUP) == before
+    dead = cluster[coordinator // NODE_ID_STRIDE - 1]
+    survivors = [b for b in cluster if b is not dead]
+    dead._kill()
+    t0 = time.monotonic()
+    alive = ",".join(b.bootstrap for b in survivors)
+
+    # A new coordinator on a survivor answers the offsets committed before the kill.
+    new = wait_until("a new coordinator on a survivor",
+                     lambda: (c := coordinator_of(alive, GROUP)) // NODE_ID_STRIDE != dead_id(cluster, dead) and c)
+    assert committed(alive, GROUP) == before, "offsets committed before the coordinator died are gone"
+    took = time.monotonic() - t0
+
+    # The running member goes on (it rejoins at the new coordinator) and commits there.
+    consume_and_commit(consumer, done, seen, lambda d: all(d.get(p) == N for p in range(PARTITIONS)))
+    consumer.close()
+    after = dict(done)
+    assert seen == {(p, o) for p in range(PARTITIONS) for o in range(N)}, "a record was never delivered"
+    assert committed(alive, GROUP) == after
+
+    # A new member resumes at the last commit: nothing is read again, nothing skipped.
+    producer = rd_producer(alive, acks="all")
+    for p in range(PARTITIONS):
+        produce(producer, TOPIC, p, N, N + 10)
+    second = rd_consumer(alive, **group_conf)
+    second.subscribe([TOPIC])
+    try:
+        recs = rd_poll(second, 2 * 10, timeout=60)
+        assert sorted((r.partition, r.offset) for r in recs) == \
+            sorted((p, o) for p in range(PARTITIONS) for o in range(N, N + 10))
+    finally:
+        second.close()
+
+    # The killed broker comes back and serves again; the group is still where it was.
+    dead.start()
+    wait_until("every broker answers the group's offsets",
+               lambda: all(committed(b.bootstrap, GROUP) == after for b in cluster))
+    print(f"coordinator {coordinator} killed; new coordinator {new} answered the committed offsets "
+          f"after {took:.2f}s")
+
+
+def dead_id(cluster, dead) -> int:
+    return cluster.index(dead) + 1
