@@ -131,3 +131,117 @@ pub(super) async fn install_on_disk(
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::group::offsets::run_on_disk;
+    use crate::broker::replica::side::SideEntry;
+    use bytes::Bytes;
+    use weir_storage::batch::{assign_offset, RecordBatchBuilder};
+    use weir_storage::LogConfig;
+
+    fn config() -> LogConfig {
+        LogConfig {
+            committed_reads: true,
+            ..LogConfig::default()
+        }
+    }
+
+    /// A stored batch of 2 records at `base`, stamped with `epoch`.
+    fn batch(base: u64, epoch: i32) -> Bytes {
+        let mut b = RecordBatchBuilder::new(1_000);
+        for i in 0..2 {
+            b = b.record(None, Some(format!("record {base}-{i}").as_bytes()), &[]);
+        }
+        let mut bytes = b.build().to_vec();
+        assign_offset(&mut bytes, base as i64, epoch);
+        Bytes::from(bytes)
+    }
+
+    /// A follower killed at each point of an install (after `snapshot_install` was written:
+    /// before it nothing changed) and reopened as a group opens: the redo ends in the one
+    /// installed state — the log empty at the point's offset and taking the leader's next
+    /// entry there, the side log empty, `raft_state` naming the point with commit = its index
+    /// (term and vote kept), and no `snapshot_install` left.
+    #[test]
+    fn an_install_redone_after_a_crash_at_any_step_ends_in_the_installed_state() {
+        let point = SnapshotPoint {
+            index: 40,
+            term: 3,
+            offset: 500,
+        };
+        for crashed_after in 1..=3 {
+            run_on_disk(move |dir| async move {
+                // The follower before the install: 5 batches of term 1, the leader's empty
+                // entry in the side log, committed to index 3.
+                let log = Log::open(&dir, config()).await.expect("open");
+                log.append_assigned(batch(0, 1)).await.expect("append");
+                for i in 1..5 {
+                    log.append_assigned(batch(2 * i, 1)).await.expect("append");
+                }
+                let mut side = SideLog::open_sync(&dir).expect("side");
+                side.append_sync(SideEntry {
+                    index: 1,
+                    term: 1,
+                    before_offset: 0,
+                })
+                .expect("side entry");
+                let before = RaftState {
+                    term: 5,
+                    vote: 2,
+                    commit: 3,
+                    voters: vec![1, 2, 3],
+                    ..Default::default()
+                };
+                before.save_sync(&dir).expect("state");
+                // The install's steps up to the crash.
+                snapshot::save_install_sync(&dir, point).expect("step 1");
+                if crashed_after >= 2 {
+                    log.truncate_fully_and_start_at(point.offset)
+                        .await
+                        .expect("step 2");
+                }
+                if crashed_after >= 3 {
+                    side.truncate_sync(0).expect("step 3");
+                    let mut s = before.clone();
+                    s.snapshot = point;
+                    s.commit = point.index;
+                    s.save_sync(&dir).expect("step 3");
+                }
+                drop((log, side)); // kill -9: nothing closed
+
+                // Reopened as `Shard::open_group` does.
+                let log = Log::open(&dir, config()).await.expect("reopen");
+                let side = SideLog::open_sync(&dir).expect("side");
+                let state = RaftState::load_sync(&dir).expect("state").expect("saved");
+                let install = snapshot::load_install_sync(&dir).expect("install file");
+                assert_eq!(install, Some(point), "crashed after step {crashed_after}");
+                let (side, state) = install_on_disk(&log, &dir, side, state, point)
+                    .await
+                    .expect("redo");
+                let wm = log.watermarks();
+                assert_eq!(
+                    (wm.log_start_offset, wm.log_end_offset, wm.high_watermark),
+                    (500, 500, 500),
+                    "crashed after step {crashed_after}"
+                );
+                assert!(side.entries.is_empty());
+                let expected = RaftState {
+                    snapshot: point,
+                    commit: point.index,
+                    ..before
+                };
+                assert_eq!(state, expected);
+                assert_eq!(RaftState::load_sync(&dir).expect("state"), Some(expected));
+                assert_eq!(snapshot::load_install_sync(&dir).expect("file"), None);
+                assert!(SideLog::open_sync(&dir).expect("side").entries.is_empty());
+                let info = log
+                    .append_assigned(batch(500, 4))
+                    .await
+                    .expect("the leader's next entry");
+                assert_eq!(info.base_offset, 500);
+            });
+        }
+    }
+}
