@@ -137,6 +137,7 @@ mod tests {
     use super::*;
     use crate::broker::group::offsets::run_on_disk;
     use crate::broker::replica::side::SideEntry;
+    use crate::broker::replica::storage::ReplicaStorage;
     use bytes::Bytes;
     use weir_storage::batch::{assign_offset, RecordBatchBuilder};
     use weir_storage::LogConfig;
@@ -242,6 +243,140 @@ mod tests {
                     .expect("the leader's next entry");
                 assert_eq!(info.base_offset, 500);
             });
+        }
+    }
+
+    /// The Raft log of a leader (broker 1, term 2 after `become_leader`) whose entries 1-4 are
+    /// compacted (snapshot point: index 4, offset 6) and which holds 5 and its own empty 6.
+    fn compacted_leader() -> (raft::RawNode<ReplicaStorage>, ReplicaStorage) {
+        let mut entries = vec![raft::prelude::Entry {
+            index: 1,
+            term: 1,
+            ..Default::default()
+        }];
+        for i in 2..=5u64 {
+            entries.push(raft::prelude::Entry {
+                index: i,
+                term: 1,
+                data: batch(2 * (i - 2), 1),
+                ..Default::default()
+            });
+        }
+        let store = ReplicaStorage::new(
+            raft::prelude::HardState {
+                term: 1,
+                vote: 1,
+                commit: 5,
+                ..Default::default()
+            },
+            raft::prelude::ConfState::from((vec![1, 2, 3], vec![])),
+            SnapshotPoint::default(),
+            entries,
+            5,
+            1 << 20,
+        )
+        .expect("storage");
+        let point = store.compaction_point(6).expect("a point");
+        store.compact(point).expect("compact");
+        let config = raft::Config {
+            id: 1,
+            election_tick: 10,
+            heartbeat_tick: 2,
+            applied: 5,
+            ..Default::default()
+        };
+        let mut raw = raft::RawNode::new(
+            &config,
+            store.clone(),
+            &crate::broker::cluster::raft_logger(),
+        )
+        .expect("raw node");
+        raw.raft.become_candidate();
+        raw.raft.become_leader();
+        drain(&mut raw, &store);
+        (raw, store)
+    }
+
+    /// Handles the leader's `Ready`s as the driver does (entries into the storage); returns
+    /// the messages it sent.
+    fn drain(
+        raw: &mut raft::RawNode<ReplicaStorage>,
+        store: &ReplicaStorage,
+    ) -> Vec<raft::prelude::Message> {
+        let mut out = Vec::new();
+        while raw.has_ready() {
+            let mut rd = raw.ready();
+            out.extend(rd.take_messages());
+            store.append(&rd.take_entries()).expect("append");
+            if let Some(hs) = rd.hs() {
+                store.set_hard_state(hs.clone());
+            }
+            out.extend(rd.take_persisted_messages());
+            let mut light = raw.advance(rd);
+            out.extend(light.take_messages());
+            raw.advance_apply();
+        }
+        out
+    }
+
+    fn from_2(kind: MessageType, index: u64, reject: bool) -> raft::prelude::Message {
+        let mut m = raft::prelude::Message::default();
+        m.set_msg_type(kind);
+        m.from = 2;
+        m.to = 1;
+        m.term = 2;
+        m.index = index;
+        m.reject = reject;
+        m.reject_hint = 2; // follower 2 holds entries up to index 2 only
+        m
+    }
+
+    fn snapshots_to_2(msgs: &[raft::prelude::Message]) -> usize {
+        msgs.iter()
+            .filter(|m| m.to == 2 && m.get_msg_type() == MessageType::MsgSnapshot)
+            .count()
+    }
+
+    /// Why the leader reports a snapshot received as soon as it is sent
+    /// (`Shard::report_snapshots`): raft-rs keeps a follower it sent a snapshot to paused
+    /// until an append response or a report arrives, so a lost `MsgSnapshot` stalls it for
+    /// good; reported `Finish`, the next heartbeat response resumes probing, the follower's
+    /// rejection finds the entries compacted, and the snapshot goes out again.
+    #[test]
+    fn a_lost_snapshot_is_sent_again_once_reported() {
+        for report in [false, true] {
+            let (mut raw, store) = compacted_leader();
+            // Follower 2 rejects the append at index 5: it needs entries from 3, compacted.
+            raw.step(from_2(MessageType::MsgAppendResponse, 5, true))
+                .expect("step");
+            let sent = drain(&mut raw, &store);
+            assert_eq!(snapshots_to_2(&sent), 1, "a snapshot instead of entries");
+            let snap = sent
+                .iter()
+                .find(|m| m.get_msg_type() == MessageType::MsgSnapshot)
+                .expect("snapshot");
+            assert_eq!(snapshot::decode_data(&snap.get_snapshot().data).unwrap(), 6);
+            // The message is lost.
+            if report {
+                raw.report_snapshot(2, SnapshotStatus::Finish);
+            }
+            raw.step(from_2(MessageType::MsgHeartbeatResponse, 0, false))
+                .expect("step");
+            let sent = drain(&mut raw, &store);
+            let probes: Vec<u64> = sent
+                .iter()
+                .filter(|m| m.to == 2 && m.get_msg_type() == MessageType::MsgAppend)
+                .map(|m| m.index)
+                .collect();
+            if !report {
+                assert!(probes.is_empty(), "unreported, the follower stays paused");
+                continue;
+            }
+            assert_eq!(probes, vec![4], "probed from the point on");
+            raw.step(from_2(MessageType::MsgAppendResponse, 4, true))
+                .expect("step");
+            let sent = drain(&mut raw, &store);
+            assert_eq!(snapshots_to_2(&sent), 1, "the snapshot is sent again");
         }
     }
 }
