@@ -13,6 +13,8 @@
 //! `RawNode::on_entries_fetched`, after which raft-rs asks again and finds them.
 //!
 //! One `ReplicaStorage` is shared (an `Rc`) by the `RawNode` and the driver, on one core.
+//!
+//! Long because its unit tests (a third of the file) sit beside the index table they check.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -237,6 +239,24 @@ impl ReplicaStorage {
         Ok(())
     }
 
+    /// A snapshot installed (a follower behind its leader's log start, whose log now
+    /// restarts empty at `point.offset`): every entry is forgotten, raft-rs's log is empty
+    /// after `point` (first index `point.index + 1`, last `point.index`), and everything up to
+    /// it counts as committed and applied.
+    pub fn apply_snapshot(&self, point: SnapshotPoint) {
+        let mut guard = self.core.borrow_mut();
+        let c = &mut *guard;
+        c.table.clear();
+        c.cache.clear();
+        c.cache_bytes = 0;
+        c.fetched.clear();
+        c.requests.clear();
+        c.snap = point;
+        c.applied = point.index;
+        c.hard_state.commit = c.hard_state.commit.max(point.index);
+        c.hard_state.term = c.hard_state.term.max(point.term);
+    }
+
     pub fn set_hard_state(&self, hs: HardState) {
         self.core.borrow_mut().hard_state = hs;
     }
@@ -364,12 +384,25 @@ impl raft::Storage for ReplicaStorage {
         Ok(self.last())
     }
 
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        // No Raft snapshots yet (docs/replication.md, "Step 3 as built"): the log is never
-        // compacted, so a follower never needs one.
-        Err(raft::Error::Store(
-            StorageError::SnapshotTemporarilyUnavailable,
-        ))
+    /// What raft-rs sends a follower that needs entries below the first index (retention
+    /// deleted them): the snapshot point, whose data names the offset the follower's log
+    /// restarts at (`replica::snapshot`). Nothing to send before the log was ever compacted.
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        let c = self.core.borrow();
+        if c.snap.index == 0 || request_index > c.snap.index {
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        let mut s = Snapshot {
+            data: super::snapshot::encode_data(c.snap.offset),
+            ..Default::default()
+        };
+        let m = s.mut_metadata();
+        m.index = c.snap.index;
+        m.term = c.snap.term;
+        m.set_conf_state(c.conf_state.clone());
+        Ok(s)
     }
 }
 
@@ -494,6 +527,53 @@ mod tests {
             offset: 8,
         };
         assert!(s.compact(unapplied).is_err(), "not applied");
+    }
+
+    /// The leader's snapshot is its compaction point; a follower that applies it has an
+    /// empty log after the point, starting at the point's offset, and appends continue there.
+    #[test]
+    fn a_snapshot_is_the_compaction_point_and_applying_it_empties_the_log() {
+        let leader = five(1 << 20, 5);
+        assert_eq!(
+            leader.snapshot(0, 2),
+            Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable
+            )),
+            "never compacted: nothing to send"
+        );
+        let p = leader.compaction_point(6).expect("a point");
+        leader.compact(p).unwrap();
+        let snap = leader.snapshot(0, 2).unwrap();
+        let meta = snap.get_metadata();
+        assert_eq!((meta.index, meta.term), (p.index, p.term));
+        assert_eq!(meta.get_conf_state().voters, vec![1, 2, 3]);
+        assert_eq!(
+            crate::broker::replica::snapshot::decode_data(&snap.data).unwrap(),
+            6
+        );
+        assert!(leader.snapshot(p.index + 1, 2).is_err(), "past the point");
+
+        // A follower whose log diverged after entry 2 (term 1) and holds uncommitted entries.
+        let follower = five(1 << 20, 2);
+        follower.apply_snapshot(p);
+        assert_eq!(
+            (
+                follower.first_index().unwrap(),
+                follower.last_index().unwrap()
+            ),
+            (p.index + 1, p.index)
+        );
+        assert_eq!(follower.term(p.index).unwrap(), p.term);
+        assert_eq!(follower.log_end(), 6);
+        assert_eq!(follower.start_of(p.index + 1), 6);
+        assert_eq!(follower.cached(), (0, 0));
+        let hs = follower.initial_state().unwrap().hard_state;
+        assert_eq!(hs.commit, p.index);
+        follower
+            .append(&[data(p.index + 1, 2, 6, 3)])
+            .expect("appends continue at the point's offset");
+        assert_eq!(follower.log_end(), 9);
+        assert!(follower.append(&[data(p.index + 1, 2, 0, 3)]).is_err());
     }
 
     #[test]

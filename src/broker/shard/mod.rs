@@ -14,6 +14,7 @@ mod admin;
 mod checks;
 mod cleaner;
 mod fetch;
+mod install;
 mod lifecycle;
 mod mesh;
 mod msg;

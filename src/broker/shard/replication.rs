@@ -12,7 +12,8 @@
 //! through `replica::storage::ReplicaStorage` (an index table of every entry and a bounded
 //! cache of recent ones), filled at open from the segments (`replica::store::rebuild`), kept
 //! in step by every persisted `Ready`; entries evicted from the cache that a lagging follower
-//! needs are read back from the segments (`serve_fetches`).
+//! needs are read back from the segments (`serve_fetches`); one behind the leader's log start
+//! installs a snapshot (`install`).
 //!
 //! The log is opened with `committed_reads`: consumers read up to the Raft commit only
 //! (`Log::set_committed`, moved on every `Ready` that commits). Produce on the leader, the
@@ -171,14 +172,18 @@ impl Shard {
             .ok_or("the replica's log is not open")?;
         let dir = part.log.dir().to_path_buf();
         let d = dir.clone();
-        let (state, side) = weir_storage::io::off_reactor(move || {
+        let (state, side, install) = weir_storage::io::off_reactor(move || {
             let state = RaftState::load_sync(&d)?;
             let side = SideLog::open_sync(&d).map_err(|e| format!("{}: {e}", d.display()))?;
-            Ok::<_, String>((state, side))
+            let install = crate::broker::replica::snapshot::load_install_sync(&d)?;
+            Ok::<_, String>((state, side, install))
         })
         .await?;
         let mut state = state.unwrap_or_default();
         state.voters = voters.clone();
+        let (side, state) = self
+            .redo_install(&part.log, &dir, side, state, install)
+            .await?;
         let snap = state.snapshot;
         let wm = part.log.watermarks();
         if wm.log_start_offset > snap.offset {
@@ -419,9 +424,10 @@ impl Shard {
             }
             g.leader.set(leader);
         }
-        self.send_raft(g, rd.take_messages());
+        let mut snapshots_sent = Vec::new();
+        self.send_noting_snapshots(g, rd.take_messages(), &mut snapshots_sent);
         if !rd.snapshot().is_empty() {
-            return Err("a Raft snapshot arrived: catching up from segments is not built".into());
+            self.install_snapshot(g, rd.snapshot()).await?;
         }
         let mut committed = rd.take_committed_entries();
         self.persist_entries(g, rd.take_entries()).await?;
@@ -450,11 +456,12 @@ impl Shard {
             }
             g.store.set_hard_state(hs);
         }
-        self.send_raft(g, rd.take_persisted_messages());
+        self.send_noting_snapshots(g, rd.take_persisted_messages(), &mut snapshots_sent);
         let mut light = g.raw.borrow_mut().advance(rd);
-        self.send_raft(g, light.take_messages());
+        self.send_noting_snapshots(g, light.take_messages(), &mut snapshots_sent);
         committed.extend(light.take_committed_entries());
         g.raw.borrow_mut().advance_apply();
+        self.report_snapshots(g, snapshots_sent);
         self.after_ready(g, committed.last().map(|e| e.index));
         // The commit is saved now and then: a restart then keeps only the entries after it
         // in memory (everything after the saved commit must stay cached until applied).

@@ -10,6 +10,9 @@
 //! - `clean.rs` — compaction: [`Log::clean`], [`Log::dirty_info`], finishing an interrupted
 //!   swap on open.
 //! - `markers.rs` — the small files `clean_shutdown` and `log_start_offset`.
+//! - `replicate.rs` — what a replicated partition needs: epochs, assigned appends,
+//!   truncation, the committed offset; `restart.rs` — [`Log::truncate_fully_and_start_at`]
+//!   (a follower installing a Raft snapshot).
 //!
 //! This file holds the [`Log`] itself, its state, the accessors, and closing and deleting.
 //!
@@ -27,6 +30,7 @@ mod markers;
 mod open;
 mod read;
 mod replicate;
+mod restart;
 mod retention;
 mod throttle;
 
