@@ -53,10 +53,11 @@ def batches_from(data: bytes, offset: int) -> bytes:
     return b""
 
 
-def log_start(bootstrap: str) -> int:
+def log_start(bootstrap: str, topic: str = TOPIC) -> int:
+    """Partition 0's log start, as ListOffsets EARLIEST answers it."""
     c = rd_consumer(bootstrap)
     try:
-        return c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=CLIENT_TIMEOUT_S, cached=False)[0]
+        return c.get_watermark_offsets(TopicPartition(topic, 0), timeout=CLIENT_TIMEOUT_S, cached=False)[0]
     finally:
         c.close()
 

@@ -29,10 +29,10 @@ import struct
 import time
 
 import pytest
-from confluent_kafka import TopicPartition
 
-from clients import CLIENT_TIMEOUT_S, rd_consume, rd_consumer, rd_producer
+from clients import rd_consume, rd_producer
 from test_cluster_metadata import NODE_ID_STRIDE, cluster, create, wait_until  # noqa: F401
+from test_cluster_retention import batches_from, log_start
 from test_cluster_replication import count_records, isr_everywhere, leader_of, produce, stored_batches, values
 
 TOPIC = "behind"
@@ -78,30 +78,12 @@ def install_record(index: int, term: int, offset: int) -> bytes:
     return body + struct.pack("<I", crc32c(body))
 
 
-def batches_from(data: bytes, offset: int) -> bytes:
-    pos = 0
-    while pos < len(data):
-        base, length = struct.unpack_from(">qi", data, pos)
-        if base >= offset:
-            return data[pos:]
-        pos += 12 + length
-    return b""
-
-
-def log_start(bootstrap: str) -> int:
-    c = rd_consumer(bootstrap)
-    try:
-        return c.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=CLIENT_TIMEOUT_S, cached=False)[0]
-    finally:
-        c.close()
-
-
 def settled_log_start(bootstrap: str) -> int:
     """The leader's log start once retention stopped moving it (two reads 1 s apart)."""
     def settled():
-        first = log_start(bootstrap)
+        first = log_start(bootstrap, TOPIC)
         time.sleep(1.0)
-        return (first,) if first == log_start(bootstrap) else None
+        return (first,) if first == log_start(bootstrap, TOPIC) else None
     return wait_until("the leader's log start settled", settled, timeout=30.0)[0]
 
 
@@ -133,7 +115,7 @@ def fall_behind(cluster, leader, follower, lo: int, hi: int) -> None:
     live = ",".join(b.bootstrap for b in cluster if b is not follower)
     produce(rd_producer(live, acks="all", **SMALL_BATCHES), TOPIC, 0, lo, hi, pad=PAD)
     wait_until("the leader's log start past the stopped follower's end",
-               lambda: log_start(live) > lo and first_segment(leader) > lo, timeout=30.0)
+               lambda: log_start(live, TOPIC) > lo and first_segment(leader) > lo, timeout=30.0)
 
 
 @pytest.mark.timeout(240)
@@ -188,7 +170,7 @@ def test_a_follower_behind_the_leaders_log_start_installs_a_snapshot(cluster):
     assert new_leader // NODE_ID_STRIDE == cluster.index(follower) + 1, "the only up-to-date replica leads"
     total += 1
     live = ",".join(b.bootstrap for b in survivors)
-    start = log_start(live)
+    start = log_start(live, TOPIC)
     assert start == first_segment(follower) and start >= offset, (start, first_segment(follower), offset)
     got = rd_consume(live, TOPIC, [0], total - start)
     assert [r.offset for r in got] == list(range(start, total))

@@ -18,6 +18,8 @@ use weir_storage::batch::RecordBatchBuilder;
 use weir_storage::io::{CrashFate, SimDisk, SimFault, SimOp};
 use weir_storage::{BatchCache, Error, Log};
 
+use common::read_all;
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -39,27 +41,6 @@ fn batch(rng: &mut Rng, ts: i64) -> Bytes {
         b = b.record(Some(&[i]), Some(&v), &[]);
     }
     b.build()
-}
-
-/// Reads the whole log back, checking every batch's CRC; returns (base offset, bytes).
-async fn read_all(log: &Log) -> Vec<(u64, Vec<u8>)> {
-    let mut out = Vec::new();
-    let wm = log.watermarks();
-    let mut off = wm.log_start_offset;
-    while off < wm.high_watermark {
-        let r = log.read(off, 64 << 10).await.expect("read after recovery");
-        assert!(
-            !r.is_empty(),
-            "no data at {off} below hw {}",
-            wm.high_watermark
-        );
-        for (h, bytes) in r.batches() {
-            weir_storage::batch::validate(bytes).expect("a served batch passes its CRC");
-            out.push((h.base_offset.get() as u64, bytes.to_vec()));
-            off = h.last_offset() as u64 + 1;
-        }
-    }
-    out
 }
 
 fn crash_case(seed: u64, power_loss: bool) {

@@ -14,38 +14,11 @@ use std::rc::Rc;
 use bytes::Bytes;
 use weir_storage::batch::RecordBatchBuilder;
 use weir_storage::io::{CrashFate, SimDisk};
-use weir_storage::{BatchCache, Error, Log, LogConfig};
+use weir_storage::{BatchCache, Error, Log};
 
-use common::{open_sim as open, replicated_config as config, tagged_batch as batch};
-
-/// The same settings without committed reads: a reopened log shows everything it holds.
-fn inspect_config() -> LogConfig {
-    LogConfig {
-        committed_reads: false,
-        ..config()
-    }
-}
-
-/// Every batch of the log, by base offset, as stored (CRC checked).
-async fn read_all(log: &Log) -> Vec<(u64, Vec<u8>)> {
-    let mut out = Vec::new();
-    let wm = log.watermarks();
-    let mut off = wm.log_start_offset;
-    while off < wm.high_watermark {
-        let r = log.read(off, 64 << 10).await.expect("read");
-        assert!(
-            !r.is_empty(),
-            "no data at {off} below {}",
-            wm.high_watermark
-        );
-        for (h, bytes) in r.batches() {
-            weir_storage::batch::validate(bytes).expect("a served batch passes its CRC");
-            out.push((h.base_offset.get() as u64, bytes.to_vec()));
-            off = h.last_offset() as u64 + 1;
-        }
-    }
-    out
-}
+use common::{
+    inspect_config, open_sim as open, read_all, replicated_config as config, tagged_batch as batch,
+};
 
 /// The first value byte of every record of a batch.
 fn tags(bytes: &[u8]) -> Vec<u8> {

@@ -160,19 +160,9 @@ impl OffsetRouter {
 
     /// The stores opened so far (in a cluster: those being served).
     pub fn open_stores(&self) -> Vec<Rc<OffsetStore>> {
-        let stores: Vec<(usize, Rc<OffsetStore>)> = self
-            .stores
-            .borrow()
-            .iter()
-            .map(|(b, s)| (*b, s.clone()))
-            .collect();
         match self.replica() {
-            Some(r) => stores
-                .into_iter()
-                .filter(|(b, s)| r.serving_term(*b).is_some() && s.term() == r.serving_term(*b))
-                .map(|(_, s)| s)
-                .collect(),
-            None => stores.into_iter().map(|(_, s)| s).collect(),
+            Some(r) => (0..BUCKETS).filter_map(|b| self.serving(&r, b)).collect(),
+            None => self.stores.borrow().values().cloned().collect(),
         }
     }
 

@@ -81,3 +81,33 @@ pub async fn open_sim(disk: &Rc<SimDisk>, dir: &Path, cfg: LogConfig) -> Log {
         .await
         .expect("open")
 }
+
+/// The replicated settings without committed reads: a reopened log shows everything it holds.
+pub fn inspect_config() -> LogConfig {
+    LogConfig {
+        committed_reads: false,
+        ..replicated_config()
+    }
+}
+
+/// Every batch of the log below its high watermark, CRC-checked: (base offset, bytes). A
+/// gap below the high watermark fails the test.
+pub async fn read_all(log: &Log) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let wm = log.watermarks();
+    let mut off = wm.log_start_offset;
+    while off < wm.high_watermark {
+        let r = log.read(off, 64 << 10).await.expect("read");
+        assert!(
+            !r.is_empty(),
+            "no data at {off} below {}",
+            wm.high_watermark
+        );
+        for (h, bytes) in r.batches() {
+            weir_storage::batch::validate(bytes).expect("a served batch passes its CRC");
+            out.push((h.base_offset.get() as u64, bytes.to_vec()));
+            off = h.last_offset() as u64 + 1;
+        }
+    }
+    out
+}
