@@ -17,7 +17,11 @@ later cut, no consumer going backwards, no fatal error in either client, every r
 the same bytes, and no duplicate from the idempotent producer: its retries after a failover are
 answered with the original's offsets (duplicates from the plain producer's retries are allowed,
 and counted; so are the idempotent one's if it timed messages out, which makes librdkafka
-re-send under a new epoch). The figures printed (records acknowledged, failovers) are for the report.
+re-send under a new epoch). Beside them a transactional producer writes to its own topic (every
+fourth transaction aborted): at the end, read with read_committed, every transaction it was
+told committed is there exactly once, every aborted one absent, and every one of unknown
+outcome all there or absent. The figures printed (records acknowledged, failovers,
+transactions) are for the report.
 `WEIR_HISTORY_DUMP=path` pickles the whole history and the final logs there, to study a failure.
 """
 
@@ -29,9 +33,9 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from clients import rd_consume, rd_consumer, rd_producer
+from clients import rd_conf, rd_consume, rd_consumer, rd_producer
 from cluster_net import start_cluster
 from conftest import close_brokers
 from history import History
@@ -112,6 +116,106 @@ def consumer_loop(hist: History, bootstrap: str, stop: threading.Event, errors: 
         c.close()
 
 
+TXN_TOPIC = "faults-txn"
+TXN_RECORDS = 20  # per transaction, spread over PARTITIONS partitions
+
+
+def txn_loop(bootstrap: str, stop: threading.Event, outcomes: dict, notes: list):
+    """A transactional producer (docs/replication.md, "Transactions in a cluster") writing
+    TXN_RECORDS unique values per transaction to TXN_TOPIC until `stop`, every fourth
+    transaction aborted. `outcomes[n]` records what the client was told of transaction n:
+    committed, aborted, or unknown (an error after which it could not tell). After an error a
+    transaction that requires it is aborted; after a fatal one (or an abort that fails) a new
+    instance with the same transactional.id takes over, which fences the old one and ends its
+    open transaction."""
+    def new_producer():
+        while not stop.is_set():
+            p = Producer(rd_conf(bootstrap, **{
+                "transactional.id": "faults-writer", "enable.idempotence": True, "acks": "all",
+                "linger.ms": 2, "message.timeout.ms": 30000, "transaction.timeout.ms": 60000}))
+            try:
+                p.init_transactions(30)
+                return p
+            except KafkaException as e:
+                notes.append(f"init_transactions: {e.args[0]}")
+        return None
+
+    p = new_producer()
+    n = 0
+    while p is not None and not stop.is_set():
+        commit = n % 4 != 3
+        outcomes[n] = "unknown"
+        try:
+            p.begin_transaction()
+            for i in range(TXN_RECORDS):
+                p.produce(TXN_TOPIC, value=f"t{n}-{i}".encode(), partition=i % PARTITIONS)
+            while True:
+                try:
+                    (p.commit_transaction if commit else p.abort_transaction)(30)
+                    break
+                except KafkaException as e:
+                    if not e.args[0].retriable():
+                        raise
+                    notes.append(f"txn {n}: retried: {e.args[0]}")
+            outcomes[n] = "committed" if commit else "aborted"
+        except KafkaException as e:
+            err = e.args[0]
+            notes.append(f"txn {n}: {err}")
+            replace = err.fatal()
+            if err.txn_requires_abort():
+                try:
+                    p.abort_transaction(30)
+                    outcomes[n] = "aborted"
+                except KafkaException as e2:
+                    notes.append(f"txn {n}: abort failed: {e2.args[0]}")
+                    replace = True
+            elif not err.fatal():
+                replace = True  # the state is unclear: a new instance ends whatever is open
+            if replace:
+                p = new_producer()
+        n += 1
+
+
+def check_transactions(bootstrap: str, outcomes: dict) -> dict:
+    """Reads TXN_TOPIC whole with read_committed and checks every transaction against what its
+    producer was told: a committed one has every record exactly once, an aborted one none, one
+    of unknown outcome all or none (atomicity), and no record appears twice. The counts."""
+    c = rd_consumer(bootstrap, **{"isolation.level": "read_committed", "enable.partition.eof": True})
+    seen: dict[bytes, int] = {}
+    try:
+        c.assign([TopicPartition(TXN_TOPIC, p, 0) for p in range(PARTITIONS)])
+        at_end: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(at_end) < PARTITIONS:
+            assert time.monotonic() < deadline, f"{TXN_TOPIC}: read to the end of only {sorted(at_end)}"
+            m = c.poll(1.0)
+            if m is None:
+                continue
+            if m.error() is not None:
+                assert m.error().code() == -191, m.error()  # _PARTITION_EOF
+                at_end.add(m.partition())
+                continue
+            at_end.discard(m.partition())
+            seen[m.value()] = seen.get(m.value(), 0) + 1
+    finally:
+        c.close()
+    twice = [v for v, k in seen.items() if k > 1]
+    assert not twice, f"transactional records read twice: {twice[:5]}"
+    counts = {"committed": 0, "aborted": 0, "unknown committed": 0, "unknown aborted": 0}
+    for n, outcome in outcomes.items():
+        present = sum(f"t{n}-{i}".encode() in seen for i in range(TXN_RECORDS))
+        if outcome == "committed":
+            assert present == TXN_RECORDS, f"committed transaction {n}: {present} of {TXN_RECORDS} records"
+        elif outcome == "aborted":
+            assert present == 0, f"aborted transaction {n}: {present} records visible"
+        else:
+            assert present in (0, TXN_RECORDS), f"transaction {n} half visible: {present} of {TXN_RECORDS}"
+        counts[outcome if outcome != "unknown" else f"unknown {'committed' if present else 'aborted'}"] += 1
+    known = {f"t{n}-{i}".encode() for n in outcomes for i in range(TXN_RECORDS)}
+    assert set(seen) <= known, f"records no transaction sent: {sorted(set(seen) - known)[:5]}"
+    return counts
+
+
 @pytest.fixture
 def cluster(request):
     """`BROKERS` brokers, ids 1..BROKERS, inter-broker traffic on 127.0.0.2-6."""
@@ -129,15 +233,22 @@ def broker_of(cluster, node: int):
 def test_faults_under_load_lose_nothing_acknowledged(cluster, request):
     everyone = ",".join(b.bootstrap for b in cluster)
     create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=BROKERS)
+    create(cluster[0].bootstrap, TXN_TOPIC, PARTITIONS, replication_factor=BROKERS)
+    for p in range(PARTITIONS):
+        leader_of(cluster, TXN_TOPIC, p)
     leader, epoch = leader_of(cluster, TOPIC, 0)
     hist = History()
     stop_producers, stop_consumer = threading.Event(), threading.Event()
     consumer_errors: list[str] = []
     fatal: list[str] = []
+    txn_outcomes: dict[int, str] = {}
+    txn_notes: list[str] = []
     # Daemon threads: a failed check must not leave pytest waiting on the consumer forever.
     threads = [threading.Thread(target=producer_loop, args=(hist, everyone, "idem", True, stop_producers, fatal),
                                 daemon=True),
                threading.Thread(target=producer_loop, args=(hist, everyone, "plain", False, stop_producers, fatal),
+                                daemon=True),
+               threading.Thread(target=txn_loop, args=(everyone, stop_producers, txn_outcomes, txn_notes),
                                 daemon=True),
                threading.Thread(target=consumer_loop, args=(hist, everyone, stop_consumer, consumer_errors),
                                 daemon=True)]
@@ -185,7 +296,7 @@ def test_faults_under_load_lose_nothing_acknowledged(cluster, request):
             if b.proc is not None and b.proc.poll() is None:
                 b.proc.send_signal(signal.SIGCONT)
         stop_producers.set()
-        for t in threads[:2]:
+        for t in threads[:3]:
             t.join(60)
 
     # Healed: the consumer reads to the end, then every partition is read whole. (A restarted
@@ -202,7 +313,7 @@ def test_faults_under_load_lose_nothing_acknowledged(cluster, request):
             break
         time.sleep(0.2)
     stop_consumer.set()
-    threads[2].join(30)
+    threads[3].join(30)
     final = {}
     for p in range(PARTITIONS):
         got = rd_consume(everyone, TOPIC, [p], ends[p])
@@ -228,6 +339,9 @@ def test_faults_under_load_lose_nothing_acknowledged(cluster, request):
           f"({sorted({a.error for a in failed})[:3]}); final log {sum(map(len, final.values()))} records; "
           f"{reads} reads by the consumer; consumer errors {consumer_errors[:3]}; "
           f"duplicates from the non-idempotent producer's retries: {len(found['duplicate'])}")
+    txns = check_transactions(everyone, txn_outcomes)
+    print(f"transactions: {txns}; the transactional client's errors: {len(txn_notes)}, e.g. {txn_notes[:3]}")
+    assert txns["committed"] > 5, "the transactional producer got almost nothing through"
     assert not fatal, f"a producer hit a fatal error: {fatal}"
     # Duplicates from the idempotent producer are a broker bug unless it timed messages out
     # (then librdkafka itself re-sent under a new epoch, see producer_loop).

@@ -284,7 +284,8 @@ fn start_cluster(
     shard: &std::rc::Rc<Shard>,
     boot: super::cluster::Boot,
 ) -> Result<std::rc::Rc<super::cluster::Node>, String> {
-    let (applier, reader, router) = (shard.clone(), shard.clone(), shard.clone());
+    let (applier, reader, router, server) =
+        (shard.clone(), shard.clone(), shard.clone(), shard.clone());
     let hooks = super::cluster::Hooks {
         partition: Box::new(move |m| router.raft_in(m)),
         apply: Box::new(move |batches, last| {
@@ -292,6 +293,10 @@ fn start_cluster(
             Box::pin(async move { shard.apply_cluster(batches, last).await })
         }),
         current: Box::new(move || reader.metadata()),
+        call: Box::new(move |call| {
+            let shard = server.clone();
+            Box::pin(async move { shard.serve_peer_call(call).await })
+        }),
     };
     let node = super::cluster::Node::start(boot, hooks)?;
     shard.set_cluster_node(node.clone());

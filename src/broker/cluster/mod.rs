@@ -15,6 +15,7 @@
 //! plans, proposes and answers with the entry's index. Either way the broker that was asked
 //! answers once it has applied that index itself, with the outcomes its own apply gave.
 
+pub mod call;
 mod log;
 pub mod net;
 pub mod store;
@@ -36,6 +37,7 @@ use tracing::{debug, error, info, warn};
 use weir::cluster::{Batch, Outcome, Record};
 use weir::metadata::Metadata;
 
+use self::call::{AnswerFrame, CallFrame, PeerAnswer, PeerCall};
 use self::net::{Forward, Frame, Peer, Reply};
 use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::{Event, Notify, Slot};
@@ -61,6 +63,9 @@ pub struct Hooks {
     pub apply:
         Box<dyn Fn(Vec<(u64, Batch)>, u64) -> Pin<Box<dyn Future<Output = Vec<Vec<Outcome>>>>>>,
     pub current: Box<dyn Fn() -> Arc<Metadata>>,
+    /// Serves a peer's transaction request (`Shard::serve_peer_call`).
+    #[allow(clippy::type_complexity)]
+    pub call: Box<dyn Fn(PeerCall) -> Pin<Box<dyn Future<Output = PeerAnswer>>>>,
 }
 
 /// The raft-rs logger every Raft group of this broker uses (records go to tracing).
@@ -95,6 +100,8 @@ pub struct Node {
     peers: BTreeMap<u64, Rc<Peer>>,
     /// Forwarded requests waiting for the leader's reply, by request id.
     forwards: RefCell<HashMap<u64, Placed>>,
+    /// Our calls to peers waiting for their answers, by request id.
+    calls: RefCell<HashMap<u64, Rc<Slot<PeerAnswer>>>>,
     next_req: Cell<u64>,
     hooks: Hooks,
 }
@@ -155,6 +162,7 @@ impl Node {
                 .map(|&(p, addr)| (p, Peer::new(p, addr, listen)))
                 .collect(),
             forwards: RefCell::new(HashMap::new()),
+            calls: RefCell::new(HashMap::new()),
             // Request ids: unique per broker and per start (a restart's ids never meet the
             // ones its previous life proposed).
             next_req: Cell::new(
@@ -257,7 +265,52 @@ impl Node {
                 }
                 (self.hooks.partition)(m);
             }
+            Frame::Call(c) => {
+                let Some(peer) = self.peers.get(&c.from).cloned() else {
+                    debug!(from = c.from, "dropping a call from an unknown broker");
+                    return;
+                };
+                let answer = (self.hooks.call)(c.call);
+                glommio::spawn_local(async move {
+                    let answer = answer.await;
+                    peer.send(&Frame::Answer(AnswerFrame { req: c.req, answer }));
+                })
+                .detach();
+            }
+            Frame::Answer(a) => {
+                if let Some(slot) = self.calls.borrow_mut().remove(&a.req) {
+                    slot.set(a.answer);
+                }
+            }
         }
+    }
+
+    /// Sends `call` to broker `to` and waits up to `timeout` for its answer (`None`: no
+    /// answer in time, or `to` is no peer). Nothing is retried here: the callers' own
+    /// retries are idempotent (a marker written twice, a check asked twice).
+    pub async fn call_peer(
+        &self,
+        to: u64,
+        call: PeerCall,
+        timeout: Duration,
+    ) -> Option<PeerAnswer> {
+        let peer = self.peers.get(&to)?;
+        let req = self.next_req.get();
+        self.next_req.set(req + 1);
+        let slot = Rc::new(Slot::default());
+        self.calls.borrow_mut().insert(req, slot.clone());
+        peer.send(&Frame::Call(CallFrame {
+            from: self.id,
+            req,
+            call,
+        }));
+        let answer = or(async { Some(slot.take().await) }, async {
+            glommio::timer::sleep(timeout).await;
+            None
+        })
+        .await;
+        self.calls.borrow_mut().remove(&req);
+        answer
     }
 
     /// Queues a partition group's message for broker `to` (dropped if `to` is no peer).

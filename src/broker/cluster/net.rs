@@ -9,7 +9,9 @@
 //! - kind 1: a raft-rs `Message` (protobuf);
 //! - kind 2: `Forward` (JSON): an admin request's records for the metadata leader;
 //! - kind 3: `Reply` (JSON): the Raft index the leader proposed them at, or why not;
-//! - kind 4: a partition group's Raft message (`replica::frame::PartitionMessage`).
+//! - kind 4: a partition group's Raft message (`replica::frame::PartitionMessage`);
+//! - kind 5: `CallFrame` (JSON): a transaction request for another broker (`call`);
+//! - kind 6: `AnswerFrame` (JSON): its answer.
 //!
 //! A peer that sends a frame that does not decode loses that connection, never more.
 
@@ -27,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, info};
 use weir::cluster::Record;
 
+use super::call::{AnswerFrame, CallFrame};
 use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::Notify;
 
@@ -44,6 +47,8 @@ const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_REPLY: u8 = 3;
 const KIND_PARTITION: u8 = 4;
+const KIND_CALL: u8 = 5;
+const KIND_ANSWER: u8 = 6;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Forward {
@@ -65,6 +70,8 @@ pub enum Frame {
     Forward(Forward),
     Reply(Reply),
     Partition(PartitionMessage),
+    Call(CallFrame),
+    Answer(AnswerFrame),
 }
 
 impl Frame {
@@ -78,6 +85,8 @@ impl Frame {
                 p.encode_body()
                     .expect("a partition message of a known topic encodes"),
             ),
+            Frame::Call(c) => (KIND_CALL, serde_json::to_vec(c).expect("encodes")),
+            Frame::Answer(a) => (KIND_ANSWER, serde_json::to_vec(a).expect("encodes")),
         };
         let mut out = Vec::with_capacity(5 + body.len());
         out.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
@@ -100,6 +109,12 @@ impl Frame {
                 .map(Frame::Reply)
                 .map_err(|e| format!("bad reply: {e}")),
             KIND_PARTITION => PartitionMessage::decode_body(body).map(Frame::Partition),
+            KIND_CALL => serde_json::from_slice(body)
+                .map(Frame::Call)
+                .map_err(|e| format!("bad call: {e}")),
+            KIND_ANSWER => serde_json::from_slice(body)
+                .map(Frame::Answer)
+                .map_err(|e| format!("bad answer: {e}")),
             k => Err(format!("unknown frame kind {k}")),
         }
     }
@@ -294,6 +309,20 @@ mod tests {
                     ..Default::default()
                 },
             }),
+            Frame::Call(CallFrame {
+                from: 2,
+                req: 10,
+                call: super::super::call::PeerCall::Markers {
+                    producer_id: 5,
+                    epoch: 1,
+                    commit: true,
+                    parts: vec![("t".into(), 0)],
+                },
+            }),
+            Frame::Answer(AnswerFrame {
+                req: 10,
+                answer: super::super::call::PeerAnswer::Codes(vec![0, 6]),
+            }),
         ];
         for f in frames {
             let bytes = f.encode();
@@ -306,6 +335,8 @@ mod tests {
         assert!(Frame::decode(&[KIND_FORWARD, b'{']).is_err());
         assert!(Frame::decode(&[KIND_RAFT, 0xff, 0xff, 0xff]).is_err());
         assert!(Frame::decode(&[KIND_PARTITION, 1, 2, 3]).is_err());
+        assert!(Frame::decode(&[KIND_CALL, b'[']).is_err());
+        assert!(Frame::decode(&[KIND_ANSWER, b'{', b'}']).is_err());
     }
 
     #[test]

@@ -58,13 +58,14 @@ pub async fn find_coordinator(
     };
     let mut endpoints = Vec::with_capacity(keys.len());
     for key in keys {
-        let e = match (req.key_type == 0).then(|| shard.group_coordinator(key, listener)) {
-            Some(f) => f.await,
-            None => None,
+        let e = match req.key_type {
+            0 => shard.group_coordinator(key, listener).await,
+            1 => shard.txn_coordinator_endpoint(key, listener),
+            _ => None,
         };
         endpoints.push(match e {
             Some(e) => {
-                if e.is_err() {
+                if e.is_err() && req.key_type == 0 {
                     shard.ensure_offsets_topic();
                 }
                 e

@@ -18,6 +18,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::groups::call as group_call;
+use crate::broker::cluster::call::{PeerAnswer, PeerCall};
 use crate::broker::errors;
 use crate::broker::group::coordinator::CommitPart;
 use crate::broker::group::service::{GroupReq, GroupResp};
@@ -34,6 +35,16 @@ fn fenced_for(code: i16, version: i16, fenced_since: i16) -> i16 {
 }
 
 async fn call(shard: &Rc<Shard>, txn_id: &str, req: TxnReq) -> Option<TxnResp> {
+    // In a cluster only the id's coordinator broker serves it (another broker's transaction
+    // log knows nothing of it): elsewhere NOT_COORDINATOR, and the client finds it again.
+    if let Some((b, _)) = shard.txn_coordinator_at(txn_id) {
+        if shard.metadata().local_broker != Some(b) && !matches!(req, TxnReq::Describe) {
+            return Some(crate::broker::shard::refused_txn(
+                req,
+                errors::NOT_COORDINATOR,
+            ));
+        }
+    }
     match shard
         .call(txn::core_of(txn_id, shard.cores), Req::Txn(req))
         .await
@@ -64,16 +75,39 @@ pub(super) async fn verify_produce(
     let Some(h) = first else {
         return errors::NONE; // no records: the owner answers CORRUPT_MESSAGE
     };
-    let req = TxnReq::Verify {
-        txn_id: txn_id.to_owned(),
-        producer_id: h.producer_id.get(),
-        epoch: h.producer_epoch.get(),
-        parts,
+    let (producer_id, epoch) = (h.producer_id.get(), h.producer_epoch.get());
+    let txn_id = txn_id.to_owned();
+    // In a cluster the coordinator may be on another broker: asked there (a `PeerCall`).
+    let code = match shard.txn_coordinator_at(&txn_id) {
+        Some((b, _)) if Some(b) != shard.metadata().local_broker => {
+            let call = PeerCall::Verify {
+                txn_id,
+                producer_id,
+                epoch,
+                parts,
+            };
+            match shard.peer_call(b, call).await {
+                Some(PeerAnswer::Code(c)) => Some(c),
+                _ => None,
+            }
+        }
+        _ => {
+            let req = TxnReq::Verify {
+                txn_id: txn_id.clone(),
+                producer_id,
+                epoch,
+                parts,
+            };
+            match call(shard, &txn_id, req).await {
+                Some(TxnResp::Code(c)) => Some(c),
+                _ => None,
+            }
+        }
     };
-    match call(shard, txn_id, req).await {
-        Some(TxnResp::Code(errors::PRODUCER_FENCED)) => errors::INVALID_PRODUCER_EPOCH,
-        Some(TxnResp::Code(c)) => c,
-        _ => errors::COORDINATOR_NOT_AVAILABLE,
+    match code {
+        Some(errors::PRODUCER_FENCED) => errors::INVALID_PRODUCER_EPOCH,
+        Some(c) => c,
+        None => errors::COORDINATOR_NOT_AVAILABLE,
     }
 }
 

@@ -142,6 +142,9 @@ impl Shard {
                 self.replica_group(&topic, partition)
                     .map_or(0, |g| g.leader.get()),
             ),
+            Req::PeerCall { to, call } => {
+                Resp::PeerAnswer(Box::pin(self.peer_call(to, call)).await)
+            }
             Req::PartitionSizes => Resp::PartitionSizes(self.partition_sizes()),
             Req::DescribeProducers(parts) => {
                 Resp::Producers(self.describe_producers_local(parts).await)

@@ -16,10 +16,12 @@ mod cleaner;
 mod fetch;
 mod install;
 mod lifecycle;
+mod markers;
 mod mesh;
 mod msg;
 mod offsets;
 mod offsets_replica;
+mod peer_calls;
 mod produce;
 mod replica_io;
 mod replicated;
@@ -48,6 +50,7 @@ use weir::config::BrokerConfig;
 use weir::metadata::Metadata;
 
 pub use lifecycle::data_dir_ok;
+pub use txn::refused as refused_txn;
 
 /// State shared by all cores (startup and shutdown coordination only; never on the data
 /// path).

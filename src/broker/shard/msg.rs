@@ -268,6 +268,11 @@ pub enum Req {
     /// → the replica's core: the leader (broker id, 0 for none) its Raft group knows of;
     /// answered `Leader`.
     ReplicaLeader(String, i32),
+    /// → core 0: a transaction request for broker `to`; answered `PeerAnswer`.
+    PeerCall {
+        to: u64,
+        call: crate::broker::cluster::call::PeerCall,
+    },
 }
 
 #[derive(Debug)]
@@ -296,6 +301,8 @@ pub enum Resp {
     /// Per partition of a `Req::DescribeProducers`: its producers, or an error code.
     Producers(Vec<Result<Vec<ProducerInfo>, i16>>),
     Leader(u64),
+    /// Reply to `Req::PeerCall`: the other broker's answer (`None`: none in time).
+    PeerAnswer(Option<crate::broker::cluster::call::PeerAnswer>),
     Done,
 }
 

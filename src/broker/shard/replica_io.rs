@@ -221,20 +221,16 @@ impl Shard {
             debug!(topic = %g.topic, partition = g.partition, error = ?e, "invalid batch");
             errors::CORRUPT_MESSAGE
         })?;
-        // Which of the producer fields the batches carry (one pass over their headers).
-        let (mut transactional, mut idempotent) = (false, false);
+        // Whether the batches carry a producer id (one pass over their headers). A
+        // transactional batch is an idempotent one here: its coordinator checked it
+        // (`kafka::txn::verify_produce`), and its markers come through this same path.
+        let mut idempotent = false;
         let mut pos = 0usize;
         for info in &infos {
             if let Some(h) = weir_storage::batch::BatchHeader::parse(&records[pos..]) {
-                transactional |= h.attributes.get() & weir_storage::batch::TRANSACTIONAL_FLAG != 0;
                 idempotent |= h.producer_id.get() >= 0;
             }
             pos += info.total_bytes;
-        }
-        if transactional {
-            // Not yet: markers are not replicated (docs/replication.md, "Step 3 as built").
-            debug!(topic = %g.topic, partition = g.partition, "transactional produce to a replicated partition refused");
-            return Err(errors::INVALID_TXN_STATE);
         }
         // Idempotent requests are checked and proposed one at a time, in the order they
         // reached this core (a place in line is taken now, in this call's first poll: a

@@ -6,7 +6,8 @@
 //!
 //! 1. `Prepare{Commit,Abort}` is stored;
 //! 2. a marker (control batch) is appended and flushed on every partition of the transaction
-//!    (`Req::Markers` to each owner core), and the pending offsets of its groups are applied
+//!    (`Req::Markers` to each owner core, or in a cluster to each leader: `shard::markers`),
+//!    and the pending offsets of its groups are applied
 //!    or dropped (`GroupReq::TxnEnd` to each group's core);
 //! 3. `Complete{Commit,Abort}` is stored and the client answered.
 //!
@@ -18,18 +19,16 @@
 //! request meanwhile gets CONCURRENT_TRANSACTIONS, which clients retry.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
 use super::lifecycle::wall_clock_ms;
-use super::msg::{Req, Resp, TxnReq, TxnResp};
+use super::msg::{TxnReq, TxnResp};
 use super::Shard;
 use crate::broker::errors;
-use crate::broker::group::service::{GroupReq, GroupResp};
-use crate::broker::sync::join_all;
 use crate::broker::txn::{self, TxnMeta, TxnState, TxnStore};
 
 /// This core's transaction coordinator.
@@ -111,18 +110,7 @@ impl Shard {
     /// Serves a transaction request on the core that owns its transactional id.
     pub(super) async fn txn_serve(self: &Rc<Self>, req: TxnReq) -> TxnResp {
         let Some(c) = self.txns.borrow().clone() else {
-            return match req {
-                TxnReq::Init { .. } => TxnResp::Init {
-                    error: errors::COORDINATOR_NOT_AVAILABLE,
-                    producer_id: -1,
-                    epoch: -1,
-                },
-                TxnReq::AddPartitions { parts, .. } => {
-                    TxnResp::Codes(vec![errors::COORDINATOR_NOT_AVAILABLE; parts.len()])
-                }
-                TxnReq::Describe => TxnResp::Described(Vec::new()),
-                _ => TxnResp::Code(errors::COORDINATOR_NOT_AVAILABLE),
-            };
+            return refused(req, errors::COORDINATOR_NOT_AVAILABLE);
         };
         match req {
             TxnReq::Init {
@@ -323,9 +311,15 @@ impl Shard {
             return Err(errors::CONCURRENT_TRANSACTIONS);
         }
         let meta = self.metadata();
+        // In a cluster a partition may be led by another broker (its markers are written
+        // there): it must only exist.
         let unknown: Vec<bool> = parts
             .iter()
-            .map(|(t, p)| meta.owner(t, *p).is_none())
+            .map(|(t, p)| {
+                meta.topics
+                    .get(t)
+                    .is_none_or(|tm| usize::try_from(*p).map_or(true, |p| p >= tm.owners.len()))
+            })
             .collect();
         if unknown.iter().any(|u| *u) {
             return Ok(unknown
@@ -417,117 +411,6 @@ impl Shard {
         Ok(m)
     }
 
-    /// Appends (and flushes) a commit or abort marker on every partition, each on its owner
-    /// core, and ends the transaction's offsets on each group's core. A partition whose
-    /// topic is gone needs no marker; any other failure is COORDINATOR_NOT_AVAILABLE (the
-    /// client retries, the tick finishes the transaction).
-    async fn write_markers(
-        self: &Rc<Self>,
-        producer_id: i64,
-        epoch: i16,
-        commit: bool,
-        parts: &BTreeSet<(String, i32)>,
-        groups: &BTreeSet<String>,
-    ) -> Result<(), i16> {
-        let meta = self.metadata();
-        let mut by_owner: BTreeMap<usize, Vec<(String, i32)>> = BTreeMap::new();
-        for (t, p) in parts {
-            if let Some(owner) = meta.owner(t, *p) {
-                by_owner.entry(owner).or_default().push((t.clone(), *p));
-            }
-        }
-        let calls = by_owner.into_iter().map(|(owner, parts)| {
-            let shard = self.clone();
-            async move {
-                match shard
-                    .call(
-                        owner,
-                        Req::Markers {
-                            producer_id,
-                            epoch,
-                            commit,
-                            parts,
-                        },
-                    )
-                    .await
-                {
-                    Resp::Codes(codes) => codes
-                        .into_iter()
-                        .all(|c| c == errors::NONE || c == errors::UNKNOWN_TOPIC_OR_PARTITION),
-                    _ => false,
-                }
-            }
-        });
-        let written = join_all(calls.collect()).await;
-        let mut ok = written.iter().all(|w| *w);
-        for group in groups {
-            let core = self.group_core(group);
-            let req = Req::Group(GroupReq::TxnEnd {
-                group: group.clone(),
-                producer_id,
-                commit,
-            });
-            ok &= matches!(
-                self.call(core, req).await,
-                Resp::Group(GroupResp::Code(errors::NONE))
-            );
-        }
-        if ok {
-            Ok(())
-        } else {
-            warn!(
-                producer_id,
-                commit, "writing transaction markers failed; the coordinator retries"
-            );
-            Err(errors::COORDINATOR_NOT_AVAILABLE)
-        }
-    }
-
-    /// On a partition's owner: appends and flushes a marker on each partition.
-    pub(super) async fn markers_local(
-        &self,
-        producer_id: i64,
-        epoch: i16,
-        commit: bool,
-        parts: Vec<(String, i32)>,
-    ) -> Vec<i16> {
-        let now = wall_clock_ms();
-        let writes = parts.into_iter().map(|(topic, partition)| async move {
-            let Some(part) = self.partition(&topic, partition) else {
-                // Owned here but not open (yet: a coordinator finishing a transaction right
-                // after start-up may ask before this core opened its logs; or its open
-                // failed): the marker must still be written, so the coordinator retries.
-                // Not owned here any more: the topic is gone, no marker is needed.
-                return if self.metadata().owner(&topic, partition) == Some(self.id) {
-                    errors::NOT_LEADER_OR_FOLLOWER
-                } else {
-                    errors::UNKNOWN_TOPIC_OR_PARTITION
-                };
-            };
-            if self.replica_group(&topic, partition).is_some() {
-                // Transactional produce is refused on replicated partitions, so this one
-                // holds nothing of the transaction: no marker is needed (and one appended
-                // outside Raft would split the replicas' logs).
-                return errors::NONE;
-            }
-            let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
-            let written = async {
-                part.log.append(marker).await?;
-                part.log.flush().await
-            }
-            .await;
-            match written {
-                Ok(_) => errors::NONE,
-                Err(e) => {
-                    warn!(topic, partition, error = %e, "transaction marker not written");
-                    errors::storage_error_code(&e)
-                }
-            }
-        });
-        // All at once: each log writes and syncs its own file.
-        join_all(writes.collect()).await
-    }
-
     /// Finishes prepared transactions (after a crash or a failed marker write), aborts
     /// timed-out ones, forgets expired ids.
     async fn txn_tick(self: &Rc<Self>) {
@@ -569,6 +452,20 @@ impl Shard {
                 glommio::yield_if_needed().await;
             }
         }
+    }
+}
+
+/// The answer to `req` when no coordinator here can serve it: `code` for each part of it.
+pub fn refused(req: TxnReq, code: i16) -> TxnResp {
+    match req {
+        TxnReq::Init { .. } => TxnResp::Init {
+            error: code,
+            producer_id: -1,
+            epoch: -1,
+        },
+        TxnReq::AddPartitions { parts, .. } => TxnResp::Codes(vec![code; parts.len()]),
+        TxnReq::Describe => TxnResp::Described(Vec::new()),
+        _ => TxnResp::Code(code),
     }
 }
 

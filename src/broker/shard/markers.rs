@@ -1,0 +1,179 @@
+//! Transaction markers: a coordinator writes a commit or abort marker on every partition of
+//! a transaction, each where the partition is led (an owner core here; in a cluster, the core
+//! holding this broker's replica, or another broker), and ends the transaction's offsets on
+//! each group's coordinator (`shard::txn`, step 2 of ending a transaction).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use tracing::{debug, warn};
+
+use super::lifecycle::wall_clock_ms;
+use super::msg::{Req, Resp};
+use super::peer_calls::Place;
+use super::Shard;
+use crate::broker::cluster::call::{PeerAnswer, PeerCall};
+use crate::broker::errors;
+use crate::broker::group::service::{GroupReq, GroupResp};
+use crate::broker::sync::join_all;
+
+impl Shard {
+    /// Appends (and flushes) a commit or abort marker on every partition, each where it is
+    /// led: on its owner core here, or — in a cluster — through the partition's Raft group on
+    /// the core holding its leader's replica, here or on another broker (a `PeerCall`); and
+    /// ends the transaction's offsets on each group's coordinator, here or on another broker.
+    /// A partition whose topic is gone needs no marker; any other failure (no leader known,
+    /// the leader moved, a broker out of reach) is COORDINATOR_NOT_AVAILABLE: the client
+    /// retries, the tick finishes the transaction, and a marker written twice is harmless.
+    pub(super) async fn write_markers(
+        self: &Rc<Self>,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        parts: &BTreeSet<(String, i32)>,
+        groups: &BTreeSet<String>,
+    ) -> Result<(), i16> {
+        let mut by_place: BTreeMap<Place, Vec<(String, i32)>> = BTreeMap::new();
+        let mut ok = true;
+        for (t, p) in parts {
+            match self.marker_place(t, *p).await {
+                Some(Ok(place)) => by_place.entry(place).or_default().push((t.clone(), *p)),
+                Some(Err(())) => {
+                    debug!(topic = %t, partition = p, "no leader known for a transaction marker");
+                    ok = false;
+                }
+                None => {}
+            }
+        }
+        let calls = by_place.into_iter().map(|(place, parts)| {
+            let shard = self.clone();
+            async move {
+                let codes = match place {
+                    Place::Core(core) => match shard
+                        .call(
+                            core,
+                            Req::Markers {
+                                producer_id,
+                                epoch,
+                                commit,
+                                parts,
+                            },
+                        )
+                        .await
+                    {
+                        Resp::Codes(codes) => codes,
+                        _ => return false,
+                    },
+                    Place::Broker(b) => match shard
+                        .peer_call(
+                            b,
+                            PeerCall::Markers {
+                                producer_id,
+                                epoch,
+                                commit,
+                                parts,
+                            },
+                        )
+                        .await
+                    {
+                        Some(PeerAnswer::Codes(codes)) => codes,
+                        _ => return false,
+                    },
+                };
+                codes
+                    .into_iter()
+                    .all(|c| c == errors::NONE || c == errors::UNKNOWN_TOPIC_OR_PARTITION)
+            }
+        });
+        ok &= join_all(calls.collect()).await.iter().all(|w| *w);
+        for group in groups {
+            let code = match self.group_place(group).await {
+                Some(Place::Core(core)) => {
+                    let req = Req::Group(GroupReq::TxnEnd {
+                        group: group.clone(),
+                        producer_id,
+                        commit,
+                    });
+                    match self.call(core, req).await {
+                        Resp::Group(GroupResp::Code(c)) => c,
+                        _ => errors::COORDINATOR_NOT_AVAILABLE,
+                    }
+                }
+                Some(Place::Broker(b)) => {
+                    let call = PeerCall::GroupTxnEnd {
+                        group: group.clone(),
+                        producer_id,
+                        commit,
+                    };
+                    match self.peer_call(b, call).await {
+                        Some(PeerAnswer::Code(c)) => c,
+                        _ => errors::COORDINATOR_NOT_AVAILABLE,
+                    }
+                }
+                None => errors::COORDINATOR_NOT_AVAILABLE,
+            };
+            ok &= code == errors::NONE;
+        }
+        if ok {
+            Ok(())
+        } else {
+            warn!(
+                producer_id,
+                commit, "writing transaction markers failed; the coordinator retries"
+            );
+            Err(errors::COORDINATOR_NOT_AVAILABLE)
+        }
+    }
+
+    /// On a partition's owner: appends and flushes a marker on each partition.
+    pub(super) async fn markers_local(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        parts: Vec<(String, i32)>,
+    ) -> Vec<i16> {
+        let now = wall_clock_ms();
+        let writes = parts.into_iter().map(|(topic, partition)| async move {
+            if let Some(g) = self.replica_group(&topic, partition) {
+                // A replicated partition: the marker is an entry of its Raft log like any
+                // batch, written by every replica, answered once a majority has it (and
+                // refused unless this replica leads: the coordinator asks again).
+                let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
+                return match self.produce_replicated(g, -1, marker).await {
+                    Ok(_) => errors::NONE,
+                    Err(code) => {
+                        debug!(topic, partition, code, "transaction marker not committed");
+                        code
+                    }
+                };
+            }
+            let Some(part) = self.partition(&topic, partition) else {
+                // Owned here but not open (yet: a coordinator finishing a transaction right
+                // after start-up may ask before this core opened its logs; or its open
+                // failed): the marker must still be written, so the coordinator retries.
+                // Not owned here any more: the topic is gone, no marker is needed.
+                return if self.metadata().owner(&topic, partition) == Some(self.id) {
+                    errors::NOT_LEADER_OR_FOLLOWER
+                } else {
+                    errors::UNKNOWN_TOPIC_OR_PARTITION
+                };
+            };
+            let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
+            let written = async {
+                part.log.append(marker).await?;
+                part.log.flush().await
+            }
+            .await;
+            match written {
+                Ok(_) => errors::NONE,
+                Err(e) => {
+                    warn!(topic, partition, error = %e, "transaction marker not written");
+                    errors::storage_error_code(&e)
+                }
+            }
+        });
+        // All at once: each log writes and syncs its own file.
+        join_all(writes.collect()).await
+    }
+}
