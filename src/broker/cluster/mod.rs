@@ -286,8 +286,9 @@ impl Node {
     }
 
     /// Sends `call` to broker `to` and waits up to `timeout` for its answer (`None`: no
-    /// answer in time, or `to` is no peer). Nothing is retried here: the callers' own
-    /// retries are idempotent (a marker written twice, a check asked twice).
+    /// answer in time, `to` cannot be reached — a failed connection attempt drops the call —
+    /// or is no peer). Nothing is retried here: the callers' own retries are idempotent (a
+    /// marker written twice, a check asked twice).
     pub async fn call_peer(
         &self,
         to: u64,
@@ -299,13 +300,14 @@ impl Node {
         self.next_req.set(req + 1);
         let slot = Rc::new(Slot::default());
         self.calls.borrow_mut().insert(req, slot.clone());
+        let unreachable = peer.unreachable();
         peer.send(&Frame::Call(CallFrame {
             from: self.id,
             req,
             call,
         }));
         let answer = or(async { Some(slot.take().await) }, async {
-            glommio::timer::sleep(timeout).await;
+            or(unreachable, glommio::timer::sleep(timeout)).await;
             None
         })
         .await;

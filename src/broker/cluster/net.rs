@@ -31,7 +31,7 @@ use weir::cluster::Record;
 
 use super::call::{AnswerFrame, CallFrame};
 use crate::broker::replica::frame::PartitionMessage;
-use crate::broker::sync::Notify;
+use crate::broker::sync::{Event, Notify};
 
 /// Largest frame accepted from a peer.
 pub const MAX_FRAME_BYTES: usize = 16 << 20;
@@ -148,6 +148,9 @@ pub struct Peer {
     source: Option<IpAddr>,
     queue: RefCell<VecDeque<Vec<u8>>>,
     work: Notify,
+    /// Fired (and replaced) each time a connection attempt fails and the queued frames are
+    /// dropped: a call waiting for this peer's answer need not wait out its timeout.
+    unreachable: RefCell<Rc<Event>>,
 }
 
 impl Peer {
@@ -159,6 +162,7 @@ impl Peer {
             source: source_for(own, addr),
             queue: RefCell::new(VecDeque::new()),
             work: Notify::default(),
+            unreachable: RefCell::new(Rc::new(Event::default())),
         })
     }
 
@@ -172,6 +176,13 @@ impl Peer {
         self.work.notify();
     }
 
+    /// Resolves at the next failed connection attempt to this peer (what was queued for it
+    /// is then dropped).
+    pub fn unreachable(&self) -> impl std::future::Future<Output = ()> {
+        let event = self.unreachable.borrow().clone();
+        async move { event.wait().await }
+    }
+
     /// The sender task: connects (again after any error), then writes queued frames.
     pub async fn run(self: Rc<Self>) {
         let mut connected_before = false;
@@ -183,6 +194,7 @@ impl Peer {
                     // what matters once it answers, and partition groups' entries would
                     // otherwise pile up here (up to `MAX_QUEUED` frames of up to 1 MiB).
                     let dropped = std::mem::take(&mut *self.queue.borrow_mut()).len();
+                    std::mem::take(&mut *self.unreachable.borrow_mut()).fire();
                     debug!(peer = self.id, addr = %self.addr, error = %e, dropped, "cannot reach peer");
                     glommio::timer::sleep(RECONNECT_PAUSE).await;
                     continue;

@@ -17,6 +17,21 @@ use crate::broker::errors;
 use crate::broker::group::service::{GroupReq, GroupResp};
 use crate::broker::sync::join_all;
 
+/// Endings remembered at most (the coordinator moved away from most of them).
+const MEMO_MAX: usize = 10_000;
+
+/// What an ending of a transaction that failed somewhere wrote already: the partitions whose
+/// markers are written and the groups whose offsets are ended. Kept in memory by the
+/// coordinator core until the ending succeeds, so a retry (the client's EndTxn, the tick)
+/// writes only what is missing — as Kafka's coordinator retries only the markers that failed.
+/// Lost at a restart or a move of the coordinator: the next attempt writes everything again,
+/// which is harmless (a second marker for a closed transaction changes nothing).
+#[derive(Debug, Clone, Default)]
+pub struct MarkersWritten {
+    parts: BTreeSet<(String, i32)>,
+    groups: BTreeSet<String>,
+}
+
 impl Shard {
     /// Appends (and flushes) a commit or abort marker on every partition, each where it is
     /// led: on its owner core here, or — in a cluster — through the partition's Raft group on
@@ -33,9 +48,17 @@ impl Shard {
         parts: &BTreeSet<(String, i32)>,
         groups: &BTreeSet<String>,
     ) -> Result<(), i16> {
+        // What an earlier attempt of this ending already wrote is not written again.
+        let key = (producer_id, epoch, commit);
+        let done = self
+            .markers_written
+            .borrow()
+            .get(&key)
+            .cloned()
+            .unwrap_or_default();
         let mut by_place: BTreeMap<Place, Vec<(String, i32)>> = BTreeMap::new();
         let mut ok = true;
-        for (t, p) in parts {
+        for (t, p) in parts.iter().filter(|tp| !done.parts.contains(*tp)) {
             match self.marker_place(t, *p).await {
                 Some(Ok(place)) => by_place.entry(place).or_default().push((t.clone(), *p)),
                 Some(Err(())) => {
@@ -48,6 +71,7 @@ impl Shard {
         let calls = by_place.into_iter().map(|(place, parts)| {
             let shard = self.clone();
             async move {
+                let asked = parts.clone();
                 let codes = match place {
                     Place::Core(core) => match shard
                         .call(
@@ -62,7 +86,7 @@ impl Shard {
                         .await
                     {
                         Resp::Codes(codes) => codes,
-                        _ => return false,
+                        _ => Vec::new(),
                     },
                     Place::Broker(b) => match shard
                         .peer_call(
@@ -77,16 +101,33 @@ impl Shard {
                         .await
                     {
                         Some(PeerAnswer::Codes(codes)) => codes,
-                        _ => return false,
+                        _ => Vec::new(),
                     },
                 };
-                codes
+                // Each partition asked, and whether its marker is written (or not needed).
+                let n = asked.len();
+                asked
                     .into_iter()
-                    .all(|c| c == errors::NONE || c == errors::UNKNOWN_TOPIC_OR_PARTITION)
+                    .zip(codes.into_iter().chain(std::iter::repeat(-1)))
+                    .take(n)
+                    .map(|(tp, c)| {
+                        (
+                            tp,
+                            c == errors::NONE || c == errors::UNKNOWN_TOPIC_OR_PARTITION,
+                        )
+                    })
+                    .collect::<Vec<_>>()
             }
         });
-        ok &= join_all(calls.collect()).await.iter().all(|w| *w);
-        for group in groups {
+        let mut written = done;
+        for (tp, w) in join_all(calls.collect()).await.into_iter().flatten() {
+            ok &= w;
+            if w {
+                written.parts.insert(tp);
+            }
+        }
+        let ended_before = written.groups.clone();
+        for group in groups.iter().filter(|g| !ended_before.contains(*g)) {
             let code = match self.group_place(group).await {
                 Some(Place::Core(core)) => {
                     let req = Req::Group(GroupReq::TxnEnd {
@@ -112,11 +153,22 @@ impl Shard {
                 }
                 None => errors::COORDINATOR_NOT_AVAILABLE,
             };
-            ok &= code == errors::NONE;
+            if code == errors::NONE {
+                written.groups.insert(group.clone());
+            } else {
+                ok = false;
+            }
         }
+        let mut memo = self.markers_written.borrow_mut();
         if ok {
+            memo.remove(&key);
             Ok(())
         } else {
+            if memo.len() >= MEMO_MAX {
+                memo.clear(); // endings abandoned here (their coordinator moved): forgotten
+            }
+            memo.insert(key, written);
+            drop(memo);
             warn!(
                 producer_id,
                 commit, "writing transaction markers failed; the coordinator retries"

@@ -201,6 +201,9 @@ pub struct Shard {
     pub connections: Cell<usize>,
     /// This core's counters for the metrics endpoint.
     pub metrics: crate::broker::metrics::CoreMetrics,
+    /// Transaction endings under way whose markers are written in part (`shard::markers`),
+    /// by (producer id, epoch, commit).
+    markers_written: RefCell<HashMap<(i64, i16, bool), markers::MarkersWritten>>,
     /// The clock tick of the last producer id handed out here ([`producer_id`]).
     last_producer_tick: Cell<u64>,
     /// A creation of `__consumer_offsets` is under way from this core (`offsets_replica`).
@@ -282,6 +285,7 @@ impl Shard {
             txns: RefCell::new(None),
             shutdown: Event::default(),
             connections: Cell::new(0),
+            markers_written: RefCell::new(HashMap::new()),
             last_producer_tick: Cell::new(0),
             creating_offsets_topic: Cell::new(false),
         })
