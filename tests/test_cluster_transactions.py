@@ -76,7 +76,7 @@ def ok(call, *args):
         pytest.fail(f"{call.__name__} failed: {e.args[0]}")
 
 
-def write(producer: Producer, tag: str, n: int) -> None:
+def write(producer: Producer, topic: str, tag: str, n: int) -> None:
     """n records on every partition, values `<tag>-<p>-<i>`, all delivered (not yet committed)."""
     failed = []
 
@@ -85,7 +85,7 @@ def write(producer: Producer, tag: str, n: int) -> None:
             failed.append(err)
     for p in range(PARTITIONS):
         for i in range(n):
-            producer.produce(TOPIC, key=b"k", value=f"{tag}-{p}-{i}".encode(), partition=p,
+            producer.produce(topic, key=b"k", value=f"{tag}-{p}-{i}".encode(), partition=p,
                              on_delivery=report)
     assert producer.flush(TXN_CALL_S) == 0
     assert not failed, failed[:3]
@@ -95,13 +95,13 @@ def expected(tags: list[str], n: int, p: int) -> list[bytes]:
     return [f"{t}-{p}-{i}".encode() for t in tags for i in range(n)]
 
 
-def read_to_end(bootstrap: str, isolation: str) -> dict[int, list[bytes]]:
+def read_to_end(bootstrap: str, topic: str, isolation: str) -> dict[int, list[bytes]]:
     """Every record value of every partition from the start to its end (read_committed: the
     last stable offset), in offset order."""
     c = rd_consumer(bootstrap, **{"isolation.level": isolation, "enable.partition.eof": True})
     out: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
     try:
-        c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         at_end: set[int] = set()
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
         while len(at_end) < PARTITIONS:
@@ -131,7 +131,7 @@ def control_batches(batches: bytes) -> int:
     return n
 
 
-def same_everywhere(brokers, markers: int) -> list[int]:
+def same_everywhere(brokers, topic: str, markers: int) -> list[int]:
     """Waits until every broker's replica of every partition holds the same batches, with at
     least `markers` control batches each (an EndTxn retried after a failed marker write writes
     the markers that had succeeded again, as Kafka's coordinator does); the count per
@@ -139,7 +139,7 @@ def same_everywhere(brokers, markers: int) -> list[int]:
     def check():
         counts = []
         for p in range(PARTITIONS):
-            copies = [stored_batches(b.data_dir, TOPIC, p) for b in brokers]
+            copies = [stored_batches(b.data_dir, topic, p) for b in brokers]
             if not all(c == copies[0] for c in copies) or control_batches(copies[0]) < markers:
                 return None
             counts.append(control_batches(copies[0]))
@@ -158,10 +158,17 @@ def group_committed(bootstrap: str, group: str) -> dict[int, int]:
 @pytest.mark.timeout(240)
 def test_transactions_across_brokers_commit_abort_and_survive_a_leaders_death(cluster):
     everyone = ",".join(b.bootstrap for b in cluster)
-    create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=3)
     create(cluster[0].bootstrap, INPUT, 1, replication_factor=3)
-    leaders = {p: leader_of(cluster, TOPIC, p)[0] // NODE_ID_STRIDE for p in range(PARTITIONS)}
-    assert len(set(leaders.values())) >= 2, f"the partitions' leaders are all on one broker: {leaders}"
+    # raft-rs elects whichever replica times out first (there is no preferred-leader election):
+    # the topic is made again, under another name, until its leaders are on two brokers at
+    # least, as benches/replication.py does.
+    for attempt in range(6):
+        topic = f"{TOPIC}-{attempt}"
+        create(cluster[0].bootstrap, topic, PARTITIONS, replication_factor=3)
+        leaders = {p: leader_of(cluster, topic, p)[0] // NODE_ID_STRIDE for p in range(PARTITIONS)}
+        if len(set(leaders.values())) >= 2:
+            break
+    assert len(set(leaders.values())) >= 2, f"six topics' leaders were all on one broker each: {leaders}"
 
     # The coordinators: the transaction's, and a group's on another broker, so the offsets
     # sent with the transaction are ended there by a call between brokers.
@@ -178,14 +185,14 @@ def test_transactions_across_brokers_commit_abort_and_survive_a_leaders_death(cl
     n = 50
     for tag, commit in (("a", True), ("b", False), ("c", True)):
         ok(producer.begin_transaction)
-        write(producer, tag, n)
+        write(producer, topic, tag, n)
         ok(producer.commit_transaction if commit else producer.abort_transaction, TXN_CALL_S)
-    committed = read_to_end(everyone, "read_committed")
-    uncommitted = read_to_end(everyone, "read_uncommitted")
+    committed = read_to_end(everyone, topic, "read_committed")
+    uncommitted = read_to_end(everyone, topic, "read_uncommitted")
     for p in range(PARTITIONS):
         assert committed[p] == expected(["a", "c"], n, p), f"partition {p}: read_committed saw the wrong records"
         assert uncommitted[p] == expected(["a", "b", "c"], n, p), f"partition {p}: read_uncommitted"
-    assert same_everywhere(cluster, markers=3) == [3] * PARTITIONS
+    assert same_everywhere(cluster, topic, markers=3) == [3] * PARTITIONS
 
     # Consume-transform-produce: offsets sent with the transaction land in the group at its
     # coordinator (another broker) when the transaction commits.
@@ -205,7 +212,7 @@ def test_transactions_across_brokers_commit_abort_and_survive_a_leaders_death(cl
             assert m.error() is None, m.error()
             taken.append(m)
     ok(producer.begin_transaction)
-    write(producer, "d", 5)
+    write(producer, topic, "d", 5)
     ok(producer.send_offsets_to_transaction, [TopicPartition(INPUT, 0, taken[-1].offset() + 1)],
        source.consumer_group_metadata(), TXN_CALL_S)
     ok(producer.commit_transaction, TXN_CALL_S)
@@ -220,17 +227,17 @@ def test_transactions_across_brokers_commit_abort_and_survive_a_leaders_death(cl
     lost = [p for p, b in leaders.items() if b == victim_id]
     survivors = [b for b in cluster if b is not victim]
     ok(producer.begin_transaction)
-    write(producer, "e", n)
+    write(producer, topic, "e", n)
     victim._kill()
     t0 = time.monotonic()
     ok(producer.commit_transaction, TXN_CALL_S)
     print(f"broker {victim_id} (leader of {lost}) killed; the commit returned {time.monotonic() - t0:.2f} s later")
     alive = ",".join(b.bootstrap for b in survivors)
-    committed = read_to_end(alive, "read_committed")
+    committed = read_to_end(alive, topic, "read_committed")
     for p in range(PARTITIONS):
         want = expected(["a", "c"], n, p) + expected(["d"], 5, p) + expected(["e"], n, p)
         assert committed[p] == want, f"partition {p}: read_committed after the leader's death"
 
     # The killed broker comes back and holds what the survivors hold.
     victim.start()
-    print(f"markers per partition: {same_everywhere(cluster, markers=5)}")
+    print(f"markers per partition: {same_everywhere(cluster, topic, markers=5)}")

@@ -189,6 +189,13 @@ pub(crate) struct ProducerState {
     open: BTreeMap<u64, i64>,
     /// Aborted transactions by marker offset.
     aborted: BTreeMap<u64, AbortedTxn>,
+    /// Transactions closed by a marker that may not be durable yet: marker offset → first
+    /// offset. Until the log's visible offset passes its marker such a transaction still
+    /// bounds the stable offset, as an open one does (Kafka's unreplicated transactions): a
+    /// replicated log's leader appends a marker before a majority has it, and a consumer must
+    /// not read the transaction as ended before its end is committed. Not in the snapshot
+    /// (see `settle`).
+    ending: BTreeMap<u64, u64>,
 }
 
 impl ProducerState {
@@ -205,9 +212,29 @@ impl ProducerState {
             .collect()
     }
 
-    /// The first offset of the earliest open transaction: nothing at or after it is stable.
-    pub(crate) fn first_unstable(&self) -> Option<u64> {
-        self.open.keys().next().copied()
+    /// The first offset of the earliest transaction that is open, or whose marker is at or
+    /// after `visible` (appended, not yet durable or committed): nothing at or after it is
+    /// stable.
+    pub(crate) fn first_unstable(&self, visible: u64) -> Option<u64> {
+        let open = self.open.keys().next().copied();
+        let ending = self.ending.range(visible..).map(|(_, &first)| first).min();
+        match (open, ending) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Forgets the ended transactions whose markers are below `visible` (durable or
+    /// committed): they no longer bound the stable offset. A state rebuilt from a snapshot
+    /// holds none; the markers replayed after the snapshot are known again.
+    pub(crate) fn settle(&mut self, visible: u64) {
+        if self
+            .ending
+            .first_key_value()
+            .is_some_and(|(&m, _)| m < visible)
+        {
+            self.ending = self.ending.split_off(&visible);
+        }
     }
 
     /// The aborted transactions a read of `[from, to)` may meet: those whose marker is at or
@@ -316,6 +343,7 @@ impl ProducerState {
             Kind::Marker { commit } => {
                 if let Some(first) = p.txn_first.take() {
                     self.open.remove(&first);
+                    self.ending.insert(base_offset, first);
                     if !commit {
                         self.aborted.insert(
                             base_offset,
@@ -604,12 +632,19 @@ mod tests {
         s.update(&b(2, 0, 0, 4), 20, 24);
         s.update(&txn(3, 0, 0, 0), 25, 25);
         s.update(&txn(1, 0, 10, 10), 26, 26);
-        assert_eq!(s.first_unstable(), Some(10), "producer 1 opened first");
+        assert_eq!(s.first_unstable(0), Some(10), "producer 1 opened first");
         assert_eq!(s.active()[0].txn_start_offset, Some(10));
         s.update(&marker(1, 0, false), 27, 27);
-        assert_eq!(s.first_unstable(), Some(25), "producer 3 is still open");
+        assert_eq!(
+            s.first_unstable(27),
+            Some(10),
+            "producer 1's marker is not durable yet"
+        );
+        assert_eq!(s.first_unstable(28), Some(25), "producer 3 is still open");
         s.update(&marker(3, 0, true), 28, 28);
-        assert_eq!(s.first_unstable(), None);
+        assert_eq!(s.first_unstable(28), Some(25), "its marker is not durable");
+        s.settle(29);
+        assert_eq!(s.first_unstable(0), None, "both markers are durable");
         let aborted = AbortedTxn {
             producer_id: 1,
             first_offset: 10,
@@ -636,9 +671,11 @@ mod tests {
         assert_eq!(s.check(&txn(1, 1, 0, 0)).expect("check"), Check::Append);
         // An open transaction and the aborted list survive a snapshot; retention forgets.
         s.update(&txn(2, 0, 5, 5), 31, 31);
+        // The snapshot leaves out the ended transactions whose markers are not settled.
+        s.settle(32);
         let (back, covers) = ProducerState::decode(&s.encode(32)).expect("decode");
         assert_eq!((back.clone(), covers), (s.clone(), 32));
-        assert_eq!(back.first_unstable(), Some(31));
+        assert_eq!(back.first_unstable(32), Some(31));
         assert_eq!(back.aborted_between(0, 100).len(), 2);
         s.forget_aborted_before(28);
         assert_eq!(s.aborted_between(0, 100).len(), 1);
@@ -664,7 +701,7 @@ mod tests {
         v1.extend_from_slice(&crc32c::crc32c(&v1).to_be_bytes());
         let (back, covers) = ProducerState::decode(&v1).expect("v1 decodes");
         assert_eq!((back.active(), covers), (s.active(), 105));
-        assert_eq!(back.first_unstable(), None);
+        assert_eq!(back.first_unstable(0), None);
     }
 
     #[test]
@@ -683,7 +720,7 @@ mod tests {
         assert_eq!(s.expire(60_000, 30_000), 1, "producer 1 is idle past 30 s");
         let left: Vec<i64> = s.active().iter().map(|a| a.producer_id).collect();
         assert_eq!(left, vec![2, 3], "producer 2's transaction is open");
-        assert_eq!(s.first_unstable(), Some(1));
+        assert_eq!(s.first_unstable(0), Some(1));
         let (back, _) = ProducerState::decode(&s.encode(3)).expect("decode");
         assert_eq!(back, s, "last timestamps are in the snapshot");
     }

@@ -314,6 +314,55 @@ fn a_follower_knows_the_leaders_producers() {
     });
 }
 
+#[test]
+fn a_transaction_is_stable_only_once_its_marker_is_committed() {
+    let tmp = common::tempdir();
+    common::run(tmp.path(), || async {
+        let disk = SimDisk::new();
+        let log = open(&disk, Path::new("/sim/txn"), config()).await;
+        let txn = |seq: i32| {
+            RecordBatchBuilder::new(5)
+                .producer(7, 0, seq)
+                .attributes(weir_storage::batch::TRANSACTIONAL_FLAG)
+                .record(None, Some(b"t"), &[])
+                .record(None, Some(b"t"), &[])
+                .build()
+        };
+        let plain = || {
+            RecordBatchBuilder::new(5)
+                .record(None, Some(b"p"), &[])
+                .build()
+        };
+        log.append(plain()).await.expect("plain"); // 0
+        log.append(txn(0)).await.expect("txn"); // 1-2
+        log.append(weir_storage::batch::marker_batch(7, 0, true, 0, 9))
+            .await
+            .expect("marker"); // 3
+        log.append(plain()).await.expect("plain"); // 4
+        let stable = |log: &Log| log.watermarks().last_stable_offset;
+        // The marker is written, not committed: the transaction still bounds what is stable
+        // (Kafka's unreplicated transaction), though the marker closed it on append.
+        log.set_committed(3).expect("commit");
+        assert_eq!(
+            stable(&log),
+            1,
+            "the transaction ended before its end is committed"
+        );
+        let read = log.read_committed(0, 1 << 20, 1 << 20).await.expect("read");
+        assert_eq!(
+            read.batches()
+                .map(|(h, _)| h.base_offset.get())
+                .collect::<Vec<_>>(),
+            vec![0],
+            "a read_committed read took the transaction's records before its marker committed"
+        );
+        log.set_committed(4).expect("commit");
+        assert_eq!(stable(&log), 4, "the marker is committed");
+        log.set_committed(5).expect("commit");
+        assert_eq!(stable(&log), 5);
+    });
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     /// The leader appends batches (records, value bytes) in one record set, maybe in a new

@@ -378,6 +378,7 @@ impl Inner {
         };
         if to > self.visible.get() {
             self.visible.advance(to);
+            self.producers.borrow_mut().settle(to);
             let wm = self.watermarks();
             let listeners: Vec<Listener> = self.listeners.borrow().clone();
             for l in listeners {

@@ -253,7 +253,7 @@ impl Inner {
         let hw = self.visible.get();
         self.producers
             .borrow()
-            .first_unstable()
+            .first_unstable(hw)
             .map_or(hw, |f| f.min(hw))
     }
 
