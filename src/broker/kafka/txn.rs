@@ -1,6 +1,7 @@
 //! The transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
-//! AddOffsetsToTxn and EndTxn go to the core of the transactional id (`txn::core_of`), whose
-//! coordinator (`shard::txn`) serves them; TxnOffsetCommit goes to the group's core (its
+//! AddOffsetsToTxn and EndTxn go to the core of the transactional id (`Shard::txn_core`: its
+//! bucket's core, in a cluster the core holding this broker's replica of its
+//! `__transaction_state` partition), whose coordinator (`shard::txn`) serves them; TxnOffsetCommit goes to the group's core (its
 //! offsets stay pending until the transaction's marker); DescribeTransactions and
 //! ListTransactions ask the coordinators.
 
@@ -22,7 +23,7 @@ use crate::broker::errors;
 use crate::broker::group::coordinator::CommitPart;
 use crate::broker::group::service::{GroupReq, GroupResp};
 use crate::broker::shard::{ProducePart, Req, Resp, Shard, TxnReq, TxnResp};
-use crate::broker::txn::{self, TxnMeta};
+use crate::broker::txn::TxnMeta;
 
 /// Clients older than KIP-588 know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED.
 fn fenced_for(code: i16, version: i16, fenced_since: i16) -> i16 {
@@ -34,10 +35,7 @@ fn fenced_for(code: i16, version: i16, fenced_since: i16) -> i16 {
 }
 
 async fn call(shard: &Rc<Shard>, txn_id: &str, req: TxnReq) -> Option<TxnResp> {
-    match shard
-        .call(txn::core_of(txn_id, shard.cores), Req::Txn(req))
-        .await
-    {
+    match shard.call(shard.txn_core(txn_id), Req::Txn(req)).await {
         Resp::Txn(r) => Some(r),
         _ => None,
     }

@@ -15,16 +15,17 @@ mod checks;
 mod cleaner;
 mod fetch;
 mod install;
+mod internal_topics;
 mod lifecycle;
 mod mesh;
 mod msg;
 mod offsets;
-mod offsets_replica;
 mod produce;
 mod replica_io;
 mod replicated;
 mod replication;
 mod txn;
+mod txn_stores;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -200,8 +201,9 @@ pub struct Shard {
     pub metrics: crate::broker::metrics::CoreMetrics,
     /// The clock tick of the last producer id handed out here ([`producer_id`]).
     last_producer_tick: Cell<u64>,
-    /// A creation of `__consumer_offsets` is under way from this core (`offsets_replica`).
-    creating_offsets_topic: Cell<bool>,
+    /// The internal topics (`__consumer_offsets`, `__transaction_state`) whose creation is
+    /// under way from this core (`internal_topics`).
+    creating_internal_topics: RefCell<HashSet<&'static str>>,
 }
 
 /// The metadata change of an admin request could not be saved: every topic it would have
@@ -280,7 +282,7 @@ impl Shard {
             shutdown: Event::default(),
             connections: Cell::new(0),
             last_producer_tick: Cell::new(0),
-            creating_offsets_topic: Cell::new(false),
+            creating_internal_topics: RefCell::new(HashSet::new()),
         })
     }
 
