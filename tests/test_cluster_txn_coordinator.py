@@ -150,3 +150,46 @@ def test_transactional_id_survives_its_coordinators_death(cluster):
     assert described(dead.bootstrap)[:2] == (pid, epoch2)
     print(f"coordinator {node} killed; the new instance was initialised by {new} "
           f"{took:.2f}s after the kill, producer id {pid} epoch {epoch} -> {epoch2}")
+
+
+def test_an_open_transaction_waits_for_its_markers_after_the_coordinator_moves(cluster):
+    """A transaction open on a partition of its coordinator's broker when that broker dies: the
+    new coordinator, on another broker, cannot write that partition's abort marker yet
+    (markers reach only the coordinator's own broker). It must keep the transaction
+    PrepareAbort — fencing the old instance, the new instance's init waiting — rather than
+    complete it without the marker, which would leave the partition a hanging transaction
+    (its last stable offset held for good) once its broker is back."""
+    everyone = ",".join(b.bootstrap for b in cluster)
+    first = txn_producer(everyone)
+    first.init_transactions(CLIENT_TIMEOUT_S)
+    node = coordinator(cluster)
+    broker = node // NODE_ID_STRIDE
+
+    # A replication-factor-1 partition on the coordinator's broker (the only kind a
+    # transaction can write in a cluster today).
+    create(cluster[0].bootstrap, "local", 6, replication_factor=1)
+    leaders = wait_until("leaders of local", lambda: (t := metadata_v1(cluster[0].bootstrap, ["local"])[1]["local"])
+                         and t[0] == 0 and len(t[1]) == 6 and t[1])
+    mine = [p for p, leader in leaders.items() if leader // NODE_ID_STRIDE == broker]
+    if not mine:
+        pytest.fail(f"no partition of 'local' on broker {broker}: {leaders}")
+    first.begin_transaction()
+    first.produce("local", b"open", partition=mine[0])
+    assert first.flush(CLIENT_TIMEOUT_S) == 0
+    pid, epoch, state, _ = described(everyone)
+    assert state == "Ongoing", state
+
+    dead = cluster[broker - 1]
+    survivors = [b for b in cluster if b is not dead]
+    dead._kill()
+    alive = ",".join(b.bootstrap for b in survivors)
+
+    # The new instance's init fences the old one (PrepareAbort at a higher epoch) but cannot
+    # finish: it times out, and the transaction stays prepared with its partition.
+    second = txn_producer(alive)
+    with pytest.raises(KafkaException):
+        second.init_transactions(8)
+    pid2, epoch2, state2, at = described(alive)
+    assert at // NODE_ID_STRIDE != broker
+    assert (pid2, state2) == (pid, "PrepareAbort"), (pid2, state2)
+    assert epoch2 == epoch + 1

@@ -378,6 +378,7 @@ impl Shard {
         mut m: TxnMeta,
         commit: bool,
     ) -> Result<TxnMeta, i16> {
+        self.markers_reachable(txn_id, &m)?;
         self.write_markers(m.producer_id, m.epoch, commit, &m.partitions, &m.groups)
             .await?;
         m.state = if commit {
@@ -397,6 +398,29 @@ impl Shard {
         ended.set(ended.get() + 1);
         debug!(txn = txn_id, commit, "transaction ended");
         Ok(m)
+    }
+
+    /// In a cluster: whether `write_markers` reaches every partition of the transaction. A
+    /// new coordinator (on another broker) would skip those of the old one's broker as if
+    /// their topic were gone, leaving them a hanging transaction; so the transaction stays
+    /// prepared (the tick retries), as Kafka retries markers until they are written. Remove
+    /// once markers reach other brokers' partitions.
+    fn markers_reachable(&self, txn_id: &str, m: &TxnMeta) -> Result<(), i16> {
+        let meta = self.metadata();
+        let elsewhere = m
+            .partitions
+            .iter()
+            .filter(|(t, p)| meta.placed_elsewhere(t, *p))
+            .count();
+        if elsewhere == 0 {
+            return Ok(());
+        }
+        debug!(
+            txn = txn_id,
+            partitions = elsewhere,
+            "partitions of the transaction are on another broker: it stays prepared"
+        );
+        Err(errors::COORDINATOR_NOT_AVAILABLE)
     }
 
     /// Appends (and flushes) a commit or abort marker on every partition, each on its owner
