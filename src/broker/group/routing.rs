@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 use weir_storage::BatchCache;
 
-use super::offsets::{bucket_of, OffsetStore, OffsetsReplica, BUCKETS};
+use super::offsets::{bucket_of, BucketReplica, OffsetStore, BUCKETS};
 use super::state::codes;
 
 /// The offset stores of this core's buckets.
@@ -27,7 +27,7 @@ pub struct OffsetRouter {
     cache: Rc<BatchCache>,
     open_lock: glommio::sync::Semaphore,
     /// In a cluster: the replicated partitions behind the buckets.
-    replica: RefCell<Option<Rc<dyn OffsetsReplica>>>,
+    replica: RefCell<Option<Rc<dyn BucketReplica>>>,
 }
 
 impl OffsetRouter {
@@ -59,7 +59,7 @@ impl OffsetRouter {
     }
 
     /// Makes this a cluster's router: buckets are `__consumer_offsets` partitions.
-    pub fn set_replica(&self, replica: Rc<dyn OffsetsReplica>) {
+    pub fn set_replica(&self, replica: Rc<dyn BucketReplica>) {
         *self.replica.borrow_mut() = Some(replica);
     }
 
@@ -81,13 +81,13 @@ impl OffsetRouter {
         self.replica.borrow().is_some()
     }
 
-    fn replica(&self) -> Option<Rc<dyn OffsetsReplica>> {
+    fn replica(&self) -> Option<Rc<dyn BucketReplica>> {
         self.replica.borrow().clone()
     }
 
     /// In a cluster, the store of `bucket` if it is loaded for the term this core leads the
     /// bucket's partition at now.
-    fn serving(&self, replica: &Rc<dyn OffsetsReplica>, bucket: usize) -> Option<Rc<OffsetStore>> {
+    fn serving(&self, replica: &Rc<dyn BucketReplica>, bucket: usize) -> Option<Rc<OffsetStore>> {
         let term = replica.serving_term(bucket)?;
         let store = self.stores.borrow().get(&bucket).cloned()?;
         (store.term() == Some(term)).then_some(store)

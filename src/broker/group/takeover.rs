@@ -9,7 +9,7 @@ use super::coordinator::*;
 
 impl Coordinator {
     /// Makes this a cluster's coordinator: its buckets are `__consumer_offsets` partitions.
-    pub fn set_replica(&self, replica: Rc<dyn super::offsets::OffsetsReplica>) {
+    pub fn set_replica(&self, replica: Rc<dyn super::offsets::BucketReplica>) {
         self.offsets.set_replica(replica);
     }
 

@@ -49,8 +49,9 @@ pub async fn find_coordinator(
 ) -> FindCoordinatorResponse {
     // The group's core (its offsets bucket's owner), or the transactional id's (its
     // transaction log bucket's owner), when each core is its own broker. In a cluster a
-    // group's coordinator is its `__consumer_offsets` partition's leader (the topic is
-    // created on first need: COORDINATOR_NOT_AVAILABLE, which clients retry, meanwhile).
+    // group's (transactional id's) coordinator is its `__consumer_offsets`
+    // (`__transaction_state`) partition's leader (the topic is created on first need:
+    // COORDINATOR_NOT_AVAILABLE, which clients retry, meanwhile).
     let keys: Vec<&str> = if version >= 4 {
         req.coordinator_keys.iter().map(|k| k.as_str()).collect()
     } else {
@@ -60,13 +61,17 @@ pub async fn find_coordinator(
     for key in keys {
         let e = match req.key_type {
             0 => shard.group_coordinator(key, listener).await,
-            1 => shard.txn_coordinator_endpoint(key, listener),
+            1 => shard.txn_coordinator(key, listener).await,
             _ => None,
         };
         endpoints.push(match e {
             Some(e) => {
-                if e.is_err() && req.key_type == 0 {
-                    shard.ensure_offsets_topic();
+                if e.is_err() {
+                    shard.ensure_internal_topic(if req.key_type == 1 {
+                        crate::broker::txn::TXN_TOPIC
+                    } else {
+                        crate::broker::group::offsets::OFFSETS_TOPIC
+                    });
                 }
                 e
             }

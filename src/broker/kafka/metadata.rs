@@ -20,10 +20,11 @@ pub(super) async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
     if names.is_empty() {
         return;
     }
-    // `__consumer_offsets` is never auto-created as a plain topic: the brokers create it.
+    // `__consumer_offsets` and `__transaction_state` are never auto-created as plain topics:
+    // the brokers create them.
     let topics = names
         .into_iter()
-        .filter(|n| n != crate::broker::group::offsets::OFFSETS_TOPIC)
+        .filter(|n| !super::is_internal_topic(n))
         .map(|name| NewTopic {
             name,
             partitions: -1,
@@ -117,7 +118,7 @@ pub(super) async fn metadata(
             }
             Some(tm) => {
                 t.topic_id = topic_uuid(&tm.id);
-                t.is_internal = name == crate::broker::group::offsets::OFFSETS_TOPIC;
+                t.is_internal = super::is_internal_topic(&name);
                 t.partitions = (0..tm.owners.len())
                     .map(|p| {
                         let leader = BrokerId(shard.leader_node(&meta, tm, p));

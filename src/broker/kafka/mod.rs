@@ -92,6 +92,13 @@ fn one<T: Encodable>(req: &Request, body: &T) -> Result<Response, ProtocolError>
     )?]))
 }
 
+/// Whether `name` is one of the internal topics the brokers create and keep in a cluster
+/// (`__consumer_offsets`, `__transaction_state`): clients may not produce to it, create or
+/// delete it, it is never auto-created, and Metadata marks it internal.
+fn is_internal_topic(name: &str) -> bool {
+    name == crate::broker::group::offsets::OFFSETS_TOPIC || name == crate::broker::txn::TXN_TOPIC
+}
+
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }

@@ -1,7 +1,6 @@
 //! Produce and InitProducerId: partitions grouped by owning core, one call per owner.
 
 use crate::broker::errors;
-use crate::broker::group::offsets::OFFSETS_TOPIC;
 use crate::broker::shard::{ProducePart, Req, Resp, Shard};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
@@ -70,8 +69,8 @@ pub(super) async fn produce(
                 res.error = unknown;
             } else if denied {
                 res.error = errors::TOPIC_AUTHORIZATION_FAILED;
-            } else if name == OFFSETS_TOPIC {
-                // Kafka's answer: only the group coordinators write the offsets topic.
+            } else if super::is_internal_topic(&name) {
+                // Kafka's answer: only the coordinators write the internal topics.
                 res.error = errors::INVALID_TOPIC_EXCEPTION;
             } else {
                 match meta.owner(&name, pd.index) {

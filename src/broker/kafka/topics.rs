@@ -2,7 +2,6 @@
 
 use super::groups as group;
 use crate::broker::errors;
-use crate::broker::group::offsets::OFFSETS_TOPIC;
 use crate::broker::shard::{NewTopic, Req, Resp, Shard};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -41,8 +40,9 @@ pub(super) async fn create_topics(
                 .collect(),
         })
         .collect();
-    let (internal, topics): (Vec<NewTopic>, Vec<NewTopic>) =
-        topics.into_iter().partition(|t| t.name == OFFSETS_TOPIC);
+    let (internal, topics): (Vec<NewTopic>, Vec<NewTopic>) = topics
+        .into_iter()
+        .partition(|t| super::is_internal_topic(&t.name));
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
     let mut results = if topics.is_empty() {
         Vec::new()
@@ -128,15 +128,15 @@ pub(super) async fn create_partitions(
     resp
 }
 
-/// The answer to a client creating or deleting `__consumer_offsets`: the brokers own it
-/// (they create it for the first consumer group of a cluster).
+/// The answer to a client creating or deleting `__consumer_offsets` or
+/// `__transaction_state`: the brokers own them (they create them for the first consumer
+/// group, the first transactional producer of a cluster).
 fn internal_topic(name: String) -> crate::broker::shard::TopicResult {
+    let message = format!("{name} is an internal topic: the brokers create and keep it");
     crate::broker::shard::TopicResult {
         name,
         error: errors::INVALID_REQUEST,
-        message: Some(format!(
-            "{OFFSETS_TOPIC} is an internal topic: the brokers create and keep it"
-        )),
+        message: Some(message),
         partitions: -1,
     }
 }
@@ -185,7 +185,7 @@ pub(super) async fn delete_topics(
     }
     let meta = shard.metadata();
     let (internal, names): (Vec<String>, Vec<String>) =
-        names.into_iter().partition(|n| n == OFFSETS_TOPIC);
+        names.into_iter().partition(|n| super::is_internal_topic(n));
     let mut results = if names.is_empty() {
         Vec::new()
     } else {

@@ -1,6 +1,7 @@
 //! The transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
-//! AddOffsetsToTxn and EndTxn go to the core of the transactional id (`txn::core_of`), whose
-//! coordinator (`shard::txn`) serves them; TxnOffsetCommit goes to the group's core (its
+//! AddOffsetsToTxn and EndTxn go to the core of the transactional id (`Shard::txn_core`: its
+//! bucket's core, in a cluster the core holding this broker's replica of its
+//! `__transaction_state` partition), whose coordinator (`shard::txn`) serves them; TxnOffsetCommit goes to the group's core (its
 //! offsets stay pending until the transaction's marker); DescribeTransactions and
 //! ListTransactions ask the coordinators.
 
@@ -23,7 +24,7 @@ use crate::broker::errors;
 use crate::broker::group::coordinator::CommitPart;
 use crate::broker::group::service::{GroupReq, GroupResp};
 use crate::broker::shard::{ProducePart, Req, Resp, Shard, TxnReq, TxnResp};
-use crate::broker::txn::{self, TxnMeta};
+use crate::broker::txn::TxnMeta;
 
 /// Clients older than KIP-588 know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED.
 fn fenced_for(code: i16, version: i16, fenced_since: i16) -> i16 {
@@ -35,20 +36,7 @@ fn fenced_for(code: i16, version: i16, fenced_since: i16) -> i16 {
 }
 
 async fn call(shard: &Rc<Shard>, txn_id: &str, req: TxnReq) -> Option<TxnResp> {
-    // In a cluster only the id's coordinator broker serves it (another broker's transaction
-    // log knows nothing of it): elsewhere NOT_COORDINATOR, and the client finds it again.
-    if let Some((b, _)) = shard.txn_coordinator_at(txn_id) {
-        if shard.metadata().local_broker != Some(b) && !matches!(req, TxnReq::Describe) {
-            return Some(crate::broker::shard::refused_txn(
-                req,
-                errors::NOT_COORDINATOR,
-            ));
-        }
-    }
-    match shard
-        .call(txn::core_of(txn_id, shard.cores), Req::Txn(req))
-        .await
-    {
+    match shard.call(shard.txn_core(txn_id), Req::Txn(req)).await {
         Resp::Txn(r) => Some(r),
         _ => None,
     }
@@ -78,8 +66,14 @@ pub(super) async fn verify_produce(
     let (producer_id, epoch) = (h.producer_id.get(), h.producer_epoch.get());
     let txn_id = txn_id.to_owned();
     // In a cluster the coordinator may be on another broker: asked there (a `PeerCall`).
-    let code = match shard.txn_coordinator_at(&txn_id) {
-        Some((b, _)) if Some(b) != shard.metadata().local_broker => {
+    let here = shard.metadata().local_broker;
+    let coordinator = match here {
+        Some(_) => shard.txn_coordinator_broker(&txn_id).await,
+        None => None,
+    };
+    let code = match coordinator {
+        None if here.is_some() => None, // no coordinator known yet: retried
+        Some(b) if Some(b) != here => {
             let call = PeerCall::Verify {
                 txn_id,
                 producer_id,
@@ -106,8 +100,16 @@ pub(super) async fn verify_produce(
     };
     match code {
         Some(errors::PRODUCER_FENCED) => errors::INVALID_PRODUCER_EPOCH,
+        // The coordinator could not be asked (it moved, is loading, is out of reach): the
+        // produce is answered with an error clients retry (Kafka's verification does the
+        // same; librdkafka fails the batch on a coordinator error code in a Produce).
+        Some(
+            errors::NOT_COORDINATOR
+            | errors::COORDINATOR_LOAD_IN_PROGRESS
+            | errors::COORDINATOR_NOT_AVAILABLE,
+        )
+        | None => errors::NOT_ENOUGH_REPLICAS,
         Some(c) => c,
-        None => errors::COORDINATOR_NOT_AVAILABLE,
     }
 }
 

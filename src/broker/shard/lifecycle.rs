@@ -193,8 +193,9 @@ impl Shard {
         .map_err(|e| format!("opening the group offsets: {e}"))?;
         if !self.config.voters.is_empty() {
             // In a cluster the buckets are the partitions of `__consumer_offsets`.
-            c.set_replica(Rc::new(super::offsets_replica::OffsetsReplicas {
+            c.set_replica(Rc::new(super::internal_topics::BucketReplicas {
                 shard: Rc::downgrade(self),
+                topic: crate::broker::group::offsets::OFFSETS_TOPIC,
             }));
         }
         let c = Rc::new(c);

@@ -24,8 +24,11 @@ const MEMO_MAX: usize = 10_000;
 /// markers are written and the groups whose offsets are ended. Kept in memory by the
 /// coordinator core until the ending succeeds, so a retry (the client's EndTxn, the tick)
 /// writes only what is missing — as Kafka's coordinator retries only the markers that failed.
-/// Lost at a restart or a move of the coordinator: the next attempt writes everything again,
-/// which is harmless (a second marker for a closed transaction changes nothing).
+/// Lost at a restart: the next attempt writes everything again, which is harmless (a second
+/// marker for a closed transaction changes nothing). Left behind when the coordinator moves
+/// away mid-ending: still true if it comes back to the same ending (what it wrote is
+/// committed), and never taken for another transaction (the key holds the transaction's
+/// start).
 #[derive(Debug, Clone, Default)]
 pub struct MarkersWritten {
     parts: BTreeSet<(String, i32)>,
@@ -45,11 +48,13 @@ impl Shard {
         producer_id: i64,
         epoch: i16,
         commit: bool,
+        started_ms: i64,
         parts: &BTreeSet<(String, i32)>,
         groups: &BTreeSet<String>,
     ) -> Result<(), i16> {
-        // What an earlier attempt of this ending already wrote is not written again.
-        let key = (producer_id, epoch, commit);
+        // What an earlier attempt of this ending already wrote is not written again. The
+        // transaction's start tells it from a later one of the same producer and epoch.
+        let key = (producer_id, epoch, commit, started_ms);
         let done = self
             .markers_written
             .borrow()

@@ -15,18 +15,19 @@ mod checks;
 mod cleaner;
 mod fetch;
 mod install;
+mod internal_topics;
 mod lifecycle;
 mod markers;
 mod mesh;
 mod msg;
 mod offsets;
-mod offsets_replica;
 mod peer_calls;
 mod produce;
 mod replica_io;
 mod replicated;
 mod replication;
 mod txn;
+mod txn_stores;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -50,7 +51,6 @@ use weir::config::BrokerConfig;
 use weir::metadata::Metadata;
 
 pub use lifecycle::data_dir_ok;
-pub use txn::refused as refused_txn;
 
 /// State shared by all cores (startup and shutdown coordination only; never on the data
 /// path).
@@ -202,12 +202,13 @@ pub struct Shard {
     /// This core's counters for the metrics endpoint.
     pub metrics: crate::broker::metrics::CoreMetrics,
     /// Transaction endings under way whose markers are written in part (`shard::markers`),
-    /// by (producer id, epoch, commit).
-    markers_written: RefCell<HashMap<(i64, i16, bool), markers::MarkersWritten>>,
+    /// by (producer id, epoch, commit, the transaction's start in ms).
+    markers_written: RefCell<HashMap<(i64, i16, bool, i64), markers::MarkersWritten>>,
     /// The clock tick of the last producer id handed out here ([`producer_id`]).
     last_producer_tick: Cell<u64>,
-    /// A creation of `__consumer_offsets` is under way from this core (`offsets_replica`).
-    creating_offsets_topic: Cell<bool>,
+    /// The internal topics (`__consumer_offsets`, `__transaction_state`) whose creation is
+    /// under way from this core (`internal_topics`).
+    creating_internal_topics: RefCell<HashSet<&'static str>>,
 }
 
 /// The metadata change of an admin request could not be saved: every topic it would have
@@ -287,7 +288,7 @@ impl Shard {
             connections: Cell::new(0),
             markers_written: RefCell::new(HashMap::new()),
             last_producer_tick: Cell::new(0),
-            creating_offsets_topic: Cell::new(false),
+            creating_internal_topics: RefCell::new(HashSet::new()),
         })
     }
 

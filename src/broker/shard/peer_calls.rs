@@ -16,7 +16,7 @@ use crate::broker::errors;
 use crate::broker::group::offsets::{bucket_of, OFFSETS_TOPIC};
 use crate::broker::group::service::{GroupReq, GroupResp};
 use crate::broker::sync::join_all;
-use crate::broker::txn;
+use crate::broker::txn::{self, TXN_TOPIC};
 
 /// Partitions, each with its place in the request that named it.
 type Indexed = Vec<(usize, (String, i32))>;
@@ -205,38 +205,12 @@ impl Shard {
         }
     }
 
-    /// The core of this broker whose coordinator serves `txn_id`.
-    pub(super) fn txn_core(&self, txn_id: &str) -> usize {
-        txn::core_of(txn_id, self.cores)
-    }
-
-    /// In a cluster, the broker and core coordinating `txn_id`: the broker at the id's bucket
-    /// in the sorted list of voters, on its bucket's core. `None` standalone.
-    pub fn txn_coordinator_at(&self, txn_id: &str) -> Option<(u64, usize)> {
-        let meta = self.metadata();
-        meta.local_broker?;
-        let mut voters: Vec<u64> = self.config.voters.iter().map(|v| v.id).collect();
-        voters.sort_unstable();
-        let b = *voters.get(txn::bucket_of(txn_id) % voters.len().max(1))?;
-        Some((b, self.txn_core(txn_id)))
-    }
-}
-
-impl Shard {
-    /// In a cluster, the endpoint of `txn_id`'s coordinator for a client on `listener`
-    /// (FindCoordinator with key type 1); `None` standalone.
-    pub fn txn_coordinator_endpoint(
-        &self,
-        txn_id: &str,
-        listener: usize,
-    ) -> Option<Result<(i32, String, i32), i16>> {
-        let (b, core) = self.txn_coordinator_at(txn_id)?;
-        let node = self.node_at(&self.metadata(), b, core);
-        Some(
-            self.brokers(listener)
-                .into_iter()
-                .find(|(n, _, _)| *n == node)
-                .ok_or(errors::COORDINATOR_NOT_AVAILABLE),
-        )
+    /// In a cluster, the broker coordinating `txn_id`: the leader of its
+    /// `__transaction_state` partition (as this broker's replica of it knows, else the
+    /// metadata). `None` standalone, or while no leader is known.
+    pub async fn txn_coordinator_broker(self: &Rc<Self>, txn_id: &str) -> Option<u64> {
+        self.metadata().local_broker?;
+        self.leader_broker(TXN_TOPIC, txn::bucket_of(txn_id) as i32)
+            .await
     }
 }

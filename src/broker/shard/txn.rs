@@ -1,8 +1,13 @@
 //! The transaction coordinator of the transaction-log buckets this core owns (Kafka's
 //! `TransactionCoordinator`): InitProducerId with a transactional id, AddPartitionsToTxn,
 //! AddOffsetsToTxn and EndTxn arrive here as [`TxnReq`] (sent by `kafka::txn` to
-//! `txn::core_of(id)`). Each state change is flushed to the bucket's transaction log
-//! (`broker::txn`) before it is acted on. Ending a transaction:
+//! `Shard::txn_core(id)`). Each state change is durable in the bucket's transaction log
+//! (`broker::txn`) before it is acted on. On a standalone broker a core owns the buckets
+//! `b % cores == core` for good; in a cluster it owns those whose `__transaction_state`
+//! partition it leads (docs/replication.md, "Transaction coordinators in a cluster"): it loads
+//! such a bucket (replays the partition) once an entry of its term is committed — at its tick
+//! or at the first request, whichever comes first — and drops it at the tick after it lost
+//! the leadership. Ending a transaction:
 //!
 //! 1. `Prepare{Commit,Abort}` is stored;
 //! 2. a marker (control batch) is appended and flushed on every partition of the transaction
@@ -12,14 +17,14 @@
 //! 3. `Complete{Commit,Abort}` is stored and the client answered.
 //!
 //! A crash between 1 and 3 leaves `Prepare*` in the log: the coordinator's tick (every
-//! second, also right after start-up) finishes it — writing a marker twice is harmless.
+//! second, also right after start-up) finishes it — writing a marker twice is harmless; in a
+//! cluster the new leader of the bucket's partition does, once it has loaded it.
 //! The tick also aborts transactions open longer than their timeout (bumping the epoch, so
 //! the timed-out producer is fenced) and forgets ids idle past
 //! `transactional.id.expiration.ms`. One operation per transactional id at a time: another
 //! request meanwhile gets CONCURRENT_TRANSACTIONS, which clients retry.
 
-use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -27,64 +32,34 @@ use tracing::{debug, info, warn};
 
 use super::lifecycle::wall_clock_ms;
 use super::msg::{TxnReq, TxnResp};
+use super::txn_stores::Busy;
+pub use super::txn_stores::TxnCoordinator;
 use super::Shard;
 use crate::broker::errors;
+use crate::broker::group::offsets::BucketReplica;
 use crate::broker::txn::{self, TxnMeta, TxnState, TxnStore};
 
-/// This core's transaction coordinator.
-pub struct TxnCoordinator {
-    stores: HashMap<usize, Rc<TxnStore>>,
-    /// Transactional ids with an operation under way.
-    busy: RefCell<HashSet<String>>,
-}
-
-impl TxnCoordinator {
-    fn store(&self, txn_id: &str) -> Option<Rc<TxnStore>> {
-        self.stores.get(&txn::bucket_of(txn_id)).cloned()
-    }
-
-    pub async fn close(self) {
-        for (_, s) in self.stores {
-            if let Ok(s) = Rc::try_unwrap(s) {
-                if let Err(e) = s.close().await {
-                    warn!(error = %e, "closing a transaction log failed");
-                }
-            }
-        }
-    }
-}
-
-/// Marks a transactional id busy for as long as it lives.
-struct Busy<'a>(&'a RefCell<HashSet<String>>, String);
-
-impl<'a> Busy<'a> {
-    fn take(set: &'a RefCell<HashSet<String>>, id: &str) -> Option<Busy<'a>> {
-        set.borrow_mut()
-            .insert(id.to_owned())
-            .then(|| Busy(set, id.to_owned()))
-    }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        self.0.borrow_mut().remove(&self.1);
-    }
-}
-
 impl Shard {
-    /// Opens the transaction logs of the buckets this core owns and starts the tick.
+    /// Opens the transaction logs of the buckets this core owns (standalone; in a cluster
+    /// the buckets are the `__transaction_state` partitions, loaded when this core leads
+    /// them) and starts the tick.
     pub async fn open_txns(self: &Rc<Self>) -> Result<(), String> {
         let mut stores = HashMap::new();
-        for bucket in (0..txn::BUCKETS).filter(|b| b % self.cores == self.id) {
-            let s = TxnStore::open(&self.config.data_dir, bucket, self.cache.clone())
-                .await
-                .map_err(|e| format!("opening transaction log {bucket}: {e}"))?;
-            stores.insert(bucket, Rc::new(s));
-        }
-        let c = Rc::new(TxnCoordinator {
-            stores,
-            busy: RefCell::new(HashSet::new()),
-        });
+        let replica: Option<Rc<dyn BucketReplica>> = if self.config.voters.is_empty() {
+            for bucket in (0..txn::BUCKETS).filter(|b| b % self.cores == self.id) {
+                let s = TxnStore::open(&self.config.data_dir, bucket, self.cache.clone())
+                    .await
+                    .map_err(|e| format!("opening transaction log {bucket}: {e}"))?;
+                stores.insert(bucket, Rc::new(s));
+            }
+            None
+        } else {
+            Some(Rc::new(super::internal_topics::BucketReplicas {
+                shard: Rc::downgrade(self),
+                topic: txn::TXN_TOPIC,
+            }))
+        };
+        let c = Rc::new(TxnCoordinator::new(stores, replica));
         *self.txns.borrow_mut() = Some(c);
         let weak = Rc::downgrade(self);
         glommio::spawn_local(async move {
@@ -112,6 +87,11 @@ impl Shard {
         let Some(c) = self.txns.borrow().clone() else {
             return refused(req, errors::COORDINATOR_NOT_AVAILABLE);
         };
+        if let Some(txn_id) = req.txn_id() {
+            // In a cluster: a bucket this core has just come to lead is loaded now rather
+            // than at the next tick. A failure shows as COORDINATOR_LOAD_IN_PROGRESS below.
+            let _ = c.load(txn::bucket_of(txn_id)).await;
+        }
         match req {
             TxnReq::Init {
                 txn_id,
@@ -182,7 +162,7 @@ impl Shard {
                 }
             }),
             TxnReq::Describe => {
-                TxnResp::Described(c.stores.values().flat_map(|s| s.all()).collect())
+                TxnResp::Described(c.served().iter().flat_map(|s| s.all()).collect())
             }
         }
     }
@@ -196,7 +176,7 @@ impl Shard {
         producer_id: i64,
         epoch: i16,
     ) -> Result<(Rc<TxnStore>, TxnMeta), i16> {
-        let store = c.store(txn_id).ok_or(errors::NOT_COORDINATOR)?;
+        let store = c.store(txn_id)?;
         let m = store
             .get(txn_id)
             .ok_or(errors::INVALID_PRODUCER_ID_MAPPING)?;
@@ -209,10 +189,12 @@ impl Shard {
         Ok((store, m))
     }
 
+    /// A local storage error is COORDINATOR_NOT_AVAILABLE (the client retries); in a cluster
+    /// a lost leadership is NOT_COORDINATOR (it finds the new coordinator).
     async fn txn_put(store: &TxnStore, txn_id: &str, m: Option<TxnMeta>) -> Result<(), i16> {
         store.put(txn_id, m).await.map_err(|e| {
             warn!(txn = txn_id, error = %e, "writing the transaction log failed");
-            errors::COORDINATOR_NOT_AVAILABLE
+            e.code_or(errors::COORDINATOR_NOT_AVAILABLE)
         })
     }
 
@@ -231,7 +213,7 @@ impl Shard {
         if timeout_ms <= 0 || i64::from(timeout_ms) > max {
             return Err(errors::INVALID_TRANSACTION_TIMEOUT);
         }
-        let store = c.store(txn_id).ok_or(errors::NOT_COORDINATOR)?;
+        let store = c.store(txn_id)?;
         let _busy = Busy::take(&c.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
         let now = wall_clock_ms();
         let mut m = match store.get(txn_id) {
@@ -390,8 +372,15 @@ impl Shard {
         mut m: TxnMeta,
         commit: bool,
     ) -> Result<TxnMeta, i16> {
-        self.write_markers(m.producer_id, m.epoch, commit, &m.partitions, &m.groups)
-            .await?;
+        self.write_markers(
+            m.producer_id,
+            m.epoch,
+            commit,
+            m.start_ms,
+            &m.partitions,
+            &m.groups,
+        )
+        .await?;
         m.state = if commit {
             TxnState::CompleteCommit
         } else {
@@ -411,15 +400,18 @@ impl Shard {
         Ok(m)
     }
 
-    /// Finishes prepared transactions (after a crash or a failed marker write), aborts
-    /// timed-out ones, forgets expired ids.
+    /// Finishes prepared transactions (after a crash, a failed marker write, or — in a
+    /// cluster — what the previous leader of a bucket left), aborts timed-out ones, forgets
+    /// expired ids: over the buckets this core serves, after (in a cluster) loading those it
+    /// has come to lead and dropping those it lost.
     async fn txn_tick(self: &Rc<Self>) {
         let Some(c) = self.txns.borrow().clone() else {
             return;
         };
+        c.follow_leadership().await;
         let now = wall_clock_ms();
         let expiration = self.config.transactional_id_expiration_ms;
-        for store in c.stores.values() {
+        for store in &c.served() {
             for (id, m) in store.all() {
                 let Some(_busy) = Busy::take(&c.busy, &id) else {
                     continue;

@@ -1,12 +1,16 @@
 //! The transaction log: each transactional id's state (`state.rs`), durably stored in one
-//! internal log per bucket (`<data>/__transaction_state/<n>`, Kafka's `__transaction_state`
-//! partitions) on the core that owns the bucket. The coordinator that drives transactions
-//! (it writes markers through the shards) is `shard::txn`.
+//! internal log per bucket. On a standalone broker that is `<data>/__transaction_state/<n>`
+//! on the core that owns the bucket; in a cluster it is partition `n` of the replicated
+//! internal topic `__transaction_state` (Kafka's), reached through a [`BucketReplica`] as the
+//! group offsets are (`group::offsets`), and the store is loaded by the core leading that
+//! partition, for the Raft term it leads at. The coordinator that drives transactions (it
+//! writes markers through the shards) is `shard::txn`.
 //!
-//! Every change appends one record (the id's whole state) and is flushed before it is
-//! acted on. Start-up replays the log; when it has grown well past the live states, the live
-//! states are appended again and the log start moves past the old records, as the group
-//! offsets do (`group::offsets`).
+//! Every change appends one record (the id's whole state) and is durable before it is
+//! acted on: flushed to the own log, or committed by a majority of the partition's replicas.
+//! Start-up (a new leader) replays the log; when an own log has grown well past the live
+//! states, the live states are appended again and the log start moves past the old records,
+//! as the group offsets do (a replicated partition is not compacted yet).
 
 pub mod state;
 
@@ -18,13 +22,17 @@ use std::rc::Rc;
 use weir_storage::batch::RecordBatchBuilder;
 use weir_storage::{BatchCache, Log};
 
-use crate::broker::group::offsets::{internal_log_config, replay_records};
+use crate::broker::group::offsets::{
+    internal_log_config, replay_records, Backing, BucketError, BucketReplica,
+};
 
 pub use state::{TxnMeta, TxnState};
 
 /// Number of transaction log buckets (Kafka's `transaction.state.log.num.partitions`,
 /// fixed here).
 pub const BUCKETS: usize = 16;
+/// The internal topic whose partitions are the buckets in a cluster (Kafka's name).
+pub const TXN_TOPIC: &str = "__transaction_state";
 const COMPACT_MIN_BYTES: u64 = 4 << 20;
 
 /// The bucket of a transactional id: FNV-1a of the id.
@@ -37,14 +45,15 @@ pub fn bucket_of(txn_id: &str) -> usize {
     h as usize % BUCKETS
 }
 
-/// The core whose coordinator owns `txn_id`.
+/// The core whose coordinator owns `txn_id` on a standalone broker (in a cluster:
+/// `Shard::txn_core`).
 pub fn core_of(txn_id: &str, cores: usize) -> usize {
     bucket_of(txn_id) % cores.max(1)
 }
 
 /// The transactional ids of one bucket.
 pub struct TxnStore {
-    log: Log,
+    backing: Backing,
     entries: RefCell<BTreeMap<String, TxnMeta>>,
     bytes_since_compaction: Cell<u64>,
     /// One write at a time (a state change, or a compaction's rewrite): a compaction's
@@ -73,8 +82,23 @@ impl TxnStore {
         cache: Rc<BatchCache>,
     ) -> Result<TxnStore, weir_storage::Error> {
         let log = Log::open_with_cache(dir(data_dir, bucket), internal_log_config(), cache).await?;
+        Self::load(Backing::Own(log), bucket).await
+    }
+
+    /// The store of `bucket` in a cluster, for the leader of its `__transaction_state`
+    /// partition at `term`: the partition replayed up to its committed offset.
+    pub async fn open_replicated(
+        io: Rc<dyn BucketReplica>,
+        bucket: usize,
+        term: u64,
+    ) -> Result<TxnStore, BucketError> {
+        let backing = Backing::replicated(io, bucket, term).await?;
+        Ok(Self::load(backing, bucket).await?)
+    }
+
+    async fn load(backing: Backing, bucket: usize) -> Result<TxnStore, weir_storage::Error> {
         let mut entries = BTreeMap::new();
-        let bytes = replay_records(&log, |key, value| {
+        let bytes = replay_records(backing.log(), |key, value| {
             let Some(id) = state::decode_key(key) else {
                 return;
             };
@@ -86,16 +110,22 @@ impl TxnStore {
         .await?;
         tracing::debug!(
             bucket,
+            term = backing.term(),
             ids = entries.len(),
             bytes,
             "transaction log replayed"
         );
         Ok(TxnStore {
-            log,
+            backing,
             entries: RefCell::new(entries),
             bytes_since_compaction: Cell::new(bytes),
             writing: glommio::sync::Semaphore::new(1),
         })
+    }
+
+    /// The Raft term this store was loaded for (`None` for a standalone broker's own log).
+    pub fn term(&self) -> Option<u64> {
+        self.backing.term()
     }
 
     pub fn get(&self, txn_id: &str) -> Option<TxnMeta> {
@@ -112,8 +142,8 @@ impl TxnStore {
     }
 
     /// Durably stores `txn_id`'s new state (`None`: the id is forgotten); applied in memory
-    /// once flushed.
-    pub async fn put(&self, txn_id: &str, m: Option<TxnMeta>) -> Result<(), weir_storage::Error> {
+    /// once flushed (own log) or committed (replicated partition, at the store's term only).
+    pub async fn put(&self, txn_id: &str, m: Option<TxnMeta>) -> Result<(), BucketError> {
         let value = m.as_ref().map(state::encode_value);
         let batch = RecordBatchBuilder::new(now_ms())
             .record(Some(&state::encode_key(txn_id)), value.as_deref(), &[])
@@ -124,18 +154,21 @@ impl TxnStore {
             .acquire_permit(1)
             .await
             .map_err(|_| weir_storage::Error::Closed)?;
-        self.log.append(batch).await?;
-        self.log.flush().await?;
+        self.backing.append_durably(batch).await?;
         match m {
             Some(m) => self.entries.borrow_mut().insert(txn_id.to_owned(), m),
             None => self.entries.borrow_mut().remove(txn_id),
         };
         self.bytes_since_compaction
             .set(self.bytes_since_compaction.get() + len);
-        self.maybe_compact().await
+        Ok(self.maybe_compact().await?)
     }
 
+    /// Only a standalone broker's own log: a replicated partition is not compacted yet.
     async fn maybe_compact(&self) -> Result<(), weir_storage::Error> {
+        let Backing::Own(log) = &self.backing else {
+            return Ok(());
+        };
         let live: Vec<(String, TxnMeta)> = {
             let since = self.bytes_since_compaction.get();
             let e = self.entries.borrow();
@@ -148,7 +181,7 @@ impl TxnStore {
             }
             e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         };
-        let start = self.log.watermarks().log_end_offset;
+        let start = log.watermarks().log_end_offset;
         let mut written = 0u64;
         {
             for chunk in live.chunks(200) {
@@ -162,16 +195,23 @@ impl TxnStore {
                 }
                 let batch = b.build();
                 written += batch.len() as u64;
-                self.log.append(batch).await?;
+                log.append(batch).await?;
             }
-            self.log.flush().await?;
-            self.log.set_log_start_offset(start).await?;
+            log.flush().await?;
+            log.set_log_start_offset(start).await?;
         }
         self.bytes_since_compaction.set(written);
         Ok(())
     }
 
     pub async fn close(self) -> Result<(), weir_storage::Error> {
-        self.log.close().await
+        match self.backing {
+            Backing::Own(log) => log.close().await,
+            // The partition is closed with the other partitions of its core.
+            Backing::Replica { .. } => Ok(()),
+        }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,55 +1,65 @@
-//! What an offset store writes to: its own log (a standalone broker), or in a cluster its
-//! bucket's partition of the replicated `__consumer_offsets`, reached through
-//! [`OffsetsReplica`]; and the errors of either.
+//! What an internal bucket store writes to — an offsets bucket (`group::offsets`) or a
+//! transaction-log bucket (`broker::txn`): its own log (a standalone broker), or in a cluster
+//! its bucket's partition of a replicated internal topic (`__consumer_offsets`,
+//! `__transaction_state`), reached through [`BucketReplica`]; and the errors of either.
 
 use std::rc::Rc;
 
 use bytes::Bytes;
 use weir_storage::Log;
 
-/// Why a durable offsets write failed: the storage engine (a standalone broker's own log),
-/// or, in a cluster, the bucket's Raft group (a Kafka error code: leadership lost, a
-/// majority not reached in time).
+/// Why a durable write to an internal bucket failed: the storage engine (a standalone
+/// broker's own log), or, in a cluster, the bucket's Raft group (a Kafka error code:
+/// leadership lost, a majority not reached in time).
 #[derive(Debug)]
-pub enum OffsetsError {
+pub enum BucketError {
     Storage(weir_storage::Error),
     Replica(i16),
 }
 
-impl From<weir_storage::Error> for OffsetsError {
+impl From<weir_storage::Error> for BucketError {
     fn from(e: weir_storage::Error) -> Self {
-        OffsetsError::Storage(e)
+        BucketError::Storage(e)
     }
 }
 
-impl std::fmt::Display for OffsetsError {
+impl std::fmt::Display for BucketError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            OffsetsError::Storage(e) => e.fmt(f),
-            OffsetsError::Replica(code) => write!(f, "the offsets partition answered error {code}"),
+            BucketError::Storage(e) => e.fmt(f),
+            BucketError::Replica(code) => {
+                write!(f, "the internal topic's partition answered error {code}")
+            }
         }
     }
 }
 
-impl OffsetsError {
-    /// The error a group request answers. A replicated write maps as Kafka's coordinator
-    /// maps its append errors: lost leadership is NOT_COORDINATOR (the client finds the new
-    /// coordinator and retries there), no majority in time COORDINATOR_NOT_AVAILABLE.
-    pub fn code(&self) -> i16 {
+impl BucketError {
+    /// The error a coordinator request answers. A replicated write maps as Kafka's
+    /// coordinators map their append errors: lost leadership is NOT_COORDINATOR (the client
+    /// finds the new coordinator and retries there), no majority in time
+    /// COORDINATOR_NOT_AVAILABLE; a local storage error is `storage` (each coordinator has
+    /// its own answer for that).
+    pub fn code_or(&self, storage: i16) -> i16 {
         use crate::broker::errors;
         match self {
-            OffsetsError::Storage(_) => errors::KAFKA_STORAGE_ERROR,
-            OffsetsError::Replica(errors::NOT_LEADER_OR_FOLLOWER | errors::KAFKA_STORAGE_ERROR) => {
+            BucketError::Storage(_) => storage,
+            BucketError::Replica(errors::NOT_LEADER_OR_FOLLOWER | errors::KAFKA_STORAGE_ERROR) => {
                 errors::NOT_COORDINATOR
             }
-            OffsetsError::Replica(_) => errors::COORDINATOR_NOT_AVAILABLE,
+            BucketError::Replica(_) => errors::COORDINATOR_NOT_AVAILABLE,
         }
+    }
+
+    /// The error a group request answers (KAFKA_STORAGE_ERROR for a local storage error).
+    pub fn code(&self) -> i16 {
+        self.code_or(crate::broker::errors::KAFKA_STORAGE_ERROR)
     }
 }
 
-/// In a cluster, the replicated partition of `__consumer_offsets` behind a bucket, as this
-/// core's replica of it sees it (implemented by the shard, which runs the Raft groups).
-pub trait OffsetsReplica {
+/// In a cluster, the replicated partitions of one internal topic behind its buckets, as this
+/// core's replicas of them see them (implemented by the shard, which runs the Raft groups).
+pub trait BucketReplica {
     /// The Raft term at which this core leads `bucket`'s partition and can serve it: it is
     /// the leader and an entry of its term is committed (so every earlier entry is, and is
     /// readable). `None`: not the leader, or not yet.
@@ -75,13 +85,67 @@ pub trait OffsetsReplica {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), i16>>>>;
 }
 
-/// The log an offset store writes: its own, or its bucket's replicated partition.
-pub(super) enum Backing {
+/// The log a bucket store writes: its own, or its bucket's replicated partition at the term
+/// the store was loaded for.
+pub enum Backing {
     Own(Log),
     Replica {
         log: Rc<dyn std::ops::Deref<Target = Log>>,
-        io: Rc<dyn OffsetsReplica>,
+        io: Rc<dyn BucketReplica>,
         bucket: usize,
         term: u64,
     },
+}
+
+impl Backing {
+    /// The replicated partition of `bucket` for its leader at `term`, once its committed
+    /// reads reach all it holds (so replaying it reads every committed record).
+    pub async fn replicated(
+        io: Rc<dyn BucketReplica>,
+        bucket: usize,
+        term: u64,
+    ) -> Result<Backing, BucketError> {
+        let log = io.log(bucket).await.ok_or(BucketError::Replica(
+            crate::broker::errors::NOT_LEADER_OR_FOLLOWER,
+        ))?;
+        Ok(Backing::Replica {
+            log,
+            io,
+            bucket,
+            term,
+        })
+    }
+
+    pub fn log(&self) -> &Log {
+        match self {
+            Backing::Own(log) => log,
+            Backing::Replica { log, .. } => log,
+        }
+    }
+
+    /// The Raft term the store was loaded for (`None` for a standalone broker's own log).
+    pub fn term(&self) -> Option<u64> {
+        match self {
+            Backing::Own(_) => None,
+            Backing::Replica { term, .. } => Some(*term),
+        }
+    }
+
+    /// Appends `batch` durably: flushed to this broker's own log, or committed by a majority
+    /// of the bucket's replicas — only at the term the store was loaded for.
+    pub async fn append_durably(&self, batch: Bytes) -> Result<(), BucketError> {
+        match self {
+            Backing::Own(log) => {
+                log.append(batch).await?;
+                log.flush().await?;
+            }
+            Backing::Replica {
+                io, bucket, term, ..
+            } => io
+                .append(*bucket, *term, batch)
+                .await
+                .map_err(BucketError::Replica)?,
+        }
+        Ok(())
+    }
 }

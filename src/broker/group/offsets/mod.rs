@@ -1,7 +1,7 @@
 //! Durable committed offsets: one internal log per bucket (`<data>/__consumer_offsets/<n>`),
 //! on the core that owns the bucket, written with the storage engine. In a cluster the
 //! buckets are instead the partitions of the replicated internal topic `__consumer_offsets`
-//! ([`OffsetsReplica`]): a commit is proposed to the partition's Raft group and answered once
+//! ([`BucketReplica`]): a commit is proposed to the partition's Raft group and answered once
 //! a majority has it, and the bucket's leader replays the partition when it takes over.
 //!
 //! Each commit appends one record batch (one record per partition) and is flushed before
@@ -30,8 +30,7 @@ use weir_storage::{BatchCache, Log, LogConfig};
 mod backing;
 mod txn;
 
-use backing::Backing;
-pub use backing::{OffsetsError, OffsetsReplica};
+pub use backing::{Backing, BucketError, BucketReplica};
 
 use txn::{Pending, KIND_TXN_END, KIND_TXN_OFFSET};
 
@@ -225,19 +224,11 @@ impl OffsetStore {
     /// The store of `bucket` in a cluster, for the leader of its partition at `term`: the
     /// partition replayed up to its committed offset.
     pub async fn open_replicated(
-        io: Rc<dyn OffsetsReplica>,
+        io: Rc<dyn BucketReplica>,
         bucket: usize,
         term: u64,
-    ) -> Result<OffsetStore, OffsetsError> {
-        let log = io.log(bucket).await.ok_or(OffsetsError::Replica(
-            crate::broker::errors::NOT_COORDINATOR,
-        ))?;
-        let store = OffsetStore::new(Backing::Replica {
-            log,
-            io,
-            bucket,
-            term,
-        });
+    ) -> Result<OffsetStore, BucketError> {
+        let store = OffsetStore::new(Backing::replicated(io, bucket, term).await?);
         store.replay().await?;
         Ok(store)
     }
@@ -255,36 +246,18 @@ impl OffsetStore {
     }
 
     fn log(&self) -> &Log {
-        match &self.backing {
-            Backing::Own(log) => log,
-            Backing::Replica { log, .. } => log,
-        }
+        self.backing.log()
     }
 
     /// The Raft term this store was loaded for (`None` for a standalone broker's own log).
     pub fn term(&self) -> Option<u64> {
-        match &self.backing {
-            Backing::Own(_) => None,
-            Backing::Replica { term, .. } => Some(*term),
-        }
+        self.backing.term()
     }
 
     /// Appends `batch` durably: flushed to this broker's own log, or committed by a majority
     /// of the bucket's replicas.
-    async fn append_durably(&self, batch: Bytes) -> Result<(), OffsetsError> {
-        match &self.backing {
-            Backing::Own(log) => {
-                log.append(batch).await?;
-                log.flush().await?;
-            }
-            Backing::Replica {
-                io, bucket, term, ..
-            } => io
-                .append(*bucket, *term, batch)
-                .await
-                .map_err(OffsetsError::Replica)?,
-        }
-        Ok(())
+    async fn append_durably(&self, batch: Bytes) -> Result<(), BucketError> {
+        self.backing.append_durably(batch).await
     }
 
     async fn replay(&self) -> Result<(), weir_storage::Error> {
@@ -316,7 +289,7 @@ impl OffsetStore {
         &self,
         group: &str,
         offsets: Vec<(String, i32, Committed)>,
-    ) -> Result<(), OffsetsError> {
+    ) -> Result<(), BucketError> {
         if offsets.is_empty() {
             return Ok(());
         }
@@ -349,7 +322,7 @@ impl OffsetStore {
         &self,
         batch: Bytes,
         apply: impl FnOnce(&Self),
-    ) -> Result<(), OffsetsError> {
+    ) -> Result<(), BucketError> {
         let len = batch.len() as u64;
         {
             let _unapplied = Unapplied::new(&self.unapplied);
@@ -366,7 +339,7 @@ impl OffsetStore {
         &self,
         group: Option<&str>,
         topic: Option<&str>,
-    ) -> Result<usize, OffsetsError> {
+    ) -> Result<usize, BucketError> {
         let keys: Vec<Key> = self
             .entries
             .borrow()
@@ -383,7 +356,7 @@ impl OffsetStore {
         &self,
         group: &str,
         parts: &[(String, i32)],
-    ) -> Result<usize, OffsetsError> {
+    ) -> Result<usize, BucketError> {
         let keys: Vec<Key> = {
             let e = self.entries.borrow();
             parts
@@ -396,7 +369,7 @@ impl OffsetStore {
     }
 
     /// Appends a tombstone for each key (one batch), flushes, then forgets them in memory.
-    async fn tombstone(&self, mut keys: Vec<Key>) -> Result<usize, OffsetsError> {
+    async fn tombstone(&self, mut keys: Vec<Key>) -> Result<usize, BucketError> {
         keys.sort();
         keys.dedup();
         if keys.is_empty() {
@@ -459,7 +432,7 @@ impl OffsetStore {
     ///
     /// Only a standalone broker's own log: a replicated bucket is not compacted yet (its
     /// replicas would have to move their log starts together; docs/replication.md).
-    async fn maybe_compact(&self) -> Result<(), OffsetsError> {
+    async fn maybe_compact(&self) -> Result<(), BucketError> {
         let Backing::Own(log) = &self.backing else {
             return Ok(());
         };

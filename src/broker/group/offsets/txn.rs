@@ -95,7 +95,7 @@ impl OffsetStore {
         producer_id: i64,
         group: &str,
         offsets: Vec<(String, i32, Committed)>,
-    ) -> Result<(), super::OffsetsError> {
+    ) -> Result<(), super::BucketError> {
         if offsets.is_empty() {
             return Ok(());
         }
@@ -125,7 +125,7 @@ impl OffsetStore {
         producer_id: i64,
         group: &str,
         commit: bool,
-    ) -> Result<(), super::OffsetsError> {
+    ) -> Result<(), super::BucketError> {
         let key = (producer_id, group.to_owned());
         if !self.pending.borrow().contains_key(&key) {
             return Ok(());

@@ -1,14 +1,16 @@
-//! Consumer groups in a cluster: their committed offsets live in the replicated internal
-//! topic `__consumer_offsets` (one partition per offsets bucket, replication factor up to 3),
-//! as in Kafka, so a group survives the loss of its coordinator's broker.
+//! The coordinators in a cluster: consumer groups' committed offsets and the transaction
+//! coordinator's state live in replicated internal topics, `__consumer_offsets` and
+//! `__transaction_state` (one partition per bucket, replication factor up to 3), as in Kafka,
+//! so a group or a transactional id survives the loss of its coordinator's broker.
 //!
-//! A group's coordinator is the leader of its bucket's partition, on the core holding that
-//! replica (`Shard::group_core`, FindCoordinator through `Shard::group_coordinator`). The
-//! group coordinator of that core (`group::Coordinator`) reaches the partition through
-//! [`OffsetsReplicas`]: it asks whether this core leads the partition at a term whose first
-//! entry is committed, replays the partition when it takes over, and proposes each commit as
-//! a record batch answered once a majority has it (acks=all). The topic is created by the
-//! first FindCoordinator for a group that finds it missing (`ensure_offsets_topic`).
+//! The coordinator of a group (transactional id) is the leader of its bucket's partition, on
+//! the core holding that replica (`Shard::group_core`, `Shard::txn_core`; FindCoordinator
+//! through `Shard::group_coordinator`, `Shard::txn_coordinator`). The coordinators of that
+//! core (`group::Coordinator`, `shard::txn`) reach the partitions through [`BucketReplicas`]:
+//! they ask whether this core leads a partition at a term whose first entry is committed,
+//! replay the partition when they take over, and propose each change as a record batch
+//! answered once a majority has it (acks=all). A topic is created by the first
+//! FindCoordinator that finds it missing (`ensure_internal_topic`).
 
 use std::future::Future;
 use std::ops::Deref;
@@ -22,15 +24,18 @@ use weir_storage::Log;
 
 use super::*;
 use crate::broker::errors;
-use crate::broker::group::offsets::{bucket_of, OffsetsReplica, BUCKETS, OFFSETS_TOPIC};
+use crate::broker::group::offsets::{self as offsets, BucketReplica, OFFSETS_TOPIC};
+use crate::broker::txn::{self, TXN_TOPIC};
 
 /// How long a new leader of a bucket waits for its partition's committed reads to reach
 /// what it holds before it replays it (answered COORDINATOR_LOAD_IN_PROGRESS after that).
 const LOAD_WAIT: Duration = Duration::from_secs(5);
 
-/// The `__consumer_offsets` replicas on one core, for that core's group coordinator.
-pub(super) struct OffsetsReplicas {
+/// The replicas of one internal topic's partitions on one core, for that core's coordinator.
+pub(super) struct BucketReplicas {
     pub(super) shard: Weak<Shard>,
+    /// `__consumer_offsets` or `__transaction_state`.
+    pub(super) topic: &'static str,
 }
 
 /// A replicated partition's log, held through its partition.
@@ -43,15 +48,15 @@ impl Deref for PartitionLog {
     }
 }
 
-impl OffsetsReplicas {
+impl BucketReplicas {
     fn group(&self, bucket: usize) -> Option<Rc<replication::Group>> {
         self.shard
             .upgrade()?
-            .replica_group(OFFSETS_TOPIC, i32::try_from(bucket).ok()?)
+            .replica_group(self.topic, i32::try_from(bucket).ok()?)
     }
 }
 
-impl OffsetsReplica for OffsetsReplicas {
+impl BucketReplica for BucketReplicas {
     fn serving_term(&self, bucket: usize) -> Option<u64> {
         let g = self.group(bucket)?;
         if g.failed.get() {
@@ -77,7 +82,7 @@ impl OffsetsReplica for OffsetsReplicas {
             let g = group?;
             // The leader's term entry is committed, so is everything before it; the log's
             // committed reads follow the Raft commit one `Ready` later. Nothing else writes
-            // this partition meanwhile (the coordinator loads before it commits).
+            // this partition meanwhile (the coordinator loads before it writes).
             let deadline = Instant::now() + LOAD_WAIT;
             loop {
                 let w = g.part.log.watermarks();
@@ -120,40 +125,77 @@ impl Shard {
     /// partition (any core, if it holds none: that core answers NOT_COORDINATOR).
     pub fn group_core(&self, group: &str) -> usize {
         let standalone = crate::broker::group::Coordinator::core_of(group, self.cores);
+        self.bucket_core(OFFSETS_TOPIC, offsets::bucket_of(group))
+            .unwrap_or(standalone)
+    }
+
+    /// The core of this broker that coordinates transactional id `txn_id`: standalone, its
+    /// bucket's core; in a cluster, the core holding this broker's replica of the bucket's
+    /// `__transaction_state` partition (any core, if it holds none: that core answers
+    /// NOT_COORDINATOR).
+    pub fn txn_core(&self, txn_id: &str) -> usize {
+        self.bucket_core(TXN_TOPIC, txn::bucket_of(txn_id))
+            .unwrap_or_else(|| txn::core_of(txn_id, self.cores))
+    }
+
+    /// In a cluster, the core holding this broker's replica of partition `p` of the internal
+    /// topic `topic`.
+    fn bucket_core(&self, topic: &str, p: usize) -> Option<usize> {
         let meta = self.metadata();
-        let (Some(here), Some(t)) = (meta.local_broker, meta.topics.get(OFFSETS_TOPIC)) else {
-            return standalone;
+        let (Some(here), Some(t)) = (meta.local_broker, meta.topics.get(topic)) else {
+            return None;
         };
-        let p = bucket_of(group);
         t.replicas
             .get(p)
             .and_then(|r| r.iter().find(|(b, _)| *b == here))
             .map(|&(_, c)| c)
             .or_else(|| (t.brokers.get(p) == Some(&here)).then(|| t.owners[p]))
             .filter(|&c| c < self.cores)
-            .unwrap_or(standalone)
     }
 
     /// In a cluster, the coordinator of consumer group `group` for a client on `listener`:
     /// the leader of the group's `__consumer_offsets` partition, on its core, or the error
     /// to answer (COORDINATOR_NOT_AVAILABLE while the topic is being created, or no leader
     /// is known). `None` on a standalone broker.
-    ///
-    /// A broker holding a replica asks it who leads (its Raft group hears of a new leader
-    /// at once); the metadata's leader is the fallback. The metadata can lag, on a broker just
-    /// restarted most of all, and a coordinator named from it would answer NOT_COORDINATOR,
-    /// which librdkafka's admin client does not survive (issue 5040).
     pub async fn group_coordinator(
         self: &Rc<Self>,
         group: &str,
         listener: usize,
     ) -> Option<Result<(i32, String, i32), i16>> {
+        self.bucket_coordinator(OFFSETS_TOPIC, offsets::bucket_of(group), listener)
+            .await
+    }
+
+    /// In a cluster, the transaction coordinator of `txn_id` for a client on `listener`: the
+    /// leader of its `__transaction_state` partition, on its core, or the error to answer (as
+    /// [`Shard::group_coordinator`]). `None` on a standalone broker.
+    pub async fn txn_coordinator(
+        self: &Rc<Self>,
+        txn_id: &str,
+        listener: usize,
+    ) -> Option<Result<(i32, String, i32), i16>> {
+        self.bucket_coordinator(TXN_TOPIC, txn::bucket_of(txn_id), listener)
+            .await
+    }
+
+    /// The leader of partition `p` of the internal topic `topic`, as a node for a client on
+    /// `listener`.
+    ///
+    /// A broker holding a replica asks it who leads (its Raft group hears of a new leader
+    /// at once); the metadata's leader is the fallback. The metadata can lag, on a broker just
+    /// restarted most of all, and a coordinator named from it would answer NOT_COORDINATOR,
+    /// which librdkafka's admin client does not survive (issue 5040).
+    async fn bucket_coordinator(
+        self: &Rc<Self>,
+        topic: &'static str,
+        p: usize,
+        listener: usize,
+    ) -> Option<Result<(i32, String, i32), i16>> {
         let meta = self.metadata();
         let here = meta.local_broker?;
-        let Some(t) = meta.topics.get(OFFSETS_TOPIC) else {
+        let Some(t) = meta.topics.get(topic) else {
             return Some(Err(errors::COORDINATOR_NOT_AVAILABLE));
         };
-        let p = bucket_of(group);
         if p >= t.owners.len() {
             return Some(Err(errors::COORDINATOR_NOT_AVAILABLE));
         }
@@ -161,10 +203,7 @@ impl Shard {
         let node = match replicas.iter().find(|(b, _)| *b == here) {
             Some(&(_, core)) if core < self.cores => {
                 let leader = match self
-                    .call(
-                        core,
-                        Req::ReplicaLeader(OFFSETS_TOPIC.to_string(), p as i32),
-                    )
+                    .call(core, Req::ReplicaLeader(topic.to_string(), p as i32))
                     .await
                 {
                     Resp::Leader(b) => b,
@@ -185,24 +224,31 @@ impl Shard {
         )
     }
 
-    /// In a cluster without `__consumer_offsets` yet: creates it (through core 0 and the
-    /// metadata leader), once at a time per core. Its replication factor is 3, or the
-    /// number of voters if fewer (Kafka's `offsets.topic.replication.factor`); while fewer
-    /// brokers have registered the creation fails and the next FindCoordinator tries again.
-    pub fn ensure_offsets_topic(self: &Rc<Self>) {
+    /// In a cluster without the internal topic `name` (`__consumer_offsets` or
+    /// `__transaction_state`) yet: creates it (through core 0 and the metadata leader), once
+    /// at a time per core: one partition per bucket (16 each), replication factor 3, or the
+    /// number of voters if fewer (Kafka's `offsets.topic.replication.factor` and
+    /// `transaction.state.log.replication.factor`); while fewer brokers have registered the
+    /// creation fails and the next FindCoordinator tries again.
+    pub fn ensure_internal_topic(self: &Rc<Self>, name: &'static str) {
         let meta = self.metadata();
         if meta.local_broker.is_none()
-            || meta.topics.contains_key(OFFSETS_TOPIC)
-            || self.creating_offsets_topic.replace(true)
+            || meta.topics.contains_key(name)
+            || !self.creating_internal_topics.borrow_mut().insert(name)
         {
             return;
         }
+        let partitions = if name == TXN_TOPIC {
+            txn::BUCKETS
+        } else {
+            offsets::BUCKETS
+        };
         let shard = self.clone();
         let rf = self.config.voters.len().clamp(1, 3) as i16;
         glommio::spawn_local(async move {
             let topic = NewTopic {
-                name: OFFSETS_TOPIC.to_string(),
-                partitions: BUCKETS as i32,
+                name: name.to_string(),
+                partitions: partitions as i32,
                 replication_factor: rf,
                 configs: vec![
                     // Never deleted by retention (compaction skips replicated partitions).
@@ -221,16 +267,12 @@ impl Shard {
                 .await;
             match r {
                 Resp::Topics(r) if r.iter().all(|t| t.error == errors::NONE) => {
-                    tracing::info!(
-                        replication_factor = rf,
-                        partitions = BUCKETS,
-                        "created {OFFSETS_TOPIC}"
-                    )
+                    tracing::info!(replication_factor = rf, partitions, "created {name}")
                 }
-                Resp::Topics(r) => tracing::debug!(?r, "creating {OFFSETS_TOPIC}: not yet"),
+                Resp::Topics(r) => tracing::debug!(?r, "creating {name}: not yet"),
                 _ => {}
             }
-            shard.creating_offsets_topic.set(false);
+            shard.creating_internal_topics.borrow_mut().remove(name);
         })
         .detach();
     }
