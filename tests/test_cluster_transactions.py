@@ -12,7 +12,10 @@ exactly-once would notice:
   offsets on its coordinator, a broker other than the transaction coordinator;
 - a transaction open while one of its partitions' leaders is killed with SIGKILL still commits:
   the marker goes to the new leader, and read_committed consumers then read all of it; the
-  killed broker, restarted, holds the same batches.
+  killed broker, restarted, holds the same batches;
+- a transaction open while its coordinator's broker is killed is aborted by the new coordinator
+  when a new instance of the producer initialises (the old instance is fenced), and the new
+  instance commits.
 
 Before this, a transactional produce to a replicated partition was refused (INVALID_TXN_STATE),
 so `produce` in a transaction failed at once.
@@ -241,3 +244,33 @@ def test_transactions_across_brokers_commit_abort_and_survive_a_leaders_death(cl
     # The killed broker comes back and holds what the survivors hold.
     victim.start()
     print(f"markers per partition: {same_everywhere(cluster, topic, markers=5)}")
+
+    # A transaction open while its coordinator's broker is killed: a new instance of the
+    # producer initialises through the new coordinator (the leader of the id's
+    # __transaction_state partition on a survivor), which fences the old instance and aborts
+    # the open transaction on every partition; the new instance then commits.
+    coordinator = coordinator_everywhere(cluster, TXN, 1)
+    ok(producer.begin_transaction)
+    write(producer, topic, "f", n)
+    dead = cluster[coordinator - 1]
+    dead._kill()
+    t0 = time.monotonic()
+    survivors = [b for b in cluster if b is not dead]
+    alive = ",".join(b.bootstrap for b in survivors)
+    successor = txn_producer(alive)
+    ok(successor.init_transactions, TXN_CALL_S)
+    took = time.monotonic() - t0
+    assert coordinator_everywhere(survivors, TXN, 1) != coordinator
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(TXN_CALL_S)  # fenced: its transaction was aborted
+    ok(successor.begin_transaction)
+    write(successor, topic, "g", n)
+    ok(successor.commit_transaction, TXN_CALL_S)
+    print(f"coordinator broker {coordinator} killed; a new instance initialised {took:.2f} s later")
+    committed = read_to_end(alive, topic, "read_committed")
+    for p in range(PARTITIONS):
+        want = (expected(["a", "c"], n, p) + expected(["d"], 5, p) + expected(["e"], n, p)
+                + expected(["g"], n, p))
+        assert committed[p] == want, f"partition {p}: read_committed after the coordinator's death"
+    dead.start()
+    same_everywhere(cluster, topic, markers=7)
