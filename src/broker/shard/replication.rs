@@ -37,7 +37,7 @@ use crate::broker::replica::side::{SideEntry, SideLog};
 use crate::broker::replica::state::RaftState;
 use crate::broker::replica::storage::ReplicaStorage;
 use crate::broker::replica::store;
-use crate::broker::sync::Slot;
+use crate::broker::sync::{join_all, Slot};
 
 /// The partition groups' clock: like the metadata group's (docs/replication.md §6).
 const TICK: Duration = Duration::from_millis(100);
@@ -331,8 +331,9 @@ impl Shard {
         }
     }
 
-    /// The driver of this core's groups: ticks them every `TICK`, steps what arrived,
-    /// proposes what was produced, and handles their `Ready`s one group at a time.
+    /// The driver of this core's groups: every round (a `TICK`, or work arriving) drives each
+    /// group once (`drive_group`), all of them concurrently: their writes and fdatasyncs
+    /// overlap (docs/replication.md §2.3), and the round ends when the slowest is done.
     async fn drive_replicas(self: Rc<Self>) {
         let mut next_tick = Instant::now() + TICK;
         loop {
@@ -351,34 +352,45 @@ impl Shard {
             if tick {
                 next_tick = Instant::now() + TICK;
             }
+            // Every group's work at once: one group's write and fdatasync no longer hold up
+            // the others of this core (each group's own steps stay in order).
             let groups: Vec<Rc<Group>> = self.replicas.borrow().values().cloned().collect();
-            for g in groups {
-                if g.failed.get() {
-                    continue;
-                }
-                if tick {
-                    g.raw.borrow_mut().tick();
-                    self.report_leadership(&g);
-                }
-                self.step_and_propose(&g);
-                let mut res = self.serve_fetches(&g).await;
-                if res.is_ok() && g.raw.borrow().has_ready() {
-                    res = self.handle_ready(&g).await;
-                }
-                if let Some(now_ms) = g.retention_due.take().filter(|_| res.is_ok()) {
-                    res = self.compact_replica(&g, now_ms).await;
-                }
-                if let Err(e) = res {
-                    // The replica's files cannot be written or disagree with what it was
-                    // sent: it must not go on voting or acknowledging.
-                    error!(topic = %g.topic, partition = g.partition, error = %e,
-                        "partition Raft group stopped on this broker");
-                    g.failed.set(true);
-                    g.fail_waiters(errors::KAFKA_STORAGE_ERROR);
-                }
-                glommio::yield_if_needed().await;
-            }
+            let work: Vec<_> = groups
+                .into_iter()
+                .filter(|g| !g.failed.get())
+                .map(|g| {
+                    let shard = self.clone();
+                    async move { shard.drive_group(&g, tick).await }
+                })
+                .collect();
+            join_all(work).await;
         }
+    }
+
+    /// One round of a group's work: tick (when due), step what arrived, propose what was
+    /// produced, serve lagging followers' reads, handle its `Ready`, apply retention.
+    async fn drive_group(self: &Rc<Self>, g: &Rc<Group>, tick: bool) {
+        if tick {
+            g.raw.borrow_mut().tick();
+            self.report_leadership(g);
+        }
+        self.step_and_propose(g);
+        let mut res = self.serve_fetches(g).await;
+        if res.is_ok() && g.raw.borrow().has_ready() {
+            res = self.handle_ready(g).await;
+        }
+        if let Some(now_ms) = g.retention_due.take().filter(|_| res.is_ok()) {
+            res = self.compact_replica(g, now_ms).await;
+        }
+        if let Err(e) = res {
+            // The replica's files cannot be written or disagree with what it was sent: it
+            // must not go on voting or acknowledging.
+            error!(topic = %g.topic, partition = g.partition, error = %e,
+                "partition Raft group stopped on this broker");
+            g.failed.set(true);
+            g.fail_waiters(errors::KAFKA_STORAGE_ERROR);
+        }
+        glommio::yield_if_needed().await;
     }
 
     fn step_and_propose(&self, g: &Group) {
