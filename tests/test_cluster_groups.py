@@ -12,8 +12,10 @@ and a new member of the group must resume exactly at the last commit.
 
 from __future__ import annotations
 
+import struct
 import time
 
+import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 
 from clients import CLIENT_TIMEOUT_S, rd_admin, rd_consumer, rd_poll, rd_producer
@@ -138,3 +140,56 @@ def test_group_offsets_survive_the_coordinators_death(cluster):
 
 def dead_id(cluster, dead) -> int:
     return cluster.index(dead) + 1
+
+
+def log_start(data_dir, topic: str, partition: int) -> int:
+    """A replica's log start offset as its `log_start_offset` file records it (0: none)."""
+    f = data_dir / f"{topic}-{partition}" / "log_start_offset"
+    if not f.exists():
+        return 0
+    b = f.read_bytes()
+    assert len(b) == 20 and b[:8] == b"WEIRLSO1", b
+    return struct.unpack(">Q", b[8:16])[0]
+
+
+@pytest.mark.parametrize("cluster", [{"internal.topics.compaction.min.bytes": "16384"}], indirect=True)
+def test_offsets_partitions_are_compacted_on_every_replica(cluster):
+    """docs/replication.md, "Compacting the internal topics": a group commits the same two
+    partitions' offsets over and over; its `__consumer_offsets` partition is compacted by its
+    leader (the live offsets written again, then a cut record) and every replica moves its log
+    start past the old commits. The offsets a new coordinator loads from the cut log — after
+    the old one's broker is killed — are the last ones committed."""
+    everyone = ",".join(b.bootstrap for b in cluster)
+    create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=3)
+    for p in range(PARTITIONS):
+        leader_of(cluster, TOPIC, p)
+    consumer = rd_consumer(everyone, **{"group.id": GROUP})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    last = {}
+    for i in range(600):
+        offsets = [TopicPartition(TOPIC, p, i * 10 + p) for p in range(PARTITIONS)]
+        consumer.commit(offsets=offsets, asynchronous=False)
+        last = {p: i * 10 + p for p in range(PARTITIONS)}
+    consumer.close()
+    assert committed(everyone, GROUP) == last
+
+    # Every replica of the group's partition cut its log (the partition whose log start moved).
+    def cut_everywhere():
+        starts = {}
+        for part in range(16):
+            s = [log_start(b.data_dir, "__consumer_offsets", part) for b in cluster]
+            if any(s):
+                starts[part] = s
+        return starts if starts and all(all(v) for v in starts.values()) else None
+    starts = wait_until("every replica of the group's offsets partition moved its log start", cut_everywhere)
+    print(f"log starts of the compacted partitions (per broker): {starts}")
+
+    # A new coordinator loads the cut log: the same offsets.
+    coordinator = coordinator_of(everyone, GROUP)
+    dead = cluster[coordinator // NODE_ID_STRIDE - 1]
+    survivors = [b for b in cluster if b is not dead]
+    dead._kill()
+    alive = ",".join(b.bootstrap for b in survivors)
+    wait_until("a new coordinator on a survivor",
+               lambda: coordinator_of(alive, GROUP) // NODE_ID_STRIDE != dead_id(cluster, dead))
+    assert committed(alive, GROUP) == last, "offsets lost or moved back by the compaction"

@@ -119,6 +119,8 @@ pub const SETTINGS: &[Setting] = &[
         "A transactional id with no transaction open and no request for this long is forgotten (its next InitProducerId gets a new producer id)."),
     setting("producer.id.expiration.ms", "86400000", "ms", None,
         "A producer id that has written nothing to a partition for this long (and has no transaction open there) is forgotten by that partition at its next retention pass or segment roll: its next batch is accepted at any sequence."),
+    setting("internal.topics.compaction.min.bytes", "4194304", "bytes", None,
+        "In a cluster: how much a partition of `__consumer_offsets` or `__transaction_state` grows at least before its leader compacts it (rewrites the live records, and every replica drops what is below them), once it also holds 4x its live data (docs/replication.md, \"Compacting the internal topics\")."),
     setting("num.partitions", "1", "partitions", None,
         "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
     setting("default.replication.factor", "1", "replicas", None,
@@ -241,6 +243,8 @@ pub struct BrokerConfig {
     /// flight from one core to another; past it a call waits (back-pressure, logged once).
     pub mesh_queue_depth: usize,
     /// Bytes of recently appended batches kept in memory per core.
+    /// `internal.topics.compaction.min.bytes`.
+    pub internal_topics_compaction_min_bytes: u64,
     pub cache_bytes_per_core: usize,
     /// Bytes of chunks read from disk kept per core, shared by all its logs.
     pub read_cache_bytes_per_core: usize,
@@ -305,6 +309,7 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: 600_000,
             max_inflight_per_connection: 64,
             mesh_queue_depth: 1024,
+            internal_topics_compaction_min_bytes: 4 << 20,
             cache_bytes_per_core: 256 << 20,
             read_cache_bytes_per_core: weir_storage::DEFAULT_READ_CACHE_BYTES,
             metrics_listen: Some("127.0.0.1:9644".into()),
@@ -506,6 +511,9 @@ impl BrokerConfig {
             "allow.everyone.if.no.acl.found" => {
                 self.authorizer.allow_if_no_acl = parse_bool(key, value)?
             }
+            "internal.topics.compaction.min.bytes" => {
+                self.internal_topics_compaction_min_bytes = parse_num::<u64>(key, value)?.max(1);
+            }
             "cache.bytes.per.core" => self.cache_bytes_per_core = parse_num(key, value)?,
             "read.cache.bytes.per.core" => self.read_cache_bytes_per_core = parse_num(key, value)?,
             "metrics.listen" => self.metrics_listen = address_or_off(value),
@@ -640,6 +648,9 @@ impl BrokerConfig {
                 .join(","),
             "fetch.max.parked" => self.max_parked_fetches.to_string(),
             "fetch.max.wait.ms" => self.fetch_max_wait_ms.to_string(),
+            "internal.topics.compaction.min.bytes" => {
+                self.internal_topics_compaction_min_bytes.to_string()
+            }
             "cache.bytes.per.core" => self.cache_bytes_per_core.to_string(),
             "read.cache.bytes.per.core" => self.read_cache_bytes_per_core.to_string(),
             "cross.core.queue.depth" => self.mesh_queue_depth.to_string(),

@@ -58,6 +58,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "connections.max.reauth.ms"
         | "fetch.max.wait.ms"
         | "cache.bytes.per.core"
+        | "internal.topics.compaction.min.bytes"
         | "read.cache.bytes.per.core"
         | "log.cleaner.backoff.ms"
         | "log.cleaner.min.compaction.lag.ms"

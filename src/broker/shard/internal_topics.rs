@@ -57,6 +57,14 @@ impl BucketReplicas {
 }
 
 impl BucketReplica for BucketReplicas {
+    fn compaction_min_bytes(&self) -> u64 {
+        self.shard
+            .upgrade()
+            .map_or(crate::broker::group::offsets::COMPACTION_MIN_BYTES, |s| {
+                s.config.internal_topics_compaction_min_bytes
+            })
+    }
+
     fn serving_term(&self, bucket: usize) -> Option<u64> {
         let g = self.group(bucket)?;
         if g.failed.get() {

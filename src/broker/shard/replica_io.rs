@@ -395,6 +395,62 @@ impl Shard {
         Ok(())
     }
 
+    /// One round of a group's work: tick (when due), step what arrived, propose what was
+    /// produced, serve lagging followers' reads, handle its `Ready`, apply retention.
+    pub(super) async fn drive_group(self: &Rc<Self>, g: &Rc<Group>, tick: bool) {
+        if tick {
+            g.raw.borrow_mut().tick();
+            self.report_leadership(g);
+        }
+        self.step_and_propose(g);
+        let mut res = self.serve_fetches(g).await;
+        if res.is_ok() && g.raw.borrow().has_ready() {
+            res = self.handle_ready(g).await;
+        }
+        if let Some(now_ms) = g.retention_due.take().filter(|_| res.is_ok()) {
+            res = self.compact_replica(g, now_ms).await;
+        }
+        if let Some(offset) = g.cut_due.take().filter(|_| res.is_ok()) {
+            res = self.cut_replica(g, offset).await;
+        }
+        if let Err(e) = res {
+            // The replica's files cannot be written or disagree with what it was sent: it
+            // must not go on voting or acknowledging.
+            tracing::error!(topic = %g.topic, partition = g.partition, error = %e,
+                "partition Raft group stopped on this broker");
+            g.failed.set(true);
+            g.fail_waiters(errors::KAFKA_STORAGE_ERROR);
+        }
+        glommio::yield_if_needed().await;
+    }
+
+    /// A committed cut record of an internal topic's partition (its leader compacted the
+    /// bucket store: docs/replication.md, "Compacting the internal topics"): like retention,
+    /// the snapshot point moves to the last applied entry ending at or below `offset` and is
+    /// saved first, then the log start moves there (whole segments below it are deleted).
+    /// Every replica does it when it applies the cut, so all drop the same prefix; a replica
+    /// that never does (it was down, its log was installed past it) only keeps more.
+    pub(super) async fn cut_replica(&self, g: &Group, offset: u64) -> Result<(), String> {
+        let log = &g.part.log;
+        if offset <= log.watermarks().log_start_offset {
+            return Ok(());
+        }
+        if let Some(point) = g.store.compaction_point(offset) {
+            let mut next = g.saved.borrow().clone();
+            next.snapshot = point;
+            next.commit = next.commit.max(point.index);
+            next.save(&g.dir).await?;
+            *g.saved.borrow_mut() = next;
+            g.store.compact(point)?;
+        }
+        let start = g.store.snapshot_point().offset;
+        log.set_log_start_offset(start)
+            .await
+            .map_err(|e| format!("moving the log start to {start}: {e}"))?;
+        tracing::info!(topic = %g.topic, partition = g.partition, start, "internal partition compacted: log start moved past the rewritten records");
+        Ok(())
+    }
+
     /// Reads back from the segments the entries raft-rs asked for to send to a lagging
     /// follower (evicted from the cache), then lets it send them.
     pub(super) async fn serve_fetches(&self, g: &Group) -> Result<(), String> {
@@ -450,5 +506,25 @@ impl Shard {
             g.raw.borrow_mut().on_entries_fetched(req.context);
         }
         Ok(())
+    }
+}
+
+impl Group {
+    /// Of an internal topic's partition (`__consumer_offsets`, `__transaction_state`): notes
+    /// the cut records among the entries just committed (a bucket store's compaction ends
+    /// with one, `group::offsets::Backing::rewrite`), for the driver to drop the log below
+    /// them (`Shard::cut_replica`).
+    pub(super) fn note_cuts(&self, committed: &[Entry]) {
+        if self.topic != crate::broker::group::offsets::OFFSETS_TOPIC
+            && self.topic != crate::broker::txn::TXN_TOPIC
+        {
+            return;
+        }
+        for e in committed.iter().filter(|e| !e.data.is_empty()) {
+            if let Some(below) = crate::broker::group::offsets::cut_below(&e.data) {
+                let due = self.cut_due.get().map_or(below, |c| c.max(below));
+                self.cut_due.set(Some(due));
+            }
+        }
     }
 }

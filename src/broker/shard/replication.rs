@@ -29,7 +29,7 @@ use bytes::Bytes;
 use futures_lite::future::or;
 use raft::prelude::{ConfState, Entry, HardState, Message};
 use raft::{RawNode, StateRole};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use super::*;
 use crate::broker::errors;
@@ -81,6 +81,9 @@ pub struct Group {
     /// Set by the retention task (its clock): the driver applies retention to this replica
     /// between `Ready`s (`Shard::compact_replica`), so the `raft_state` writes never interleave.
     pub(super) retention_due: Cell<Option<i64>>,
+    /// Of an internal topic's partition: the offset a committed cut record lets this replica
+    /// drop its log below (`Shard::cut_replica`, between `Ready`s like retention).
+    pub(super) cut_due: Cell<Option<u64>>,
     pub(super) inbox: RefCell<Vec<Message>>,
     pub(super) proposals: RefCell<Vec<Proposal>>,
     /// On the leader: the offset the next produced batch gets (proposals in flight included);
@@ -136,7 +139,7 @@ impl Group {
         });
     }
 
-    fn fail_waiters(&self, code: i16) {
+    pub(super) fn fail_waiters(&self, code: i16) {
         for w in self.waiters.borrow_mut().drain(..) {
             w.slot.set(code);
         }
@@ -307,6 +310,7 @@ impl Shard {
             isr_term: Cell::new(0),
             failed: Cell::new(false),
             retention_due: Cell::new(None),
+            cut_due: Cell::new(None),
         });
         self.replicas
             .borrow_mut()
@@ -367,33 +371,7 @@ impl Shard {
         }
     }
 
-    /// One round of a group's work: tick (when due), step what arrived, propose what was
-    /// produced, serve lagging followers' reads, handle its `Ready`, apply retention.
-    async fn drive_group(self: &Rc<Self>, g: &Rc<Group>, tick: bool) {
-        if tick {
-            g.raw.borrow_mut().tick();
-            self.report_leadership(g);
-        }
-        self.step_and_propose(g);
-        let mut res = self.serve_fetches(g).await;
-        if res.is_ok() && g.raw.borrow().has_ready() {
-            res = self.handle_ready(g).await;
-        }
-        if let Some(now_ms) = g.retention_due.take().filter(|_| res.is_ok()) {
-            res = self.compact_replica(g, now_ms).await;
-        }
-        if let Err(e) = res {
-            // The replica's files cannot be written or disagree with what it was sent: it
-            // must not go on voting or acknowledging.
-            error!(topic = %g.topic, partition = g.partition, error = %e,
-                "partition Raft group stopped on this broker");
-            g.failed.set(true);
-            g.fail_waiters(errors::KAFKA_STORAGE_ERROR);
-        }
-        glommio::yield_if_needed().await;
-    }
-
-    fn step_and_propose(&self, g: &Group) {
+    pub(super) fn step_and_propose(&self, g: &Group) {
         let msgs = std::mem::take(&mut *g.inbox.borrow_mut());
         for m in msgs {
             if let Err(e) = g.raw.borrow_mut().step(m) {
@@ -419,7 +397,7 @@ impl Shard {
         }
     }
 
-    async fn handle_ready(self: &Rc<Self>, g: &Rc<Group>) -> Result<(), String> {
+    pub(super) async fn handle_ready(self: &Rc<Self>, g: &Rc<Group>) -> Result<(), String> {
         let mut rd = g.raw.borrow_mut().ready();
         if let Some(ss) = rd.ss() {
             let (leader, role) = (ss.leader_id, ss.raft_state);
@@ -474,6 +452,7 @@ impl Shard {
         committed.extend(light.take_committed_entries());
         g.raw.borrow_mut().advance_apply();
         self.report_snapshots(g, snapshots_sent);
+        g.note_cuts(&committed);
         self.after_ready(g, committed.last().map(|e| e.index));
         // The commit is saved now and then: a restart then keeps only the entries after it
         // in memory (everything after the saved commit must stay cached until applied).

@@ -23,7 +23,7 @@ use weir_storage::batch::RecordBatchBuilder;
 use weir_storage::{BatchCache, Log};
 
 use crate::broker::group::offsets::{
-    internal_log_config, replay_records, Backing, BucketError, BucketReplica,
+    internal_log_config, replay_records, Backing, BucketError, BucketReplica, COMPACTION_MIN_BYTES,
 };
 
 pub use state::{TxnMeta, TxnState};
@@ -33,7 +33,6 @@ pub use state::{TxnMeta, TxnState};
 pub const BUCKETS: usize = 16;
 /// The internal topic whose partitions are the buckets in a cluster (Kafka's name).
 pub const TXN_TOPIC: &str = "__transaction_state";
-const COMPACT_MIN_BYTES: u64 = 4 << 20;
 
 /// The bucket of a transactional id: FNV-1a of the id.
 pub fn bucket_of(txn_id: &str) -> usize {
@@ -161,14 +160,13 @@ impl TxnStore {
         };
         self.bytes_since_compaction
             .set(self.bytes_since_compaction.get() + len);
-        Ok(self.maybe_compact().await?)
+        self.maybe_compact().await
     }
 
-    /// Only a standalone broker's own log: a replicated partition is not compacted yet.
-    async fn maybe_compact(&self) -> Result<(), weir_storage::Error> {
-        let Backing::Own(log) = &self.backing else {
-            return Ok(());
-        };
+    /// Rewrites the live states and drops what is below them, once the log holds much more
+    /// than the live data (`Backing::rewrite`: in a cluster every replica of the bucket's
+    /// partition cuts its log where the rewrite starts). The caller holds `writing`.
+    async fn maybe_compact(&self) -> Result<(), BucketError> {
         let live: Vec<(String, TxnMeta)> = {
             let since = self.bytes_since_compaction.get();
             let e = self.entries.borrow();
@@ -176,15 +174,16 @@ impl TxnStore {
                 .iter()
                 .map(|(k, m)| 64 + k.len() as u64 + 24 * m.partitions.len() as u64)
                 .sum();
-            if since < COMPACT_MIN_BYTES || since < 4 * live_bytes {
+            if since < self.backing.compaction_min_bytes(COMPACTION_MIN_BYTES)
+                || since < 4 * live_bytes
+            {
                 return Ok(());
             }
             e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         };
-        let start = log.watermarks().log_end_offset;
-        let mut written = 0u64;
-        {
-            for chunk in live.chunks(200) {
+        let batches: Vec<bytes::Bytes> = live
+            .chunks(200)
+            .map(|chunk| {
                 let mut b = RecordBatchBuilder::new(now_ms());
                 for (id, m) in chunk {
                     b = b.record(
@@ -193,13 +192,11 @@ impl TxnStore {
                         &[],
                     );
                 }
-                let batch = b.build();
-                written += batch.len() as u64;
-                log.append(batch).await?;
-            }
-            log.flush().await?;
-            log.set_log_start_offset(start).await?;
-        }
+                b.build()
+            })
+            .collect();
+        let written: u64 = batches.iter().map(|b| b.len() as u64).sum();
+        self.backing.rewrite(batches, live.len() as u64).await?;
         self.bytes_since_compaction.set(written);
         Ok(())
     }

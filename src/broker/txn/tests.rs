@@ -19,9 +19,15 @@ use crate::broker::group::offsets::run_on_disk;
 struct Partition {
     log: Rc<Log>,
     term: Cell<u64>,
+    /// `internal.topics.compaction.min.bytes`.
+    min_bytes: u64,
 }
 
 impl BucketReplica for Partition {
+    fn compaction_min_bytes(&self) -> u64 {
+        self.min_bytes
+    }
+
     fn serving_term(&self, _bucket: usize) -> Option<u64> {
         Some(self.term.get())
     }
@@ -87,6 +93,7 @@ fn a_deposed_coordinator_stores_nothing_and_the_new_leader_loads_what_was_commit
         let part = Rc::new(Partition {
             log: Rc::new(log),
             term: Cell::new(1),
+            min_bytes: COMPACTION_MIN_BYTES,
         });
         let old = TxnStore::open_replicated(part.clone(), 5, 1)
             .await
@@ -124,5 +131,67 @@ fn a_deposed_coordinator_stores_nothing_and_the_new_leader_loads_what_was_commit
             .expect("load again");
         assert_eq!(again.get("tx"), Some(meta(1)));
         assert_eq!(again.all().len(), 1);
+    });
+}
+
+/// The cut records of a log, as its replicas would apply them: the offsets each lets them
+/// drop the log below, in offset order.
+async fn cuts(log: &Log) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut at = log.watermarks().log_start_offset;
+    loop {
+        let r = log.read(at, 1 << 20).await.expect("read");
+        if r.is_empty() {
+            return out;
+        }
+        for (h, batch) in r.batches() {
+            out.extend(crate::broker::group::offsets::cut_below(batch));
+            at = h.last_offset() as u64 + 1;
+        }
+    }
+}
+
+/// A replicated store compacts itself like a standalone one, but through its partition: the
+/// live states are proposed again, followed by a cut record naming where they start. A
+/// replica that drops its log below the cut (`Shard::cut_replica`) keeps everything a new
+/// leader needs: the store it loads equals the one that compacted.
+#[test]
+fn a_replicated_store_rewrites_its_live_states_and_names_the_cut() {
+    run_on_disk(|path| async move {
+        let cache = BatchCache::new(8 << 20);
+        let log = Log::open_with_cache(path.join("p"), internal_log_config(), cache)
+            .await
+            .expect("open");
+        let part = Rc::new(Partition {
+            log: Rc::new(log),
+            term: Cell::new(1),
+            min_bytes: 4096,
+        });
+        let store = TxnStore::open_replicated(part.clone(), 5, 1)
+            .await
+            .expect("load");
+        for i in 0..400i16 {
+            let id = format!("tx-{}", i % 7);
+            let m = if i == 399 { None } else { Some(meta(i)) };
+            store.put(&id, m).await.expect("put");
+        }
+        let live = store.all();
+        assert_eq!(live.len(), 6, "tx-0's last change forgot it: {live:?}");
+        let cuts = cuts(&part.log).await;
+        assert!(!cuts.is_empty(), "no compaction after 400 changes of 7 ids");
+        let last = *cuts.last().expect("a cut");
+        let end = part.log.watermarks().log_end_offset;
+        assert!(
+            last > 0 && last + 6 <= end,
+            "the cut at {last} does not leave the 6 live states before the log end {end}"
+        );
+        // Every replica drops the log below the last cut; the next leader loads the rest.
+        part.log.set_log_start_offset(last).await.expect("cut");
+        part.term.set(2);
+        let next = TxnStore::open_replicated(part.clone(), 5, 2)
+            .await
+            .expect("load after the cut");
+        assert_eq!(next.all(), live, "the store loaded after the cut differs");
+        assert_eq!(next.get("tx-0"), None, "a forgotten id came back");
     });
 }

@@ -75,6 +75,11 @@ pub trait BucketReplica {
     ) -> std::pin::Pin<
         Box<dyn std::future::Future<Output = Option<Rc<dyn std::ops::Deref<Target = Log>>>>>,
     >;
+    /// How much a store of this topic grows between compactions at least (the broker's
+    /// `internal.topics.compaction.min.bytes`).
+    fn compaction_min_bytes(&self) -> u64 {
+        COMPACTION_MIN_BYTES
+    }
     /// Proposes `batch` at `term` and resolves once it is committed (acks=all), or with the
     /// Kafka error of the failure.
     fn append(
@@ -123,6 +128,15 @@ impl Backing {
         }
     }
 
+    /// How much the store grows between compactions at least: `own` (the store's own
+    /// threshold) standalone, the topic's setting in a cluster.
+    pub fn compaction_min_bytes(&self, own: u64) -> u64 {
+        match self {
+            Backing::Own(_) => own,
+            Backing::Replica { io, .. } => io.compaction_min_bytes(),
+        }
+    }
+
     /// The Raft term the store was loaded for (`None` for a standalone broker's own log).
     pub fn term(&self) -> Option<u64> {
         match self {
@@ -148,4 +162,61 @@ impl Backing {
         }
         Ok(())
     }
+
+    /// Rewrites the live records (`batches`, `records` records in all) at the end of the log
+    /// and drops everything before them: a bucket store's compaction. Standalone, the batches
+    /// are appended in one go, flushed, and the log start moves to the first of them. In a
+    /// cluster every replica must drop the same prefix, so the batches are proposed in one go
+    /// followed by a cut record naming how far back the rewrite starts ([`cut_below`]); each
+    /// replica moves its log start there once it applies the cut (`Shard::cut_replica`). One
+    /// append for all of it: no other write can land between the batches (a commit landing
+    /// between two of them would be overwritten by an older value of the rewrite at replay).
+    pub async fn rewrite(&self, batches: Vec<Bytes>, records: u64) -> Result<(), BucketError> {
+        let mut all = bytes::BytesMut::with_capacity(batches.iter().map(|b| b.len()).sum());
+        for b in &batches {
+            all.extend_from_slice(b);
+        }
+        match self {
+            Backing::Own(log) => {
+                let start = log.append(all.freeze()).await?.base_offset;
+                log.flush().await?;
+                log.set_log_start_offset(start).await?;
+            }
+            Backing::Replica {
+                io, bucket, term, ..
+            } => {
+                all.extend_from_slice(&cut_batch(records));
+                io.append(*bucket, *term, all.freeze())
+                    .await
+                    .map_err(BucketError::Replica)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A bucket store's default compaction threshold (`internal.topics.compaction.min.bytes`).
+pub const COMPACTION_MIN_BYTES: u64 = 4 << 20;
+
+/// The key of a cut record: kind 0xff, which no bucket store's records use (their replays
+/// skip it as an unknown kind).
+const CUT_KEY: &[u8] = b"\xffweir.cut";
+
+/// A batch holding one cut record: the log may start `back` offsets before it.
+fn cut_batch(back: u64) -> Bytes {
+    weir_storage::batch::RecordBatchBuilder::new(super::now_ms())
+        .record(Some(CUT_KEY), Some(&back.to_be_bytes()), &[])
+        .build()
+}
+
+/// The offset a committed batch of an internal topic's partition lets its replicas cut
+/// their log below (the first offset of a rewrite it ends), if it is a cut record's batch.
+pub fn cut_below(batch: &[u8]) -> Option<u64> {
+    weir_storage::batch::decode_records(batch)?
+        .into_iter()
+        .filter(|r| r.key.as_deref() == Some(CUT_KEY))
+        .find_map(|r| {
+            let back = u64::from_be_bytes(r.value.as_deref()?.try_into().ok()?);
+            (r.offset as u64).checked_sub(back)
+        })
 }

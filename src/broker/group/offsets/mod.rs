@@ -30,7 +30,7 @@ use weir_storage::{BatchCache, Log, LogConfig};
 mod backing;
 mod txn;
 
-pub use backing::{Backing, BucketError, BucketReplica};
+pub use backing::{cut_below, Backing, BucketError, BucketReplica, COMPACTION_MIN_BYTES};
 
 use txn::{Pending, KIND_TXN_END, KIND_TXN_OFFSET};
 
@@ -41,7 +41,6 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 const KIND_OFFSET: u8 = 1;
 const VALUE_VERSION: u8 = 1;
-const COMPACT_MIN_BYTES: u64 = 4 << 20;
 
 /// The bucket of a group: FNV-1a of its id.
 pub fn bucket_of(group: &str) -> usize {
@@ -78,7 +77,7 @@ pub struct OffsetStore {
     /// otherwise it would drop such a record from the log while the snapshot lacks it, and an
     /// acknowledged commit would be gone after a restart.
     unapplied: Cell<usize>,
-    /// Log size that makes a compaction worth it (`COMPACT_MIN_BYTES`; smaller in tests).
+    /// Log size that makes a compaction worth it (`COMPACTION_MIN_BYTES`; smaller in tests).
     compact_min_bytes: u64,
 }
 
@@ -241,7 +240,7 @@ impl OffsetStore {
             bytes_since_compaction: Cell::new(0),
             compacting: Cell::new(false),
             unapplied: Cell::new(0),
-            compact_min_bytes: COMPACT_MIN_BYTES,
+            compact_min_bytes: COMPACTION_MIN_BYTES,
         }
     }
 
@@ -428,14 +427,9 @@ impl OffsetStore {
     }
 
     /// Rewrites the live offsets and drops what is below them, once the log holds much more
-    /// than the live data.
-    ///
-    /// Only a standalone broker's own log: a replicated bucket is not compacted yet (its
-    /// replicas would have to move their log starts together; docs/replication.md).
+    /// than the live data (`Backing::rewrite`: in a cluster every replica of the bucket's
+    /// partition cuts its log where the rewrite starts).
     async fn maybe_compact(&self) -> Result<(), BucketError> {
-        let Backing::Own(log) = &self.backing else {
-            return Ok(());
-        };
         let live: Vec<(Key, Committed)> = {
             let e = self.entries.borrow();
             let since = self.bytes_since_compaction.get();
@@ -443,7 +437,7 @@ impl OffsetStore {
                 .keys()
                 .map(|(g, t, _)| 40 + (g.len() + t.len()) as u64)
                 .sum();
-            if since < self.compact_min_bytes
+            if since < self.backing.compaction_min_bytes(self.compact_min_bytes)
                 || since < 4 * live_bytes
                 || self.compacting.get()
                 || self.unapplied.get() > 0
@@ -455,24 +449,25 @@ impl OffsetStore {
             }
             e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
         };
+        let batches: Vec<Bytes> = live
+            .chunks(500)
+            .map(|chunk| {
+                let mut b = RecordBatchBuilder::new(now_ms());
+                for ((g, t, p), c) in chunk {
+                    b = b.record(Some(&encode_key(g, t, *p)), Some(&encode_value(c)), &[]);
+                }
+                b.build()
+            })
+            .collect();
+        let written: u64 = batches.iter().map(|b| b.len() as u64).sum();
+        // No await between taking the live offsets and appending them (`rewrite` proposes
+        // or appends before it first waits): nothing applied in between is missed.
         self.compacting.set(true);
-        let start = log.watermarks().log_end_offset;
-        let mut written = 0u64;
-        for chunk in live.chunks(500) {
-            let mut b = RecordBatchBuilder::new(now_ms());
-            for ((g, t, p), c) in chunk {
-                b = b.record(Some(&encode_key(g, t, *p)), Some(&encode_value(c)), &[]);
-            }
-            let batch = b.build();
-            written += batch.len() as u64;
-            log.append(batch).await?;
-        }
-        log.flush().await?;
-        let r = log.set_log_start_offset(start).await;
+        let r = self.backing.rewrite(batches, live.len() as u64).await;
         self.compacting.set(false);
         r?;
         self.bytes_since_compaction.set(written);
-        tracing::debug!(dir = %log.dir().display(), live = live.len(), "offsets compacted");
+        tracing::debug!(live = live.len(), term = ?self.term(), "offsets compacted");
         Ok(())
     }
 
