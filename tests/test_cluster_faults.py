@@ -41,6 +41,7 @@ from conftest import close_brokers
 from history import History
 from test_cluster_metadata import NODE_ID_STRIDE, create
 from test_cluster_replication import high_watermark, leader_of, same_batches_everywhere, stored_batches
+from test_cluster_transactions import read_to_end
 
 CYCLES = int(os.environ.get("WEIR_FAULT_CYCLES", "2"))
 BROKERS = int(os.environ.get("WEIR_FAULT_BROKERS", "3"))
@@ -180,25 +181,10 @@ def check_transactions(bootstrap: str, outcomes: dict) -> dict:
     """Reads TXN_TOPIC whole with read_committed and checks every transaction against what its
     producer was told: a committed one has every record exactly once, an aborted one none, one
     of unknown outcome all or none (atomicity), and no record appears twice. The counts."""
-    c = rd_consumer(bootstrap, **{"isolation.level": "read_committed", "enable.partition.eof": True})
     seen: dict[bytes, int] = {}
-    try:
-        c.assign([TopicPartition(TXN_TOPIC, p, 0) for p in range(PARTITIONS)])
-        at_end: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"{TXN_TOPIC}: read to the end of only {sorted(at_end)}"
-            m = c.poll(1.0)
-            if m is None:
-                continue
-            if m.error() is not None:
-                assert m.error().code() == -191, m.error()  # _PARTITION_EOF
-                at_end.add(m.partition())
-                continue
-            at_end.discard(m.partition())
-            seen[m.value()] = seen.get(m.value(), 0) + 1
-    finally:
-        c.close()
+    for values in read_to_end(bootstrap, TXN_TOPIC, "read_committed", PARTITIONS, timeout=60).values():
+        for v in values:
+            seen[v] = seen.get(v, 0) + 1
     twice = [v for v, k in seen.items() if k > 1]
     assert not twice, f"transactional records read twice: {twice[:5]}"
     counts = {"committed": 0, "aborted": 0, "unknown committed": 0, "unknown aborted": 0}

@@ -98,16 +98,17 @@ def expected(tags: list[str], n: int, p: int) -> list[bytes]:
     return [f"{t}-{p}-{i}".encode() for t in tags for i in range(n)]
 
 
-def read_to_end(bootstrap: str, topic: str, isolation: str) -> dict[int, list[bytes]]:
+def read_to_end(bootstrap: str, topic: str, isolation: str, partitions: int = PARTITIONS,
+                timeout: float = CLIENT_TIMEOUT_S) -> dict[int, list[bytes]]:
     """Every record value of every partition from the start to its end (read_committed: the
-    last stable offset), in offset order."""
+    last stable offset), in offset order (also used by tests/test_cluster_faults.py)."""
     c = rd_consumer(bootstrap, **{"isolation.level": isolation, "enable.partition.eof": True})
-    out: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    out: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         at_end: set[int] = set()
-        deadline = time.monotonic() + CLIENT_TIMEOUT_S
-        while len(at_end) < PARTITIONS:
+        deadline = time.monotonic() + timeout
+        while len(at_end) < partitions:
             assert time.monotonic() < deadline, f"read only to the end of {sorted(at_end)}"
             msg = c.poll(1.0)
             if msg is None:

@@ -373,16 +373,8 @@ impl Shard {
     /// below its commit.
     pub(super) async fn compact_replica(&self, g: &Group, now_ms: i64) -> Result<(), String> {
         let log = &g.part.log;
-        if let Some(point) = log
-            .retention_point(now_ms)
-            .and_then(|start| g.store.compaction_point(start))
-        {
-            let mut next = g.saved.borrow().clone();
-            next.snapshot = point;
-            next.commit = next.commit.max(point.index);
-            next.save(&g.dir).await?;
-            *g.saved.borrow_mut() = next;
-            g.store.compact(point)?;
+        if let Some(start) = log.retention_point(now_ms) {
+            self.move_snapshot_point(g, start).await?;
         }
         let limit = g.store.snapshot_point().offset;
         match log.enforce_retention_below(now_ms, limit).await {
@@ -424,6 +416,23 @@ impl Shard {
         glommio::yield_if_needed().await;
     }
 
+    /// Moves the replica's Raft snapshot point to the last applied entry ending at or below
+    /// `offset` (if that is past the current one): saved in `raft_state` first, then the
+    /// index table forgets the entries up to it. The log's start may then move up to the
+    /// point's offset; a crash before it does leaves a log starting below its point, which a
+    /// restart reads past.
+    async fn move_snapshot_point(&self, g: &Group, offset: u64) -> Result<(), String> {
+        if let Some(point) = g.store.compaction_point(offset) {
+            let mut next = g.saved.borrow().clone();
+            next.snapshot = point;
+            next.commit = next.commit.max(point.index);
+            next.save(&g.dir).await?;
+            *g.saved.borrow_mut() = next;
+            g.store.compact(point)?;
+        }
+        Ok(())
+    }
+
     /// A committed cut record of an internal topic's partition (its leader compacted the
     /// bucket store: docs/replication.md, "Compacting the internal topics"): like retention,
     /// the snapshot point moves to the last applied entry ending at or below `offset` and is
@@ -435,14 +444,7 @@ impl Shard {
         if offset <= log.watermarks().log_start_offset {
             return Ok(());
         }
-        if let Some(point) = g.store.compaction_point(offset) {
-            let mut next = g.saved.borrow().clone();
-            next.snapshot = point;
-            next.commit = next.commit.max(point.index);
-            next.save(&g.dir).await?;
-            *g.saved.borrow_mut() = next;
-            g.store.compact(point)?;
-        }
+        self.move_snapshot_point(g, offset).await?;
         let start = g.store.snapshot_point().offset;
         log.set_log_start_offset(start)
             .await

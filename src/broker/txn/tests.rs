@@ -65,6 +65,21 @@ impl BucketReplica for Partition {
     }
 }
 
+impl Partition {
+    /// A partition at term 1 over a fresh log in `dir`.
+    async fn open(dir: &std::path::Path, min_bytes: u64) -> Rc<Partition> {
+        let cache = BatchCache::new(8 << 20);
+        let log = Log::open_with_cache(dir.join("p"), internal_log_config(), cache)
+            .await
+            .expect("open");
+        Rc::new(Partition {
+            log: Rc::new(log),
+            term: Cell::new(1),
+            min_bytes,
+        })
+    }
+}
+
 fn meta(epoch: i16) -> TxnMeta {
     TxnMeta {
         producer_id: 77 << 20,
@@ -86,15 +101,7 @@ fn meta(epoch: i16) -> TxnMeta {
 #[test]
 fn a_deposed_coordinator_stores_nothing_and_the_new_leader_loads_what_was_committed() {
     run_on_disk(|path| async move {
-        let cache = BatchCache::new(8 << 20);
-        let log = Log::open_with_cache(path.join("p"), internal_log_config(), cache)
-            .await
-            .expect("open");
-        let part = Rc::new(Partition {
-            log: Rc::new(log),
-            term: Cell::new(1),
-            min_bytes: COMPACTION_MIN_BYTES,
-        });
+        let part = Partition::open(&path, COMPACTION_MIN_BYTES).await;
         let old = TxnStore::open_replicated(part.clone(), 5, 1)
             .await
             .expect("load at term 1");
@@ -158,15 +165,7 @@ async fn cuts(log: &Log) -> Vec<u64> {
 #[test]
 fn a_replicated_store_rewrites_its_live_states_and_names_the_cut() {
     run_on_disk(|path| async move {
-        let cache = BatchCache::new(8 << 20);
-        let log = Log::open_with_cache(path.join("p"), internal_log_config(), cache)
-            .await
-            .expect("open");
-        let part = Rc::new(Partition {
-            log: Rc::new(log),
-            term: Cell::new(1),
-            min_bytes: 4096,
-        });
+        let part = Partition::open(&path, 4096).await;
         let store = TxnStore::open_replicated(part.clone(), 5, 1)
             .await
             .expect("load");
