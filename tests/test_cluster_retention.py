@@ -38,7 +38,15 @@ def first_segment(b) -> int:
 
 
 def kept_bytes(b) -> int:
-    return sum(p.stat().st_size for p in (b.data_dir / f"{TOPIC}-0").glob("*.log"))
+    """The bytes of partition 0's segment files on broker `b` (a file retention deletes while
+    they are summed is not kept)."""
+    total = 0
+    for p in (b.data_dir / f"{TOPIC}-0").glob("*.log"):
+        try:
+            total += p.stat().st_size
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def batches_from(data: bytes, offset: int) -> bytes:
