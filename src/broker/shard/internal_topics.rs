@@ -200,30 +200,27 @@ impl Shard {
         listener: usize,
     ) -> Option<Result<(i32, String, i32), i16>> {
         let meta = self.metadata();
-        let here = meta.local_broker?;
+        meta.local_broker?;
         let Some(t) = meta.topics.get(topic) else {
             return Some(Err(errors::COORDINATOR_NOT_AVAILABLE));
         };
         if p >= t.owners.len() {
             return Some(Err(errors::COORDINATOR_NOT_AVAILABLE));
         }
-        let replicas = t.replicas.get(p).cloned().unwrap_or_default();
-        let node = match replicas.iter().find(|(b, _)| *b == here) {
-            Some(&(_, core)) if core < self.cores => {
-                let leader = match self
-                    .call(core, Req::ReplicaLeader(topic.to_string(), p as i32))
-                    .await
-                {
-                    Resp::Leader(b) => b,
-                    _ => 0,
-                };
-                match replicas.iter().find(|(b, _)| *b == leader) {
-                    Some(&(b, c)) => self.node_at(&meta, b, c),
-                    None => return Some(Err(errors::COORDINATOR_NOT_AVAILABLE)),
-                }
-            }
-            _ => self.leader_node(&meta, t, p),
+        // Who leads, as this broker's replica knows it, else as the metadata says.
+        let Some(leader) = self.leader_broker(topic, p as i32).await else {
+            return Some(Err(errors::COORDINATOR_NOT_AVAILABLE));
         };
+        let core = t
+            .replicas
+            .get(p)
+            .and_then(|r| r.iter().find(|(b, _)| *b == leader))
+            .map(|&(_, c)| c)
+            .or_else(|| (t.brokers.get(p) == Some(&leader)).then(|| t.owners[p]));
+        let Some(core) = core else {
+            return Some(Err(errors::COORDINATOR_NOT_AVAILABLE));
+        };
+        let node = self.node_at(&meta, leader, core);
         Some(
             self.brokers(listener)
                 .into_iter()
