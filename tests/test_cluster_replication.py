@@ -229,13 +229,6 @@ def test_replicated_partition_survives_its_leaders_death(cluster):
         same_batches_everywhere(cluster, topic, p, 200)
         assert read_all(everyone, topic, p, 200) == values(p, 0, 200)
 
-    # Not yet on a replicated partition (its Raft log would lose its start): DeleteRecords.
-    admin = rd_admin(everyone)
-    [f] = admin.delete_records([TopicPartition(topic, 0, 10)], request_timeout=CLIENT_TIMEOUT_S).values()
-    with pytest.raises(KafkaException) as e:
-        f.result(CLIENT_TIMEOUT_S)
-    assert e.value.args[0].name() == "POLICY_VIOLATION", e.value
-
     # acks=1 to the leader's broker is answered once the leader wrote it (and read once
     # committed); the followers' brokers refuse it.
     leader, epoch = leaders[0]
@@ -312,6 +305,10 @@ def test_uncommitted_suffix_is_cut_when_the_old_leader_returns(cluster):
     everyone = ",".join(b.bootstrap for b in cluster)
     same = same_batches_everywhere(cluster, topic, 0, 80)
     assert b"never-committed" not in same
+    # The restarted broker answers Metadata from its applied metadata, which may still name
+    # it leader for a moment (a KRaft broker stays fenced until it caught up; weir does not):
+    # librdkafka's ListOffsets then got NOT_LEADER_FOR_PARTITION, which it does not retry.
+    leader_of(cluster, topic, 0, new_epoch)
     assert read_all(everyone, topic, 0, 80) == values(0, 0, 80)
     assert "replacing a suffix of the Raft log" in old.log_tail(1 << 20)
     producer.flush(5)

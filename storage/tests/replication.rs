@@ -363,6 +363,44 @@ fn a_transaction_is_stable_only_once_its_marker_is_committed() {
     });
 }
 
+#[test]
+fn a_log_start_inside_a_batch_still_lets_the_raft_log_read_that_batch() {
+    let tmp = common::tempdir();
+    common::run(tmp.path(), || async {
+        let disk = SimDisk::new();
+        let dir = Path::new("/sim/trim");
+        let log = open(&disk, dir, config()).await;
+        // 40 batches of 4 records of ~1 KiB: several 16 KiB segments.
+        for i in 0..40u8 {
+            log.append(batch(i, 4, 1000)).await.expect("append");
+        }
+        log.set_committed(160).expect("commit");
+        // DeleteRecords at 101, inside the batch 100-103 of a later segment.
+        log.set_log_start_offset(101).await.expect("log start");
+        let stored = log.stored_start();
+        assert!(stored > 0 && stored <= 100, "stored start {stored}");
+        assert_eq!(log.watermarks().log_start_offset, 101);
+        // A consumer's read below the log start is refused; the Raft log's read of the batch
+        // holding it (and of the segment it is in) is not.
+        assert!(matches!(
+            log.read(100, 1 << 20).await,
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        let r = log.read_written(100, 1, 1 << 20).await.expect("read_written");
+        assert_eq!(r.batches().next().map(|(h, _)| h.base_offset.get()), Some(100));
+        let r = log.read_written(stored, 1, 1 << 20).await.expect("read_written");
+        assert_eq!(r.batches().next().map(|(h, _)| h.base_offset.get()), Some(stored as i64));
+        assert!(log.read_written(stored - 1, 1, 1 << 20).await.is_err());
+        // Reopened: the same.
+        log.close().await.expect("close");
+        let log = open(&disk, dir, config()).await;
+        assert_eq!(log.watermarks().log_start_offset, 101);
+        assert_eq!(log.stored_start(), stored);
+        let r = log.read_written(100, 1, 1 << 20).await.expect("read_written");
+        assert_eq!(r.batches().next().map(|(h, _)| h.base_offset.get()), Some(100));
+    });
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     /// The leader appends batches (records, value bytes) in one record set, maybe in a new

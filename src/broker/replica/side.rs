@@ -1,6 +1,6 @@
 //! `raft_entries`, the side log of a replica (docs/replication.md §3.2): the Raft entries
-//! that are not record batches — the empty entry a new leader appends — so that they take no
-//! Kafka offset. One record each, appended and fdatasync'ed before any later entry is
+//! that are not record batches — the empty entry a new leader appends, and a committed move
+//! of the log start (DeleteRecords: `replica::log_start`) — so that they take no Kafka offset. One record each, appended and fdatasync'ed before any later entry is
 //! written; `before_offset` is the log end offset when it was appended, which places it
 //! exactly among the data batches when the Raft log is rebuilt (`store::rebuild`).
 //!
@@ -8,10 +8,13 @@
 //! ```text
 //! record  0..4    body length n (u32)
 //!         4..8    CRC-32C of the body (u32)
-//!         8..8+n  body: index u64 | term u64 | before_offset u64 | kind u8 | data
+//!         8..8+n  body: index u64 | term u64 | before_offset u64 | kind u8 | context
 //! ```
-//! kind 0 = empty (a leader's first entry of its term); others are refused (membership
-//! changes are not built). A torn or corrupt tail — a crash mid-append, never reported
+//! kind 0 = empty (a leader's first entry of its term; no context); kind 1 = an entry with no
+//! data whose raft-rs `context` holds a command (today only the log start move of
+//! `replica::log_start`), `context` = the rest of the body. Others are refused (membership
+//! changes are not built); an older weir reads a kind-1 record as damage and cuts the side
+//! log there, so a downgrade across this format is not supported. A torn or corrupt tail — a crash mid-append, never reported
 //! persisted — is cut at the last whole record when the file is read back. Truncation (a
 //! follower's uncommitted suffix replaced by a new leader) cuts the file at the first record
 //! whose index is cut, and fdatasyncs, before anything new is appended.
@@ -23,9 +26,10 @@ use std::path::Path;
 pub const SIDE_FILE: &str = "raft_entries";
 const RECORD_HEAD_BYTES: usize = 8;
 const BODY_FIXED_BYTES: usize = 25;
-/// Largest body read back (side entries are empty today).
+/// Largest body read back (contexts are a few bytes).
 const MAX_BODY_BYTES: usize = 1 << 20;
 const KIND_EMPTY: u8 = 0;
+const KIND_CONTEXT: u8 = 1;
 
 /// One Raft-only entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,15 +38,22 @@ pub struct SideEntry {
     pub term: u64,
     /// The log end offset when it was appended.
     pub before_offset: u64,
+    /// The raft-rs entry's context (empty for a leader's empty entry).
+    pub context: Vec<u8>,
 }
 
 impl SideEntry {
     pub fn encode(&self) -> Vec<u8> {
-        let mut body = Vec::with_capacity(BODY_FIXED_BYTES);
+        let mut body = Vec::with_capacity(BODY_FIXED_BYTES + self.context.len());
         body.extend_from_slice(&self.index.to_le_bytes());
         body.extend_from_slice(&self.term.to_le_bytes());
         body.extend_from_slice(&self.before_offset.to_le_bytes());
-        body.push(KIND_EMPTY);
+        if self.context.is_empty() {
+            body.push(KIND_EMPTY);
+        } else {
+            body.push(KIND_CONTEXT);
+            body.extend_from_slice(&self.context);
+        }
         let mut out = Vec::with_capacity(RECORD_HEAD_BYTES + body.len());
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
@@ -51,17 +62,25 @@ impl SideEntry {
     }
 
     fn decode_body(body: &[u8]) -> Result<SideEntry, String> {
-        if body.len() != BODY_FIXED_BYTES {
+        if body.len() < BODY_FIXED_BYTES {
             return Err(format!("side entry body of {} bytes", body.len()));
         }
-        if body[24] != KIND_EMPTY {
-            return Err(format!("side entry of unknown kind {}", body[24]));
-        }
+        let context = match body[24] {
+            KIND_EMPTY if body.len() == BODY_FIXED_BYTES => Vec::new(),
+            KIND_CONTEXT if body.len() > BODY_FIXED_BYTES => body[BODY_FIXED_BYTES..].to_vec(),
+            kind => {
+                return Err(format!(
+                    "side entry of kind {kind} with a body of {} bytes",
+                    body.len()
+                ))
+            }
+        };
         let u = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().expect("8 bytes"));
         Ok(SideEntry {
             index: u(0),
             term: u(8),
             before_offset: u(16),
+            context,
         })
     }
 }
@@ -158,7 +177,34 @@ mod tests {
             index,
             term,
             before_offset,
+            context: Vec::new(),
         }
+    }
+
+    #[test]
+    fn an_entry_with_a_context_reads_back_whole() {
+        let with = SideEntry {
+            context: b"weir.log_start\0\0\0\0\0\0\0\x2a".to_vec(),
+            ..e(7, 3, 90)
+        };
+        let mut bytes = e(5, 2, 40).encode();
+        bytes.extend(with.encode());
+        bytes.extend(e(8, 3, 90).encode());
+        let (all, len) = scan(&bytes);
+        assert_eq!(len, bytes.len() as u64);
+        let got: Vec<SideEntry> = all.into_iter().map(|x| x.0).collect();
+        assert_eq!(got, vec![e(5, 2, 40), with.clone(), e(8, 3, 90)]);
+        // A kind-0 record with extra bytes, or a kind-1 record without any, is damage.
+        let mut bad = e(9, 3, 90).encode();
+        bad[8 + 24] = KIND_CONTEXT;
+        let crc = crc32c::crc32c(&bad[8..]);
+        bad[4..8].copy_from_slice(&crc.to_le_bytes());
+        assert!(scan(&bad).0.is_empty());
+        let mut bad = with.encode();
+        bad[8 + 24] = KIND_EMPTY;
+        let crc = crc32c::crc32c(&bad[8..]);
+        bad[4..8].copy_from_slice(&crc.to_le_bytes());
+        assert!(scan(&bad).0.is_empty());
     }
 
     #[test]

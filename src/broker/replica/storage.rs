@@ -49,6 +49,9 @@ struct Core {
     /// `table[i]` describes the entry of Raft index `snap.index + 1 + i`.
     table: VecDeque<Slot>,
     cache: BTreeMap<u64, Entry>,
+    /// The contexts of the Raft-only entries that have one (a log start move), which the
+    /// index table does not hold: such an entry is rebuilt from its slot and this.
+    contexts: BTreeMap<u64, bytes::Bytes>,
     cache_bytes: usize,
     cache_max_bytes: usize,
     applied: u64,
@@ -81,6 +84,7 @@ impl ReplicaStorage {
                 snap,
                 table: VecDeque::new(),
                 cache: BTreeMap::new(),
+                contexts: BTreeMap::new(),
                 cache_bytes: 0,
                 cache_max_bytes,
                 applied: snap.index,
@@ -109,6 +113,19 @@ impl ReplicaStorage {
         let c = self.core.borrow();
         let i = index.checked_sub(c.snap.index + 1)?;
         c.table.get(i as usize).copied()
+    }
+
+    /// The Raft-only entry at `index` (no data, no offsets), rebuilt from the index table and
+    /// its context; `None` if `index` is not such an entry of this log.
+    pub fn raft_only(&self, index: u64) -> Option<Entry> {
+        let slot = self.slot(index).filter(|s| s.start == s.end)?;
+        let c = self.core.borrow();
+        Some(Entry {
+            index,
+            term: slot.term,
+            context: c.contexts.get(&index).cloned().unwrap_or_default(),
+            ..Default::default()
+        })
     }
 
     /// The offset where entry `index` starts (the end of the one before it).
@@ -161,6 +178,7 @@ impl ReplicaStorage {
             }
         }
         c.fetched.retain(|&i, _| i < first);
+        c.contexts.retain(|&i, _| i < first);
         let mut end = c.table.back().map_or(c.snap.offset, |s| s.end);
         for (k, e) in entries.iter().enumerate() {
             if e.index != first + k as u64 {
@@ -179,6 +197,9 @@ impl ReplicaStorage {
                 start,
                 end: stop,
             });
+            if e.data.is_empty() && !e.context.is_empty() {
+                c.contexts.insert(e.index, e.context.clone());
+            }
             c.cache_bytes += e.data.len();
             c.cache.insert(e.index, e.clone());
         }
@@ -235,6 +256,7 @@ impl ReplicaStorage {
             }
         }
         c.fetched.retain(|&i, _| i > point.index);
+        c.contexts.retain(|&i, _| i > point.index);
         c.snap = point;
         Ok(())
     }
@@ -248,6 +270,7 @@ impl ReplicaStorage {
         let c = &mut *guard;
         c.table.clear();
         c.cache.clear();
+        c.contexts.clear();
         c.cache_bytes = 0;
         c.fetched.clear();
         c.requests.clear();
@@ -337,6 +360,7 @@ impl raft::Storage for ReplicaStorage {
                         Entry {
                             index: i,
                             term: slot.term,
+                            context: c.contexts.get(&i).cloned().unwrap_or_default(),
                             ..Default::default()
                         }
                     } else if !out.is_empty() {
@@ -455,6 +479,27 @@ mod tests {
             cache_max_bytes,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_log_start_move_keeps_its_context_after_the_cache_drops_it() {
+        // Entries 1-5 as `five`, then 6: a log start move to offset 3 (no data), 7: a batch.
+        let s = five(0, 5);
+        let mv = Entry {
+            context: Bytes::from(super::super::log_start::encode(3)),
+            ..empty(6, 1)
+        };
+        s.append(&[mv.clone(), data(7, 1, 8, 2)]).unwrap();
+        assert_eq!(s.start_of(7), 8, "a Raft-only entry takes no offset");
+        s.set_applied(7);
+        assert_eq!(s.cached().0, 0, "a zero budget keeps no applied entry");
+        assert_eq!(s.raft_only(6), Some(mv.clone()));
+        assert_eq!(s.raft_only(1), Some(empty(1, 1)));
+        assert_eq!(s.raft_only(2), None, "a batch");
+        assert_eq!(s.entries(6, 7, None, ctx_async()).unwrap(), vec![mv.clone()]);
+        // A conflicting suffix replacing it forgets its context.
+        s.append(&[empty(6, 2)]).unwrap();
+        assert_eq!(s.raft_only(6), Some(empty(6, 2)));
     }
 
     #[test]

@@ -119,6 +119,7 @@ impl<'a> Rebuild<'a> {
             let e = Entry {
                 index: s.index,
                 term: s.term,
+                context: s.context.clone().into(),
                 ..Default::default()
             };
             self.push(e, out)?;
@@ -211,6 +212,7 @@ mod tests {
             index,
             term,
             before_offset,
+            context: Vec::new(),
         }
     }
 

@@ -186,6 +186,7 @@ mod tests {
                     index: 1,
                     term: 1,
                     before_offset: 0,
+                    context: Vec::new(),
                 })
                 .expect("side entry");
                 let before = RaftState {

@@ -1,9 +1,15 @@
 //! ListOffsets and DeleteRecords on the owning core.
 
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
 use tracing::info;
 
+use super::replica_io::ACKS_WAIT;
+use super::replication::{Group, Proposal, Waiter};
 use super::*;
 use crate::broker::errors::{self, storage_error_code};
+use crate::broker::sync::Slot;
 
 impl Shard {
     // ---- ListOffsets ----
@@ -18,10 +24,8 @@ impl Shard {
                 out.push((errors::UNKNOWN_TOPIC_OR_PARTITION, -1));
                 continue;
             };
-            if self.replica_group(&p.topic, p.partition).is_some() {
-                // Not yet on a replicated partition: the Raft log's snapshot point would have
-                // to move with the log start (docs/replication.md, "Step 3 as built").
-                out.push((errors::POLICY_VIOLATION, -1));
+            if let Some(g) = self.replica_group(&p.topic, p.partition) {
+                out.push(self.delete_records_replicated(g, p.offset).await);
                 continue;
             }
             let wm = part.log.watermarks();
@@ -45,6 +49,77 @@ impl Shard {
             });
         }
         out
+    }
+
+    /// DeleteRecords on a replicated partition (docs/replication.md, "DeleteRecords on
+    /// replicated partitions"), on its leader: the log start move is proposed as a Raft-only
+    /// entry (`replica::log_start`), and answered once it is committed and this replica has
+    /// carried it out, with the new log start (the low watermark). The followers carry it out
+    /// as they apply it. `offset` -1: the high watermark.
+    pub(super) async fn delete_records_replicated(&self, g: Rc<Group>, offset: i64) -> (i16, i64) {
+        let log = &g.part.log;
+        let wm = log.watermarks();
+        if g.failed.get() {
+            return (errors::KAFKA_STORAGE_ERROR, -1);
+        }
+        if !g.is_leader() {
+            return (errors::NOT_LEADER_OR_FOLLOWER, -1);
+        }
+        let target = match offset {
+            -1 => wm.high_watermark,
+            o if o < 0 || o as u64 > wm.high_watermark => {
+                return (errors::OFFSET_OUT_OF_RANGE, wm.log_start_offset as i64)
+            }
+            o => o as u64,
+        };
+        if target <= wm.log_start_offset {
+            return (errors::NONE, wm.log_start_offset as i64);
+        }
+        let term = g.term();
+        let proposed = Rc::new(Slot::default());
+        g.proposals.borrow_mut().push(Proposal {
+            context: crate::broker::replica::log_start::encode(target),
+            data: Vec::new(),
+            term,
+            slot: proposed.clone(),
+        });
+        self.replica_work.notify();
+        let index = match proposed.take().await {
+            Ok(index) => index,
+            Err(code) => return (code, -1),
+        };
+        let committed = Rc::new(Slot::default());
+        g.waiters.borrow_mut().push(Waiter {
+            index,
+            term,
+            committed: true,
+            slot: committed.clone(),
+        });
+        g.settle_waiters();
+        let deadline = Instant::now() + ACKS_WAIT;
+        let code = futures_lite::future::or(committed.take(), async {
+            glommio::timer::sleep(ACKS_WAIT).await;
+            errors::REQUEST_TIMED_OUT
+        })
+        .await;
+        if code != errors::NONE {
+            return (code, -1);
+        }
+        // The driver carries the move out right after the `Ready` that committed it.
+        loop {
+            let start = log.watermarks().log_start_offset;
+            if start >= target {
+                info!(topic = %g.topic, partition = g.partition, offset = target, "records deleted");
+                return (errors::NONE, start as i64);
+            }
+            if g.failed.get() {
+                return (errors::KAFKA_STORAGE_ERROR, -1);
+            }
+            if Instant::now() > deadline {
+                return (errors::REQUEST_TIMED_OUT, -1);
+            }
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     pub(super) async fn list_offsets_local(&self, parts: Vec<ListPart>) -> Vec<ListResult> {

@@ -17,7 +17,7 @@ use raft::StateRole;
 use tracing::debug;
 use weir::cluster::Record;
 
-use super::replication::{Group, Waiter};
+use super::replication::{Group, Proposal, Waiter};
 use super::*;
 use crate::broker::errors;
 use crate::broker::replica::frame::PartitionMessage;
@@ -31,7 +31,7 @@ const FETCH_BYTES: usize = 1 << 20;
 const ISR_LAG: Duration = Duration::from_secs(5);
 
 /// Longest a produce waits for its entry to be written (acks=1) or committed (acks=-1).
-const ACKS_WAIT: Duration = Duration::from_secs(30);
+pub(super) const ACKS_WAIT: Duration = Duration::from_secs(30);
 
 impl Shard {
     /// On a leader (after each `Ready` and every tick): what the metadata should say of its
@@ -273,7 +273,12 @@ impl Shard {
             weir_storage::batch::assign_offset(&mut b, next as i64, epoch);
             next += info.last_offset_delta as u64 + 1;
             let slot = Rc::new(Slot::default());
-            g.proposals.borrow_mut().push((b, term, slot.clone()));
+            g.proposals.borrow_mut().push(Proposal {
+                context: Vec::new(),
+                data: b,
+                term,
+                slot: slot.clone(),
+            });
             slots.push(slot);
         }
         g.next_offset.set(Some(next));
@@ -433,23 +438,28 @@ impl Shard {
         Ok(())
     }
 
-    /// A committed cut record of an internal topic's partition (its leader compacted the
-    /// bucket store: docs/replication.md, "Compacting the internal topics"): like retention,
-    /// the snapshot point moves to the last applied entry ending at or below `offset` and is
-    /// saved first, then the log start moves there (whole segments below it are deleted).
-    /// Every replica does it when it applies the cut, so all drop the same prefix; a replica
-    /// that never does (it was down, its log was installed past it) only keeps more.
+    /// A committed cut: an internal topic's cut record (its leader compacted the bucket
+    /// store: docs/replication.md, "Compacting the internal topics") or a log start move
+    /// (DeleteRecords, "DeleteRecords on replicated partitions"). Like retention, the snapshot
+    /// point moves to the last applied entry ending at or below `offset` and is saved first;
+    /// then the log start moves to `offset` (whole segments below it are deleted; the batch
+    /// holding it stays stored, and the Raft log still reads it from the point). Every replica
+    /// does it when it applies the cut, so all drop the same prefix; a replica that never does
+    /// (it was down, its log was installed past it) only keeps more.
     pub(super) async fn cut_replica(&self, g: &Group, offset: u64) -> Result<(), String> {
         let log = &g.part.log;
-        if offset <= log.watermarks().log_start_offset {
+        let wm = log.watermarks();
+        if offset <= wm.log_start_offset {
             return Ok(());
         }
-        self.move_snapshot_point(g, offset).await?;
-        let start = g.store.snapshot_point().offset;
+        // Never past the committed offset (the cut was committed after everything below it:
+        // this only guards the log against a wrong entry).
+        let start = offset.min(wm.high_watermark);
+        self.move_snapshot_point(g, start).await?;
         log.set_log_start_offset(start)
             .await
             .map_err(|e| format!("moving the log start to {start}: {e}"))?;
-        tracing::info!(topic = %g.topic, partition = g.partition, start, "internal partition compacted: log start moved past the rewritten records");
+        tracing::info!(topic = %g.topic, partition = g.partition, start, "log start moved (committed cut)");
         Ok(())
     }
 
@@ -473,12 +483,8 @@ impl Shard {
                 }
                 for (h, b) in read.batches() {
                     // Raft-only entries between the batches come from the index table.
-                    while let Some(slot) = g.store.slot(index).filter(|s| s.start == s.end) {
-                        entries.push(Entry {
-                            index,
-                            term: slot.term,
-                            ..Default::default()
-                        });
+                    while let Some(e) = g.store.raft_only(index) {
+                        entries.push(e);
                         index += 1;
                     }
                     let Some(slot) = g.store.slot(index).filter(|_| index < req.high) else {
@@ -512,18 +518,23 @@ impl Shard {
 }
 
 impl Group {
-    /// Of an internal topic's partition (`__consumer_offsets`, `__transaction_state`): notes
-    /// the cut records among the entries just committed (a bucket store's compaction ends
-    /// with one, `group::offsets::Backing::rewrite`), for the driver to drop the log below
-    /// them (`Shard::cut_replica`).
+    /// Notes the cuts among the entries just committed, for the driver to drop the log below
+    /// them (`Shard::cut_replica`): on any partition a log start move (DeleteRecords,
+    /// `replica::log_start`); on an internal topic's (`__consumer_offsets`,
+    /// `__transaction_state`) a cut record (a bucket store's compaction ends with one,
+    /// `group::offsets::Backing::rewrite`).
     pub(super) fn note_cuts(&self, committed: &[Entry]) {
-        if self.topic != crate::broker::group::offsets::OFFSETS_TOPIC
-            && self.topic != crate::broker::txn::TXN_TOPIC
-        {
-            return;
-        }
-        for e in committed.iter().filter(|e| !e.data.is_empty()) {
-            if let Some(below) = crate::broker::group::offsets::cut_below(&e.data) {
+        let internal = self.topic == crate::broker::group::offsets::OFFSETS_TOPIC
+            || self.topic == crate::broker::txn::TXN_TOPIC;
+        for e in committed {
+            let below = if e.data.is_empty() {
+                crate::broker::replica::log_start::decode(&e.context)
+            } else if internal {
+                crate::broker::group::offsets::cut_below(&e.data)
+            } else {
+                None
+            };
+            if let Some(below) = below {
                 let due = self.cut_due.get().map_or(below, |c| c.max(below));
                 self.cut_due.set(Some(due));
             }

@@ -61,9 +61,14 @@ pub(super) struct Waiter {
     pub(super) slot: Rc<Slot<i16>>,
 }
 
-/// A batch queued for the driver to propose: its term (stamped in it) and where to say at
-/// which Raft index it landed (or why not).
-pub(super) type Proposal = (Vec<u8>, u64, Rc<Slot<Result<u64, i16>>>);
+/// An entry queued for the driver to propose: a batch (`data`, the term stamped in it) or a
+/// log start move (`context`, no data), its term, and where to say at which index it landed.
+pub(super) struct Proposal {
+    pub(super) context: Vec<u8>,
+    pub(super) data: Vec<u8>,
+    pub(super) term: u64,
+    pub(super) slot: Rc<Slot<Result<u64, i16>>>,
+}
 
 /// One replica's Raft group.
 pub struct Group {
@@ -81,8 +86,9 @@ pub struct Group {
     /// Set by the retention task (its clock): the driver applies retention to this replica
     /// between `Ready`s (`Shard::compact_replica`), so the `raft_state` writes never interleave.
     pub(super) retention_due: Cell<Option<i64>>,
-    /// Of an internal topic's partition: the offset a committed cut record lets this replica
-    /// drop its log below (`Shard::cut_replica`, between `Ready`s like retention).
+    /// The offset a committed cut lets this replica drop its log below (`Shard::cut_replica`,
+    /// between `Ready`s like retention): an internal topic's cut record, or a log start move
+    /// (DeleteRecords).
     pub(super) cut_due: Cell<Option<u64>>,
     pub(super) inbox: RefCell<Vec<Message>>,
     pub(super) proposals: RefCell<Vec<Proposal>>,
@@ -143,8 +149,8 @@ impl Group {
         for w in self.waiters.borrow_mut().drain(..) {
             w.slot.set(code);
         }
-        for (_, _, slot) in self.proposals.borrow_mut().drain(..) {
-            slot.set(Err(code));
+        for p in self.proposals.borrow_mut().drain(..) {
+            p.slot.set(Err(code));
         }
     }
 }
@@ -189,11 +195,14 @@ impl Shard {
             .await?;
         let snap = state.snapshot;
         let wm = part.log.watermarks();
-        if wm.log_start_offset > snap.offset {
+        // (DeleteRecords may move the log start inside the first segment, past the point:
+        // the entries from the point on are still stored, and the Raft log reads them.)
+        if part.log.stored_start() > snap.offset {
             return Err(format!(
-                "the log starts at {} but the Raft snapshot point is at offset {}: \
-                 retention or DeleteRecords removed entries the Raft log still holds",
-                wm.log_start_offset, snap.offset
+                "the log's segments start at {} but the Raft snapshot point is at offset {}: \
+                 retention removed entries the Raft log still holds",
+                part.log.stored_start(),
+                snap.offset
             ));
         }
         // Entries are fed to the storage as they are rebuilt: only those above the saved
@@ -254,6 +263,14 @@ impl Shard {
         };
         // What was committed before needs no applying again: the log holds it.
         let applied = hs.commit;
+        // But a log start move (DeleteRecords) committed before a crash, not yet carried out:
+        // the first round does (the side log keeps such entries below the snapshot point too).
+        let pending_cut = side_entries
+            .iter()
+            .filter(|s| s.index <= applied)
+            .filter_map(|s| crate::broker::replica::log_start::decode(&s.context))
+            .max()
+            .filter(|&o| o > wm.log_start_offset);
         storage.set_hard_state(hs);
         // (After a compaction the log is committed at least to the snapshot point.)
         if applied > snap.index || snap.offset > 0 {
@@ -310,7 +327,7 @@ impl Shard {
             isr_term: Cell::new(0),
             failed: Cell::new(false),
             retention_due: Cell::new(None),
-            cut_due: Cell::new(None),
+            cut_due: Cell::new(pending_cut),
         });
         self.replicas
             .borrow_mut()
@@ -373,14 +390,20 @@ impl Shard {
             }
         }
         let props = std::mem::take(&mut *g.proposals.borrow_mut());
-        for (data, term, slot) in props {
+        for Proposal {
+            context,
+            data,
+            term,
+            slot,
+        } in props
+        {
             let mut raw = g.raw.borrow_mut();
             if raw.raft.state != StateRole::Leader || raw.raft.term != term {
                 slot.set(Err(errors::NOT_LEADER_OR_FOLLOWER));
                 g.next_offset.set(None);
                 continue;
             }
-            match raw.propose(Vec::new(), data) {
+            match raw.propose(context, data) {
                 Ok(()) => slot.set(Ok(raw.raft.raft_log.last_index())),
                 Err(e) => {
                     debug!(topic = %g.topic, partition = g.partition, error = %e, "proposal dropped");
@@ -502,6 +525,7 @@ impl Shard {
                     index: e.index,
                     term: e.term,
                     before_offset: at,
+                    context: e.context.to_vec(),
                 };
                 self.side_op(g, move |s| s.append_sync(side)).await?;
             } else {

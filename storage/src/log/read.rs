@@ -131,7 +131,7 @@ impl Log {
         min_bytes: usize,
         max_bytes: usize,
     ) -> Result<ReadOutcome> {
-        self.read_below(offset, min_bytes, max_bytes, self.inner.visible.get())
+        self.read_below(offset, min_bytes, max_bytes, self.inner.visible.get(), None)
             .await
     }
 
@@ -145,7 +145,7 @@ impl Log {
         min_bytes: usize,
         max_bytes: usize,
     ) -> Result<ReadOutcome> {
-        self.read_below(offset, min_bytes, max_bytes, self.inner.last_stable())
+        self.read_below(offset, min_bytes, max_bytes, self.inner.last_stable(), None)
             .await
     }
 
@@ -153,27 +153,46 @@ impl Log {
     /// with `LogConfig::committed_reads`, what a leader ships to its followers includes
     /// batches not committed yet (Raft's entries between the commit and the log end). The
     /// same as `read_available` without `committed_reads`. Never give its batches to a
-    /// consumer: a truncation may still cut them.
+    /// consumer: a truncation may still cut them, and it reads from `stored_start`, below a
+    /// log start DeleteRecords moved inside a segment.
     pub async fn read_written(
         &self,
         offset: u64,
         min_bytes: usize,
         max_bytes: usize,
     ) -> Result<ReadOutcome> {
-        self.read_below(offset, min_bytes, max_bytes, self.inner.hw.get())
-            .await
+        self.read_below(
+            offset,
+            min_bytes,
+            max_bytes,
+            self.inner.hw.get(),
+            Some(self.stored_start()),
+        )
+        .await
     }
 
-    /// Whole batches from `offset` with base offsets below `hw`.
+    /// The first offset the segment files still hold: the log start, or below it when the
+    /// log start was moved inside the first segment (DeleteRecords), whose batches stay on
+    /// disk until the whole segment goes.
+    pub fn stored_start(&self) -> u64 {
+        let inner = &self.inner;
+        let first = inner.segments.borrow().keys().next().copied();
+        first.map_or(inner.log_start.get(), |b| b.min(inner.log_start.get()))
+    }
+
+    /// Whole batches from `offset` with base offsets below `hw`. `floor`: the lowest offset
+    /// that may be read (default: the log start; a replica's Raft log reads from
+    /// `stored_start`, since its entries are whole batches).
     async fn read_below(
         &self,
         offset: u64,
         min_bytes: usize,
         max_bytes: usize,
         hw: u64,
+        floor: Option<u64>,
     ) -> Result<ReadOutcome> {
         let inner = &self.inner;
-        let start = inner.log_start.get();
+        let start = floor.unwrap_or_else(|| inner.log_start.get());
         if offset < start || offset > inner.log_end.get() {
             return Err(Error::OffsetOutOfRange {
                 offset,
