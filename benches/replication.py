@@ -11,9 +11,9 @@ of three (--node-id 1-3, --peers on free ports), all on 127.0.0.1, port 0, data 
      --data filesystem, 8 / 16 in flight, then one loopback TCP stream; --raw-secs each);
   2. fresh topics of --partitions partitions: `single` (RF 1 on the standalone broker), `rf1`
      and `rf3` (RF 1 and RF 3 on the cluster), each partition led before the clock starts, and
-     rf3's leaders on distinct brokers when there are as many partitions as brokers (raft-rs
-     elects whichever replica times out first; the topic is made again, up to 5 times, until
-     they are spread, as preferred-leader placement would have them);
+     rf3's leaders on distinct brokers when there are as many partitions as brokers (each
+     partition's preferred replica campaigns first and placement spreads them, so this holds
+     at the first try; the topic is made again, up to 5 times, if it does not);
   3. for each configuration, in an order that alternates from round to round (so drift hits
      all): `weir bench produce --client rdkafka --acks -1` at full speed (--producers, --duration
      s), then at each fixed rate of --rates (records/s, one producer, --rate-duration s);

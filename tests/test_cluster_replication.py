@@ -102,6 +102,18 @@ def test_replication_factor_per_topic(cluster):
     grown = replicas_everywhere(cluster, "rf3", 6)
     assert all(len(r) == 3 for _, r, _ in grown.values()), grown
 
+    # Each partition's first elected leader is its preferred replica (the first of its
+    # placement, which spreads them over the brokers): it campaigns before the others time
+    # out. Left to raft-rs's random timeouts, all six would be preferred once in 729 runs.
+    def elected():
+        t = applied(b1)["topics"]["rf3"]
+        epochs = t.get("leader_epochs", [])
+        if len(epochs) < 6 or min(epochs) < 1:
+            return None
+        return [(t["brokers"][p], t["replicas"][p][0][0]) for p in range(6)]
+    chosen = wait_until("every rf3 partition led", elected)
+    assert all(leader == preferred for leader, preferred in chosen), f"(leader, preferred): {chosen}"
+
     # Deleting it stops its groups and removes every replica's directory on every broker.
     admin = rd_admin(b2.bootstrap)
     fs = admin.delete_topics(["rf3"], request_timeout=CLIENT_TIMEOUT_S)

@@ -218,11 +218,14 @@ fn load(meta: &Metadata) -> Load {
 
 /// `count` new partitions of `rf` replicas each (docs/replication.md §5.1). The first
 /// replica (the preferred leader) is the (broker, core) leading the fewest partitions, then
-/// holding the fewest replicas (ties: the lowest broker, then core); each further one is on
+/// on the broker leading the fewest, then holding the fewest replicas (ties: the lowest
+/// broker, then core) — so leaders spread over cores and over brokers; each further one is on
 /// another broker, on the same core index when that broker has as many cores as the
 /// first's (core-aligned: a partition's Raft traffic then flows between core *i* of each
 /// broker), else on its core holding the fewest replicas; among brokers, the one whose
-/// chosen core holds the fewest replicas. At `rf` 1 this is exactly step 2's placement.
+/// chosen core holds the fewest replicas. (Until 2026-11-25 the broker's leaders did not
+/// count, so a broker's cores filled before the next broker's: a topic's first partitions
+/// were all led by broker 1.)
 fn place(
     meta: &Metadata,
     load: &mut Load,
@@ -236,9 +239,11 @@ fn place(
     let held = |load: &Load, b: u64, c: usize| load.get(&(b, c)).map_or(0, |l| l.1);
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
+        let leading =
+            |b: u64| -> usize { load.range((b, 0)..=(b, usize::MAX)).map(|(_, l)| l.0).sum() };
         let (&(b0, c0), _) = load
             .iter()
-            .min_by_key(|(k, n)| (**n, **k))
+            .min_by_key(|(k, n)| (n.0, leading(k.0), n.1, **k))
             .expect("load is not empty");
         let mut replicas = vec![(b0, c0)];
         while replicas.len() < rf {

@@ -125,6 +125,10 @@ pub const SETTINGS: &[Setting] = &[
         "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
     setting("default.replication.factor", "1", "replicas", None,
         "Replicas of each partition of an auto-created topic, and of CreateTopics asking for -1. Above 1 only in a cluster, and at most the number of registered brokers (docs/replication.md, \"Step 3 as built\")."),
+    setting("auto.leader.rebalance.enable", "true", "bool", None,
+        "In a cluster: a replicated partition led by another replica than its preferred one (the first of its placement) hands its leadership back to the preferred replica once that one holds every entry, checked every `leader.imbalance.check.interval.seconds` (docs/replication.md, \"Preferred leaders\")."),
+    setting("leader.imbalance.check.interval.seconds", "300", "s", None,
+        "How often each partition leader checks whether to hand its leadership back to the preferred replica (`auto.leader.rebalance.enable`)."),
     setting("auto.create.topics.enable", "true", "bool", None,
         "Create a topic when a client asks for an unknown one in Metadata."),
     setting("log.segment.bytes", "1073741824", "bytes", Some("segment.bytes"),
@@ -208,6 +212,10 @@ pub struct BrokerConfig {
     /// `default.replication.factor`.
     pub default_replication_factor: u16,
     pub auto_create_topics: bool,
+    /// `auto.leader.rebalance.enable`.
+    pub auto_leader_rebalance: bool,
+    /// `leader.imbalance.check.interval.seconds`.
+    pub leader_imbalance_check_interval_s: u64,
     /// `transaction.max.timeout.ms`.
     pub transaction_max_timeout_ms: i64,
     /// `transactional.id.expiration.ms`.
@@ -294,6 +302,8 @@ impl Default for BrokerConfig {
             num_partitions: 1,
             default_replication_factor: 1,
             auto_create_topics: true,
+            auto_leader_rebalance: true,
+            leader_imbalance_check_interval_s: 300,
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
             producer_id_expiration_ms: 86_400_000,
@@ -418,6 +428,10 @@ impl BrokerConfig {
                 }
             }
             "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
+            "auto.leader.rebalance.enable" => self.auto_leader_rebalance = parse_bool(key, value)?,
+            "leader.imbalance.check.interval.seconds" => {
+                self.leader_imbalance_check_interval_s = parse_bounded(key, value, 1, 1 << 31)?
+            }
             "transaction.max.timeout.ms" => {
                 self.transaction_max_timeout_ms = parse_num::<u32>(key, value)?.max(1).into();
             }
@@ -595,6 +609,10 @@ impl BrokerConfig {
             "num.partitions" => self.num_partitions.to_string(),
             "default.replication.factor" => self.default_replication_factor.to_string(),
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
+            "auto.leader.rebalance.enable" => self.auto_leader_rebalance.to_string(),
+            "leader.imbalance.check.interval.seconds" => {
+                self.leader_imbalance_check_interval_s.to_string()
+            }
             "transaction.max.timeout.ms" => self.transaction_max_timeout_ms.to_string(),
             "transactional.id.expiration.ms" => self.transactional_id_expiration_ms.to_string(),
             "producer.id.expiration.ms" => self.producer_id_expiration_ms.to_string(),

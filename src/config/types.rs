@@ -34,6 +34,7 @@ pub fn config_type(name: &str) -> ConfigType {
         "controller.quorum.voters" => List,
         "listeners.per.core"
         | "auto.create.topics.enable"
+        | "auto.leader.rebalance.enable"
         | "log.cleaner.enable"
         | "allow.everyone.if.no.acl.found" => Boolean,
         "offset.metadata.max.bytes"
@@ -59,6 +60,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "fetch.max.wait.ms"
         | "cache.bytes.per.core"
         | "internal.topics.compaction.min.bytes"
+        | "leader.imbalance.check.interval.seconds"
         | "read.cache.bytes.per.core"
         | "log.cleaner.backoff.ms"
         | "log.cleaner.min.compaction.lag.ms"

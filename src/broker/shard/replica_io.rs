@@ -398,6 +398,8 @@ impl Shard {
         if tick {
             g.raw.borrow_mut().tick();
             self.report_leadership(g);
+            super::leadership::campaign_if_preferred(g);
+            self.restore_preferred_leader(g);
         }
         self.step_and_propose(g);
         let mut res = self.serve_fetches(g).await;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_lite::future::or;
-use raft::prelude::{ConfState, Entry, HardState, Message};
+use raft::prelude::{ConfState, HardState, Message};
 use raft::{RawNode, StateRole};
 use tracing::{debug, info, warn};
 
@@ -43,6 +43,9 @@ use crate::broker::sync::Slot;
 const TICK: Duration = Duration::from_millis(100);
 const ELECTION_TICKS: usize = 10;
 const HEARTBEAT_TICKS: usize = 2;
+/// How many ticks the preferred replica of a new group campaigns (before the others' first
+/// election timeout, `ELECTION_TICKS` to twice that).
+const EAGER_TICKS: u32 = 8;
 /// How much of the log is read back per read when a replica opens.
 const REBUILD_READ_BYTES: usize = 4 << 20;
 /// Applied entries' bytes each replica keeps cached for its followers; older ones are read
@@ -90,6 +93,14 @@ pub struct Group {
     /// between `Ready`s like retention): an internal topic's cut record, or a log start move
     /// (DeleteRecords).
     pub(super) cut_due: Cell<Option<u64>>,
+    /// Ticks left in which this replica, the preferred leader of a new group, campaigns as
+    /// long as no leader is known (`Shard::campaign_if_preferred`).
+    pub(super) eager_ticks: Cell<u32>,
+    /// The preferred leader (the first replica of the placement), and when this replica,
+    /// leading, next checks whether to hand the leadership back to it
+    /// (`Shard::restore_preferred_leader`).
+    pub(super) preferred: u64,
+    pub(super) balance_at: Cell<Instant>,
     pub(super) inbox: RefCell<Vec<Message>>,
     pub(super) proposals: RefCell<Vec<Proposal>>,
     /// On the leader: the offset the next produced batch gets (proposals in flight included);
@@ -265,6 +276,7 @@ impl Shard {
         let applied = hs.commit;
         // But a log start move (DeleteRecords) committed before a crash, not yet carried out:
         // the first round does (the side log keeps such entries below the snapshot point too).
+        let fresh = state.term == 0 && last == 0 && snap.index == 0;
         let pending_cut = side_entries
             .iter()
             .filter(|s| s.index <= applied)
@@ -328,6 +340,13 @@ impl Shard {
             failed: Cell::new(false),
             retention_due: Cell::new(None),
             cut_due: Cell::new(pending_cut),
+            preferred: voters.first().copied().unwrap_or(here),
+            balance_at: Cell::new(Instant::now()),
+            eager_ticks: Cell::new(if fresh && voters.first() == Some(&here) {
+                EAGER_TICKS
+            } else {
+                0
+            }),
         });
         self.replicas
             .borrow_mut()
@@ -482,102 +501,6 @@ impl Shard {
             g.saved_at.set(Instant::now());
         }
         Ok(())
-    }
-
-    /// Writes a `Ready`'s entries: cuts a conflicting suffix first (`truncate_to` and the
-    /// side log), then appends each entry — batches with `append_assigned`, empty entries
-    /// to the side log — and records where each ends.
-    async fn persist_entries(&self, g: &Rc<Group>, entries: Vec<Entry>) -> Result<(), String> {
-        let Some(first) = entries.first().map(|e| e.index) else {
-            return Ok(());
-        };
-        if first <= g.store.last() {
-            let offset = g.store.start_of(first);
-            info!(topic = %g.topic, partition = g.partition, index = first, offset,
-                "replacing a suffix of the Raft log a new leader does not have");
-            g.part
-                .log
-                .truncate_to(offset)
-                .await
-                .map_err(|e| format!("truncating to {offset}: {e}"))?;
-            self.side_op(g, move |s| s.truncate_sync(first)).await?;
-            g.next_offset.set(None);
-        }
-        let mut at = g.store.start_of(first);
-        let mut unflushed = false;
-        // Consecutive batches are appended in one `append_assigned` (one write, not one
-        // write awaited per entry: a follower's MsgAppend holds up to 1 MiB of entries).
-        let mut run: Vec<&Entry> = Vec::new();
-        for e in &entries {
-            if e.data.is_empty() {
-                self.append_run(g, &mut run).await?;
-                if unflushed {
-                    // The side entry names the offset it follows: the batches before it must
-                    // not be lost in a power loss that keeps it.
-                    g.part
-                        .log
-                        .flush()
-                        .await
-                        .map_err(|e| format!("flush: {e}"))?;
-                    unflushed = false;
-                }
-                let side = SideEntry {
-                    index: e.index,
-                    term: e.term,
-                    before_offset: at,
-                    context: e.context.to_vec(),
-                };
-                self.side_op(g, move |s| s.append_sync(side)).await?;
-            } else {
-                let (_, end) = store::check_data_entry(e, at)?;
-                run.push(e);
-                at = end;
-                unflushed = true;
-            }
-        }
-        self.append_run(g, &mut run).await?;
-        g.store.append(&entries)
-    }
-
-    /// Appends a run of checked, consecutive data entries with one `append_assigned` (the
-    /// batches copied into one buffer when there are several) and empties it.
-    async fn append_run(&self, g: &Group, run: &mut Vec<&Entry>) -> Result<(), String> {
-        let (Some(first), Some(last)) = (run.first(), run.last()) else {
-            return Ok(());
-        };
-        let (from, to) = (first.index, last.index);
-        let data = if run.len() == 1 {
-            first.data.clone()
-        } else {
-            let mut b = bytes::BytesMut::with_capacity(run.iter().map(|e| e.data.len()).sum());
-            for e in run.iter() {
-                b.extend_from_slice(&e.data);
-            }
-            b.freeze()
-        };
-        run.clear();
-        g.part
-            .log
-            .append_assigned(data)
-            .await
-            .map_err(|err| format!("appending entries {from}-{to}: {err}"))?;
-        Ok(())
-    }
-
-    /// Runs a side log operation on the blocking pool.
-    async fn side_op(
-        &self,
-        g: &Group,
-        op: impl FnOnce(&mut SideLog) -> std::io::Result<()> + Send + 'static,
-    ) -> Result<(), String> {
-        let mut side = g.side.borrow_mut().take().ok_or("side log in use")?;
-        let (side, res) = weir_storage::io::off_reactor(move || {
-            let res = op(&mut side);
-            (side, res)
-        })
-        .await;
-        *g.side.borrow_mut() = Some(side);
-        res.map_err(|e| format!("{}: {e}", g.dir.join("raft_entries").display()))
     }
 
     /// After a `Ready`: the committed offset moves to the end of the last committed entry;
