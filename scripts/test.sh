@@ -12,7 +12,7 @@
 #   PYTHON=python3        the interpreter whose pip gets the test clients
 #   PYTEST_ARGS="..."     extra arguments for pytest (e.g. "-k restart -x")
 #   WEIR_CARGO_TEST_TIMEOUT_S, WEIR_PYTEST_TIMEOUT_S   deadlines (default 2400 s and 1800 s)
-#   WEIR_TEST_SKIP_FUZZ=1 skip the fuzz smoke run (CI never sets it); WEIR_FUZZ_SECONDS=15
+#   WEIR_TEST_SKIP_FUZZ=1 skip the fuzz smoke run (CI never sets it); WEIR_FUZZ_SECONDS=10
 #   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the release build still runs); for
 #                         iterating on tests/ only — CI never sets it.
 #   WEIR_LIBRDKAFKA_FULL=1 also run the whole of librdkafka's 0113 (about 14 minutes);
@@ -157,10 +157,10 @@ timeout -k 30 "${WEIR_PYTEST_TIMEOUT_S:-1800}" \
 # ---------------------------------------------------------------------------------------------
 # A few seconds per cargo-fuzz target (request frames, record batches, index entries, segment
 # recovery) plus a replay of past findings (fuzz/found/); installs cargo-fuzz if missing.
-# WEIR_FUZZ_SECONDS (default 15) per target; WEIR_TEST_SKIP_FUZZ=1 skips it when iterating.
+# WEIR_FUZZ_SECONDS (default 10) per target; WEIR_TEST_SKIP_FUZZ=1 skips it when iterating.
 if [ "${WEIR_TEST_SKIP_FUZZ:-0}" != 1 ]; then
     step "fuzz smoke (scripts/fuzz-smoke.sh)"
-    FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-15} timeout -k 30 1200 "$ROOT/scripts/fuzz-smoke.sh" \
+    FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-10} timeout -k 30 1200 "$ROOT/scripts/fuzz-smoke.sh" \
         || die "fuzz smoke (exit $?; 124 = timed out)"
 fi
 

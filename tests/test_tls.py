@@ -115,10 +115,10 @@ def test_client_refuses_untrusted_or_expired_certificate(broker_factory, ca, tmp
     else:
         server = ca.issue("server", server=True, expired=True)
     broker = broker_factory(settings=ssl_settings(server))
-    r = kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "5")
+    r = kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "2")
     assert r.returncode != 0, r.stdout
     with pytest.raises(KafkaException):
-        AdminClient(rd_conf(broker.ssl_bootstrap, **ssl_conf(ca))).list_topics(timeout=5)
+        AdminClient(rd_conf(broker.ssl_bootstrap, **ssl_conf(ca))).list_topics(timeout=2)
     # The client refused the certificate, for that reason (its TLS alert, in the broker's
     # log), and the broker serves on.
     want = "UnknownCA" if bad == "untrusted" else "CertificateExpired"
@@ -160,11 +160,11 @@ def test_client_auth_required(broker_factory, ca, tmp_path, topic_name):
     broker = broker_factory(settings=settings)
 
     # No client certificate: refused in the handshake.
-    r = kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "5")
+    r = kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "2")
     assert r.returncode != 0, r.stdout
     # A certificate from a CA the broker does not trust: refused.
     stranger = Ca(tmp_path / "stranger", "stranger-ca").issue("stranger", server=False)
-    r = kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "5", "-X", f"ssl.certificate.location={stranger.cert}",
+    r = kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "2", "-X", f"ssl.certificate.location={stranger.cert}",
                  "-X", f"ssl.key.location={stranger.key}")
     assert r.returncode != 0, r.stdout
     assert "TLS handshake failed" in broker.log_tail()
@@ -246,6 +246,6 @@ def test_sighup_reloads_the_certificate(broker_factory, ca, tmp_path):
     shutil.copy(second.key, live.key)
     sighup_and_wait("TLS certificate and key reloaded")
     assert kcat_ssl(broker.ssl_bootstrap, other, "-L").returncode == 0
-    assert kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "5").returncode != 0
+    assert kcat_ssl(broker.ssl_bootstrap, ca, "-L", "-m", "2").returncode != 0
     assert kcat(broker.bootstrap, "-L").returncode == 0
     broker.check_alive()
