@@ -69,6 +69,12 @@ pub struct LogConfig {
     /// replicated partition), not everything written. Off (the default), the committed offset
     /// follows the written one and nothing differs from a single-node log.
     pub committed_reads: bool,
+    /// A cleaning never drops a batch: one that loses every record stays as an empty batch
+    /// (no records, same offsets), so every batch keeps its place. A replicated partition's
+    /// batches are its Raft log's entries, whose offsets its index table holds
+    /// (`docs/replication.md`, "Compacting replicated partitions"). Off: such a batch is
+    /// dropped unless it must stay (see [`crate::Log::clean`]).
+    pub keep_every_batch: bool,
 }
 
 impl Default for LogConfig {
@@ -93,6 +99,7 @@ impl Default for LogConfig {
             delete_retention_ms: 24 * 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             committed_reads: false,
+            keep_every_batch: false,
         }
     }
 }

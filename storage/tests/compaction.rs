@@ -432,6 +432,70 @@ fn a_producers_last_batch_stays_as_an_empty_batch() {
     });
 }
 
+/// (base offset, last offset, leader epoch, records) of every batch the log serves.
+async fn batch_shapes(log: &Log) -> Vec<(i64, i64, i32, i32)> {
+    let mut out = Vec::new();
+    let mut at = log.watermarks().log_start_offset;
+    while at < log.watermarks().high_watermark {
+        let r = log.read(at, 1 << 20).await.expect("read");
+        assert!(!r.is_empty(), "nothing at {at}");
+        for (h, _) in r.batches() {
+            out.push((
+                h.base_offset.get(),
+                h.last_offset(),
+                h.partition_leader_epoch.get(),
+                h.records_count.get(),
+            ));
+            at = h.last_offset() as u64 + 1;
+        }
+    }
+    out
+}
+
+/// With `keep_every_batch` (a replicated log: each batch is a Raft entry) a cleaning empties
+/// superseded batches but drops none: every batch spans the same offsets afterwards, with the
+/// same leader epoch; only the latest record of the key is left. Without it the same cleaning
+/// drops them.
+#[test]
+fn keep_every_batch_keeps_each_batchs_offsets() {
+    for keep in [true, false] {
+        let tmp = common::tempdir();
+        let dir = tmp.path().join("log");
+        common::run(tmp.path(), move || async move {
+            let cfg = LogConfig {
+                keep_every_batch: keep,
+                ..config()
+            };
+            let log = Log::open(&dir, cfg).await.expect("open");
+            for i in 0..20u8 {
+                let mut b = RecordBatchBuilder::new(1_000)
+                    .record(Some(b"k"), Some(&[i; 300]), &[])
+                    .record(Some(b"k"), Some(&[i; 300]), &[])
+                    .build()
+                    .to_vec();
+                weir_storage::batch::assign_offset(&mut b, 2 * i64::from(i), 7);
+                log.append_assigned(Bytes::from(b)).await.expect("append");
+            }
+            let before = batch_shapes(&log).await;
+            let s = log
+                .clean(10_000, &CleanOptions::default())
+                .await
+                .expect("clean");
+            assert!(s.records_removed > 0);
+            let after = batch_shapes(&log).await;
+            let shape =
+                |v: &[(i64, i64, i32, i32)]| v.iter().map(|x| (x.0, x.1, x.2)).collect::<Vec<_>>();
+            if keep {
+                assert_eq!(shape(&after), shape(&before), "every batch kept in place");
+                assert!(after.iter().any(|x| x.3 == 0), "emptied batches: {after:?}");
+            } else {
+                assert!(after.len() < before.len(), "batches dropped: {after:?}");
+            }
+            log.close().await.expect("close");
+        });
+    }
+}
+
 /// `io_bytes_per_second` paces a cleaning: it is never faster than the cap allows for the bytes
 /// it read and wrote (each byte of the dirty segments is read twice, for the key map and the
 /// rewrite), at 2 MB/s about a second for this 1 MB log; without the cap the same cleaning

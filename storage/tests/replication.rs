@@ -386,18 +386,36 @@ fn a_log_start_inside_a_batch_still_lets_the_raft_log_read_that_batch() {
             log.read(100, 1 << 20).await,
             Err(Error::OffsetOutOfRange { .. })
         ));
-        let r = log.read_written(100, 1, 1 << 20).await.expect("read_written");
-        assert_eq!(r.batches().next().map(|(h, _)| h.base_offset.get()), Some(100));
-        let r = log.read_written(stored, 1, 1 << 20).await.expect("read_written");
-        assert_eq!(r.batches().next().map(|(h, _)| h.base_offset.get()), Some(stored as i64));
+        let r = log
+            .read_written(100, 1, 1 << 20)
+            .await
+            .expect("read_written");
+        assert_eq!(
+            r.batches().next().map(|(h, _)| h.base_offset.get()),
+            Some(100)
+        );
+        let r = log
+            .read_written(stored, 1, 1 << 20)
+            .await
+            .expect("read_written");
+        assert_eq!(
+            r.batches().next().map(|(h, _)| h.base_offset.get()),
+            Some(stored as i64)
+        );
         assert!(log.read_written(stored - 1, 1, 1 << 20).await.is_err());
         // Reopened: the same.
         log.close().await.expect("close");
         let log = open(&disk, dir, config()).await;
         assert_eq!(log.watermarks().log_start_offset, 101);
         assert_eq!(log.stored_start(), stored);
-        let r = log.read_written(100, 1, 1 << 20).await.expect("read_written");
-        assert_eq!(r.batches().next().map(|(h, _)| h.base_offset.get()), Some(100));
+        let r = log
+            .read_written(100, 1, 1 << 20)
+            .await
+            .expect("read_written");
+        assert_eq!(
+            r.batches().next().map(|(h, _)| h.base_offset.get()),
+            Some(100)
+        );
     });
 }
 

@@ -496,7 +496,10 @@ mod tests {
         assert_eq!(s.raft_only(6), Some(mv.clone()));
         assert_eq!(s.raft_only(1), Some(empty(1, 1)));
         assert_eq!(s.raft_only(2), None, "a batch");
-        assert_eq!(s.entries(6, 7, None, ctx_async()).unwrap(), vec![mv.clone()]);
+        assert_eq!(
+            s.entries(6, 7, None, ctx_async()).unwrap(),
+            vec![mv.clone()]
+        );
         // A conflicting suffix replacing it forgets its context.
         s.append(&[empty(6, 2)]).unwrap();
         assert_eq!(s.raft_only(6), Some(empty(6, 2)));

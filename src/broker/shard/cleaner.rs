@@ -97,9 +97,13 @@ impl Shard {
                 .partitions
                 .borrow()
                 .iter()
-                // Not replicated partitions yet: a cleaning would change the Raft log under
-                // its group (docs/replication.md, "Step 3 as built").
-                .filter(|(k, _)| !self.replicas.borrow().contains_key(*k))
+                // A replicated partition is compacted like any other, each replica on its own
+                // (docs/replication.md, "Compacting replicated partitions"), but the internal
+                // topics' partitions are compacted by their stores (`Backing::rewrite`).
+                .filter(|(k, _)| {
+                    k.0 != crate::broker::group::offsets::OFFSETS_TOPIC
+                        && k.0 != crate::broker::txn::TXN_TOPIC
+                })
                 .map(|(k, p)| (k.clone(), p.clone(), p.log.dirty_info(now_ms)))
                 .filter(|(_, _, d)| d.due)
                 .max_by(|a, b| a.2.ratio.total_cmp(&b.2.ratio));

@@ -49,6 +49,8 @@ impl Shard {
             // A replicated partition's readers stop at the Raft commit (§3.6).
             let replicated = meta.local_broker.is_some() && !t.replicas.is_empty();
             config.committed_reads = replicated;
+            // Its batches are Raft entries: compaction keeps each one, emptied if need be.
+            config.keep_every_batch = replicated;
             for p in 0..t.owners.len() as i32 {
                 // `None` for a partition with no replica on this broker of a cluster.
                 if meta.local_replica(name, p) != Some(self.id) {

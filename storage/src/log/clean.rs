@@ -23,7 +23,8 @@
 //!    recompressed with its codec. A batch that loses all of them is dropped, except a
 //!    group's last batch and an idempotent producer's last batch, which stay as empty batches
 //!    (no records) so that the segment still ends where the next one begins and the
-//!    producer's state can be rebuilt from the log.
+//!    producer's state can be rebuilt from the log; with `LogConfig::keep_every_batch` (a
+//!    replicated log, whose batches are Raft entries) every such batch stays empty.
 //! 4. Each group is swapped in crash-safely: its new file is written as
 //!    `<base>.log.cleaned` and fdatasync'ed; renamed to `<base>.log.swap` (the commit point,
 //!    made durable by a directory sync); the old segments' files are removed; the swap file
@@ -290,6 +291,7 @@ impl Inner {
             first_dirty,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms as i64),
             codecs,
+            keep_every_batch: config.keep_every_batch,
         };
         for group in groups(&range, config.effective_segment_bytes()) {
             self.check_usable()?;
@@ -440,6 +442,8 @@ struct Filter<'a> {
     /// Tombstones in batches older than this (ms) may go.
     tombstone_horizon: i64,
     codecs: Option<&'a dyn Codecs>,
+    /// `LogConfig::keep_every_batch`: no batch is dropped.
+    keep_every_batch: bool,
 }
 
 impl Filter<'_> {
@@ -496,7 +500,7 @@ impl Filter<'_> {
                 == Some(&(header.last_offset() as u64));
         let attributes = header.attributes.get();
         if n == 0 {
-            if !(is_group_last || producers_last) {
+            if !(is_group_last || producers_last || self.keep_every_batch) {
                 return Kept::Dropped;
             }
             // An empty batch holds its offsets (and its producer's sequence) in place.
