@@ -5,7 +5,8 @@ leaders landed anywhere (now and then all on one broker: the cluster transaction
 the RF 3 benchmark re-created topics until they did not), and after a broker restarted it led
 nothing until other failures moved leaders to it — one broker did all the leaders' work.
 
-Three `weir serve` processes with `leader.imbalance.check.interval.seconds=1`:
+Three `weir serve` processes with `auto.leader.rebalance.enable=true` (off by default) and
+`leader.imbalance.check.interval.seconds=1`:
 - a new RF 3 topic of three partitions is led by each partition's preferred replica (the first
   of its placement), one per broker;
 - acks=all records go to all three partitions; the broker leading partition 0 is killed -9, its
@@ -49,7 +50,8 @@ def all_preferred(brokers, partitions: int):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("cluster", [{"leader.imbalance.check.interval.seconds": "1"}], indirect=True)
+@pytest.mark.parametrize("cluster", [{"auto.leader.rebalance.enable": "true",
+                                      "leader.imbalance.check.interval.seconds": "1"}], indirect=True)
 def test_leaders_are_the_preferred_replicas_and_come_back_after_a_restart(cluster):
     everyone = ",".join(b.bootstrap for b in cluster)
     create(cluster[0].bootstrap, TOPIC, 3, replication_factor=3)

@@ -14,9 +14,9 @@ use super::*;
 impl Shard {
     /// Kafka's automatic preferred-leader election (`auto.leader.rebalance.enable`): a leader
     /// that is not its partition's preferred replica hands the leadership to it, once every
-    /// `leader.imbalance.check.interval.seconds`, if that replica is active and holds every
-    /// entry (raft-rs's leadership transfer: the transferee campaigns at once, and proposals
-    /// are refused meanwhile, which producers retry). Leaders moved by a broker's failure thus
+    /// `leader.imbalance.check.interval.seconds`, if that replica is in sync (active, holding
+    /// every committed entry). raft-rs's leadership transfer sends it what it lacks, then lets
+    /// it campaign at once; proposals are refused meanwhile, which producers retry. Leaders moved by a broker's failure thus
     /// go back once it has caught up, so a restarted broker leads its share again.
     pub(super) fn restore_preferred_leader(&self, g: &Group) {
         let now = Instant::now();
@@ -32,12 +32,15 @@ impl Shard {
         {
             return;
         }
-        let last = raw.raft.raft_log.last_index();
+        // In sync (as the in-sync replicas count it: active, holding every committed entry);
+        // raft-rs sends it the rest before it hands over. (Requiring every *written* entry
+        // never held under load: the entries in flight are always ahead of it.)
+        let committed = raw.raft.raft_log.committed;
         let ready = raw
             .raft
             .prs()
             .get(g.preferred)
-            .is_some_and(|pr| pr.recent_active && pr.matched == last);
+            .is_some_and(|pr| pr.recent_active && pr.matched >= committed);
         if ready {
             info!(topic = %g.topic, partition = g.partition, to = g.preferred, term = raw.raft.term,
                 "handing the leadership back to the preferred replica");
