@@ -281,7 +281,7 @@ impl Coordinator {
             if let Err(code) = self.persist(&req.group_id, Some(state)).await {
                 return fail(code, &answer.member_id);
             }
-            group.borrow_mut().persisted = true;
+            self.stored(&req.group_id, &group);
             return answer;
         }
         slot.take().await

@@ -58,10 +58,10 @@ impl Coordinator {
         protocol_type: Option<String>,
         protocol_name: Option<String>,
     ) {
-        let mut g = group.borrow_mut();
         if written.is_ok() {
-            g.persisted = true;
+            self.stored(group_id, group);
         }
+        let mut g = group.borrow_mut();
         if g.generation != generation || g.state != State::CompletingRebalance {
             return;
         }
@@ -93,6 +93,14 @@ impl Coordinator {
             }
             g.prepare_rebalance(self.initial_delay());
         }
+    }
+
+    /// Notes that `group`'s state is stored. If the group emptied while it was being written
+    /// (its last member left or expired meanwhile, finding nothing stored to remove), the
+    /// state is removed again, so a restart does not bring back members who left.
+    pub(super) fn stored(&self, group_id: &str, group: &Rc<RefCell<Group>>) {
+        group.borrow_mut().persisted = true;
+        self.forget_if_empty_later(group_id, group);
     }
 
     /// If `g` just became Empty and its state is stored: removes that state (`g` is marked
