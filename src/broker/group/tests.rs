@@ -478,3 +478,58 @@ fn a_static_members_new_id_is_what_a_restart_restores() {
         );
     });
 }
+
+/// Regression: the last member left while the group's Stable state was being written. The
+/// leave found nothing stored to remove, then the write landed, and a restart brought the
+/// member who left back (or, on a running broker, until the next tick noticed). The write
+/// is held here (the coordinator's lock on state writes) until the member has left, and the
+/// coordinator is not ticked: the state must be removed without that help.
+#[test]
+fn a_group_that_empties_while_its_state_is_written_is_not_restored() {
+    run(|dir| async move {
+        // No initial delay: the join completes without a tick.
+        let no_delay = GroupConfig {
+            initial_rebalance_delay_ms: 0,
+            ..config()
+        };
+        let c = Rc::new(
+            Coordinator::open(&dir, 0, 1, BatchCache::new(1 << 20), no_delay)
+                .await
+                .expect("open"),
+        );
+        let join = c.join(join_req("", 10_000)).await;
+        let held = c.persist_lock.acquire_permit(1).await.expect("lock");
+        let sync = {
+            let (c, j) = (c.clone(), join.clone());
+            glommio::spawn_local(async move {
+                c.sync(SyncRequest {
+                    group_id: "g".into(),
+                    generation_id: j.generation_id,
+                    member_id: j.member_id.clone(),
+                    group_instance_id: None,
+                    protocol_type: Some("consumer".into()),
+                    protocol_name: j.protocol_name.clone(),
+                    assignments: vec![(j.member_id.clone(), Bytes::from_static(b"a"))],
+                })
+                .await
+            })
+        };
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+        let (err, _) = c.leave("g", &[(join.member_id.clone(), None)]).await;
+        assert_eq!(err, codes::NONE);
+        drop(held);
+        assert_eq!(sync.await.error, codes::UNKNOWN_MEMBER_ID);
+        let store = c.offsets.store("g").expect("store");
+        let start = Instant::now();
+        while store.has_group_state("g") {
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "the state of a group its last member left stays stored"
+            );
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        drop((store, c));
+        let c = open(&dir).await;
+        assert_eq!(c.describe("g").members.len(), 0);
+    });
+}
