@@ -110,7 +110,7 @@ def test_group_offsets_survive_the_coordinators_death(cluster):
     assert committed(alive, GROUP) == before, "offsets committed before the coordinator died are gone"
     took = time.monotonic() - t0
 
-    # The running member goes on (it rejoins at the new coordinator) and commits there.
+    # The running member goes on (as the member the new coordinator restored) and commits there.
     consume_and_commit(consumer, done, seen, lambda d: all(d.get(p) == N for p in range(PARTITIONS)))
     consumer.close()
     after = dict(done)
