@@ -19,7 +19,8 @@
 //!
 //! Unlike Kafka's record (which keeps only the chosen protocol's subscription) every protocol
 //! a member offered is kept, so a member rejoining with the same protocols after a failover
-//! is recognised as unchanged and causes no rebalance.
+//! is recognised as unchanged and causes no rebalance. Brokers from before this record skip
+//! it at replay (an unknown kind), so a downgrade loses only the membership (one rebalance).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use weir_storage::batch::RecordBatchBuilder;
