@@ -431,17 +431,16 @@ impl Group {
 impl Group {
     /// A Stable group's state as it is stored.
     pub(super) fn snapshot(&self) -> StoredGroup {
-        let g = self;
         StoredGroup {
-            protocol_type: g.protocol_type.clone().unwrap_or_default(),
-            generation: g.generation,
-            protocol: g.protocol.clone().unwrap_or_default(),
-            leader: g.leader.clone().unwrap_or_default(),
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation,
+            protocol: self.protocol.clone().unwrap_or_default(),
+            leader: self.leader.clone().unwrap_or_default(),
             state_ms: now_ms(),
-            members: g
+            members: self
                 .order
                 .iter()
-                .filter_map(|id| g.members.get(id).map(|m| (id, m)))
+                .filter_map(|id| self.members.get(id).map(|m| (id, m)))
                 .map(|(id, m)| StoredMember {
                     member_id: id.clone(),
                     group_instance_id: m.group_instance_id.clone(),
