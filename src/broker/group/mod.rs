@@ -15,6 +15,8 @@ pub mod service;
 mod state;
 mod takeover;
 #[cfg(test)]
+mod takeover_tests;
+#[cfg(test)]
 mod tests;
 
 pub use coordinator::{Coordinator, GroupConfig};
