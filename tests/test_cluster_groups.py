@@ -110,7 +110,7 @@ def test_group_offsets_survive_the_coordinators_death(cluster):
     assert committed(alive, GROUP) == before, "offsets committed before the coordinator died are gone"
     took = time.monotonic() - t0
 
-    # The running member goes on (it rejoins at the new coordinator) and commits there.
+    # The running member goes on (as the member the new coordinator restored) and commits there.
     consume_and_commit(consumer, done, seen, lambda d: all(d.get(p) == N for p in range(PARTITIONS)))
     consumer.close()
     after = dict(done)
@@ -193,3 +193,83 @@ def test_offsets_partitions_are_compacted_on_every_replica(cluster):
     wait_until("a new coordinator on a survivor",
                lambda: coordinator_of(alive, GROUP) // NODE_ID_STRIDE != dead_id(cluster, dead))
     assert committed(alive, GROUP) == last, "offsets lost or moved back by the compaction"
+
+
+def group_members(bootstrap: str, group: str) -> tuple[str, list[str]]:
+    """The group's state and member ids as its coordinator describes them (DescribeGroups)."""
+    admin = rd_admin(bootstrap)
+    d = admin.describe_consumer_groups([group], request_timeout=CLIENT_TIMEOUT_S)[group].result(CLIENT_TIMEOUT_S)
+    return d.state.name, sorted(m.member_id for m in d.members)
+
+
+def test_a_coordinators_death_costs_no_rebalance(cluster):
+    """Issue 19, "what is left" item 2: group membership is persisted in `__consumer_offsets`.
+
+    What it replaces: a new coordinator started with no members, so the running consumer's
+    heartbeat got UNKNOWN_MEMBER_ID after its coordinator's broker died and it rejoined — its
+    partitions revoked and assigned again, a new member id, one rebalance per failover. Now
+    the generation stored when the group became Stable is loaded with the bucket: the member
+    keeps heartbeating and consuming under the same member id and generation, and its
+    on_assign callback runs once in the whole test."""
+    everyone = ",".join(b.bootstrap for b in cluster)
+    create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=3)
+    for p in range(PARTITIONS):
+        leader_of(cluster, TOPIC, p)
+    producer = rd_producer(everyone, acks="all")
+    for p in range(PARTITIONS):
+        produce(producer, TOPIC, p, 0, 20)
+
+    assigns, revokes = [], []
+    # The client's own session check (no heartbeat answered for session.timeout.ms: it
+    # rejoins) must not fire while the partition's leadership moves: 15 s is ample.
+    consumer = rd_consumer(everyone, **{"group.id": GROUP, "session.timeout.ms": 15000,
+                                        "heartbeat.interval.ms": 300})
+    consumer.subscribe([TOPIC], on_assign=lambda c, ps: assigns.append(len(ps)),
+                       on_revoke=lambda c, ps: revokes.append(len(ps)))
+    seen: set[tuple[int, int]] = set()
+
+    def consume_until(want: set, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not want <= seen:
+            assert time.monotonic() < deadline, f"missing {sorted(want - seen)[:5]}... after {timeout}s"
+            for m in consumer.consume(num_messages=100, timeout=0.5):
+                assert m.error() is None, f"consumer error: {m.error()}"
+                seen.add((m.partition(), m.offset()))
+
+    consume_until({(p, o) for p in range(PARTITIONS) for o in range(20)})
+    member = consumer.memberid()
+    assert assigns == [PARTITIONS] and member, (assigns, member)
+    assert group_members(everyone, GROUP) == ("STABLE", [member])
+
+    coordinator = coordinator_of(everyone, GROUP)
+    dead = cluster[coordinator // NODE_ID_STRIDE - 1]
+    survivors = [b for b in cluster if b is not dead]
+    dead._kill()
+    t0 = time.monotonic()
+    alive = ",".join(b.bootstrap for b in survivors)
+
+    # Records produced after the kill reach the same member.
+    producer = rd_producer(alive, acks="all")
+    for p in range(PARTITIONS):
+        produce(producer, TOPIC, p, 20, 40)
+    consume_until({(p, o) for p in range(PARTITIONS) for o in range(40)})
+
+    # The new coordinator (on a survivor) has the member; it heartbeats there.
+    def described_by_survivor():
+        if coordinator_of(alive, GROUP) // NODE_ID_STRIDE == dead_id(cluster, dead):
+            return None
+        consumer.consume(num_messages=100, timeout=0.2)  # serves the callbacks
+        return group_members(alive, GROUP) == ("STABLE", [consumer.memberid()])
+    wait_until("the new coordinator describes the group with the running member", described_by_survivor)
+    took = time.monotonic() - t0
+    # A few more heartbeats with the new coordinator (a member it did not know would be told
+    # UNKNOWN_MEMBER_ID by now and rejoin, running the callbacks below).
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        for m in consumer.consume(num_messages=100, timeout=0.3):
+            assert m.error() is None, f"consumer error: {m.error()}"
+    print(f"coordinator {coordinator} killed; the survivor coordinated member {member} after {took:.2f}s; "
+          f"assigns {assigns}, revokes {revokes}")
+    assert consumer.memberid() == member, "the member rejoined under a new member id"
+    assert (assigns, revokes) == ([PARTITIONS], []), "the coordinator's death caused a rebalance"
+    consumer.close()

@@ -14,9 +14,14 @@
 //! completes; everything else is answered at once. Members that stop heartbeating are
 //! removed after their session timeout by [`Coordinator::tick`], which the core calls
 //! periodically.
+//!
+//! A generation that becomes Stable is stored in the group's offsets bucket before SyncGroup
+//! is answered, and removed when the group becomes Empty (`persist.rs`): a coordinator that
+//! loads the bucket (a restart, a failover in a cluster) resumes the group without a
+//! rebalance.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -35,6 +40,8 @@ pub struct Coordinator {
     /// Where each group's committed offsets live (this core's offset buckets).
     pub(super) offsets: OffsetRouter,
     next_member: std::cell::Cell<u64>,
+    /// Orders the writes of group states (`persist.rs`).
+    pub(super) persist_lock: Rc<glommio::sync::Semaphore>,
 }
 
 impl Coordinator {
@@ -46,12 +53,17 @@ impl Coordinator {
         cache: Rc<BatchCache>,
         config: GroupConfig,
     ) -> Result<Coordinator, weir_storage::Error> {
-        Ok(Coordinator {
+        let c = Coordinator {
             config,
             groups: RefCell::new(HashMap::new()),
             offsets: OffsetRouter::open(data_dir, core, cores, cache).await?,
             next_member: std::cell::Cell::new(0),
-        })
+            persist_lock: Rc::new(glommio::sync::Semaphore::new(1)),
+        };
+        // A standalone broker resumes its groups as they were stored (in a cluster
+        // `set_replica` drops these: groups follow the replicated partitions' leadership).
+        c.restore_groups(|_| true);
+        Ok(c)
     }
 
     /// The core that owns `group` on a standalone broker (in a cluster: the core of this
@@ -82,7 +94,7 @@ impl Coordinator {
         )
     }
 
-    fn initial_delay(&self) -> Duration {
+    pub(super) fn initial_delay(&self) -> Duration {
         Duration::from_millis(self.config.initial_rebalance_delay_ms)
     }
 
@@ -118,7 +130,9 @@ impl Coordinator {
                 .clone()
         };
         let slot = Rc::new(Slot::default());
-        {
+        // Set when a static member took its old place in a Stable group: the answer, once the
+        // group's state (with the new member id) is stored.
+        let stored_answer: Option<(JoinResponse, super::offsets::StoredGroup)> = 'locked: {
             let mut g = group.borrow_mut();
             if !g.members.is_empty() {
                 if g.protocol_type
@@ -163,7 +177,7 @@ impl Coordinator {
                                 req.rebalance_timeout_ms.max(req.session_timeout_ms).max(0) as u64,
                             );
                             m.last_heartbeat = Instant::now();
-                            return JoinResponse {
+                            let answer = JoinResponse {
                                 error: codes::NONE,
                                 generation_id: g.generation,
                                 protocol_type: g.protocol_type.clone(),
@@ -172,6 +186,7 @@ impl Coordinator {
                                 member_id: new_id,
                                 members: Vec::new(),
                             };
+                            break 'locked Some((answer, g.snapshot()));
                         }
                         let m = g.members.get_mut(&new_id).expect("just replaced");
                         m.protocols = old_protocols;
@@ -258,6 +273,16 @@ impl Coordinator {
             }
             g.prepare_rebalance(self.initial_delay());
             g.maybe_complete_join(&req.group_id);
+            None
+        };
+        if let Some((answer, state)) = stored_answer {
+            // The stored state must name the new member id: a coordinator restoring the old
+            // one would fence the member (FENCED_INSTANCE_ID) after a failover.
+            if let Err(code) = self.persist(&req.group_id, Some(state)).await {
+                return fail(code, &answer.member_id);
+            }
+            self.stored(&req.group_id, &group);
+            return answer;
         }
         slot.take().await
     }
@@ -271,7 +296,7 @@ impl Coordinator {
             return fail(codes::UNKNOWN_MEMBER_ID);
         };
         let slot = Rc::new(Slot::default());
-        {
+        let (ptype, pname, stored) = {
             let mut g = group.borrow_mut();
             let code = g.check_member(&req.member_id, req.group_instance_id.as_deref());
             if code != codes::NONE {
@@ -312,22 +337,22 @@ impl Coordinator {
                 m.last_heartbeat = Instant::now();
                 m.sync_waiter = Some(slot.clone());
             }
-            if g.leader.as_deref() == Some(req.member_id.as_str()) {
+            if g.leader.as_deref() != Some(req.member_id.as_str()) {
+                (ptype, pname, None)
+            } else {
                 let assignments: HashMap<String, Bytes> = req.assignments.into_iter().collect();
                 for (id, m) in g.members.iter_mut() {
                     m.assignment = assignments.get(id).cloned().unwrap_or_default();
-                    if let Some(w) = m.sync_waiter.take() {
-                        w.set(SyncResponse {
-                            error: codes::NONE,
-                            protocol_type: ptype.clone(),
-                            protocol_name: pname.clone(),
-                            assignment: m.assignment.clone(),
-                        });
-                    }
                 }
-                g.state = State::Stable;
-                tracing::info!(group = %req.group_id, generation = g.generation, "rebalance complete: group stable");
+                (ptype, pname, Some((g.generation, g.snapshot())))
             }
+        };
+        // Kafka's order: the generation is stored before any member hears its assignment, so
+        // a coordinator that takes over after a member acted on it knows that generation. The
+        // members wait one durable write (an fdatasync, or a Raft commit in a cluster).
+        if let Some((generation, state)) = stored {
+            let written = self.persist(&req.group_id, Some(state)).await;
+            self.complete_sync(&req.group_id, &group, generation, written, ptype, pname);
         }
         slot.take().await
     }
@@ -364,45 +389,54 @@ impl Coordinator {
 
     /// Removes members, each named by member id and/or group instance id (LeaveGroup v3+
     /// may name a static member by instance id alone); returns the group error and one
-    /// error per member.
-    pub fn leave(&self, group_id: &str, members: &[(String, Option<String>)]) -> (i16, Vec<i16>) {
+    /// error per member. When the last member leaves, the group's stored state is removed
+    /// before the answer.
+    pub async fn leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> (i16, Vec<i16>) {
         let Some(group) = self.group(group_id) else {
             return (
                 codes::UNKNOWN_MEMBER_ID,
                 vec![codes::UNKNOWN_MEMBER_ID; members.len()],
             );
         };
-        let mut g = group.borrow_mut();
-        let mut errs = Vec::with_capacity(members.len());
-        let mut removed = false;
-        for (id, instance) in members {
-            let id = match instance.as_deref() {
-                // Kafka's rule: an instance id names its current member; a different,
-                // non-empty member id is an older incarnation and is fenced.
-                Some(instance) => match g.statics.get(instance) {
-                    Some(cur) if !id.is_empty() && cur != id => {
-                        errs.push(codes::FENCED_INSTANCE_ID);
-                        continue;
-                    }
-                    Some(cur) => cur.clone(),
-                    None => {
-                        errs.push(codes::UNKNOWN_MEMBER_ID);
-                        continue;
-                    }
-                },
-                None => id.clone(),
-            };
-            if g.remove_member(&id).is_some() {
-                tracing::info!(group = group_id, member = %id, "member left");
-                removed = true;
-                errs.push(codes::NONE);
-            } else {
-                errs.push(codes::UNKNOWN_MEMBER_ID);
+        let errs = {
+            let mut g = group.borrow_mut();
+            let mut errs = Vec::with_capacity(members.len());
+            let mut removed = false;
+            for (id, instance) in members {
+                let id = match instance.as_deref() {
+                    // Kafka's rule: an instance id names its current member; a different,
+                    // non-empty member id is an older incarnation and is fenced.
+                    Some(instance) => match g.statics.get(instance) {
+                        Some(cur) if !id.is_empty() && cur != id => {
+                            errs.push(codes::FENCED_INSTANCE_ID);
+                            continue;
+                        }
+                        Some(cur) => cur.clone(),
+                        None => {
+                            errs.push(codes::UNKNOWN_MEMBER_ID);
+                            continue;
+                        }
+                    },
+                    None => id.clone(),
+                };
+                if g.remove_member(&id).is_some() {
+                    tracing::info!(group = group_id, member = %id, "member left");
+                    removed = true;
+                    errs.push(codes::NONE);
+                } else {
+                    errs.push(codes::UNKNOWN_MEMBER_ID);
+                }
             }
-        }
-        if removed {
-            self.after_removal(group_id, &mut g);
-        }
+            if removed {
+                self.after_removal(group_id, &mut g);
+            }
+            errs
+        };
+        self.forget_if_empty(group_id, &group).await;
         let top = if errs.len() == 1 {
             errs[0]
         } else {
@@ -455,109 +489,10 @@ impl Coordinator {
                 self.after_removal(&id, &mut g);
             }
             g.maybe_complete_join(&id);
-        }
-    }
-
-    pub fn describe(&self, group_id: &str) -> GroupDescription {
-        let mut d = GroupDescription {
-            error: codes::NONE,
-            state: "Dead".into(),
-            protocol_type: String::new(),
-            protocol: String::new(),
-            members: Vec::new(),
-        };
-        if !self.offsets.owns(group_id) {
-            d.error = codes::NOT_COORDINATOR;
-            return d;
-        }
-        let Some(group) = self.group(group_id) else {
-            if self
-                .offsets
-                .store(group_id)
-                .is_some_and(|s| !s.all(group_id).is_empty())
-            {
-                d.state = "Empty".into();
-            }
-            return d;
-        };
-        let g = group.borrow();
-        d.state = g.state.name().into();
-        d.protocol_type = g.protocol_type.clone().unwrap_or_default();
-        d.protocol = g.protocol.clone().unwrap_or_default();
-        for id in &g.order {
-            let Some(m) = g.members.get(id) else { continue };
-            d.members.push(MemberDescription {
-                member_id: id.clone(),
-                group_instance_id: m.group_instance_id.clone(),
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
-                metadata: m
-                    .protocols
-                    .iter()
-                    .find(|(p, _)| Some(p) == g.protocol.as_ref())
-                    .map(|(_, md)| md.clone())
-                    .unwrap_or_default(),
-                assignment: m.assignment.clone(),
-            });
-            let _ = &m.protocol_type;
-        }
-        d
-    }
-
-    /// Groups on this core: (group id, protocol type, state).
-    pub fn list(&self) -> Vec<(String, String, String)> {
-        let mut out: BTreeMap<String, (String, String)> = BTreeMap::new();
-        for store in self.offsets.open_stores() {
-            for g in store.groups() {
-                out.insert(g, ("consumer".into(), "Empty".into()));
-            }
-        }
-        for (id, g) in self.groups.borrow().iter() {
-            let g = g.borrow();
-            out.insert(
-                id.clone(),
-                (
-                    g.protocol_type.clone().unwrap_or_else(|| "consumer".into()),
-                    g.state.name().into(),
-                ),
-            );
-        }
-        out.into_iter().map(|(k, (t, s))| (k, t, s)).collect()
-    }
-
-    pub async fn delete_group(&self, group_id: &str) -> i16 {
-        if !self.offsets.owns(group_id) {
-            return codes::NOT_COORDINATOR;
-        }
-        let store = self.offsets.store(group_id);
-        let in_memory = self.group(group_id);
-        if let Some(g) = &in_memory {
-            if !g.borrow().members.is_empty() {
-                return codes::NON_EMPTY_GROUP;
-            }
-        }
-        let had_offsets = store.as_ref().is_some_and(|s| !s.all(group_id).is_empty());
-        if in_memory.is_none() && !had_offsets {
-            return codes::GROUP_ID_NOT_FOUND;
-        }
-        let deleted = match &store {
-            Some(s) => s.delete(Some(group_id), None).await.map(|_| ()),
-            None => Ok(()),
-        };
-        if let Err(e) = deleted {
-            tracing::warn!(group = group_id, error = %e, "deleting group offsets failed");
-            return e.code();
-        }
-        self.groups.borrow_mut().remove(group_id);
-        codes::NONE
-    }
-
-    /// Forgets the committed offsets of a deleted topic, in every group on this core.
-    pub async fn topic_deleted(&self, topic: &str) {
-        let stores = self.offsets.open_stores();
-        for store in stores {
-            if let Err(e) = store.delete(None, Some(topic)).await {
-                tracing::warn!(topic, error = %e, "deleting offsets of a deleted topic failed");
+            let empty = g.state == State::Empty && g.persisted;
+            drop(g);
+            if empty {
+                self.forget_if_empty_later(&id, &group);
             }
         }
     }

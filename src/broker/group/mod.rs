@@ -5,13 +5,17 @@
 //! buckets (Kafka's `__consumer_offsets` partitions); a bucket's groups and its offsets log
 //! live on the core that owns the bucket.
 
+mod admin;
 mod commits;
 pub mod coordinator;
 pub mod offsets;
+mod persist;
 mod routing;
 pub mod service;
 mod state;
 mod takeover;
+#[cfg(test)]
+mod takeover_tests;
 #[cfg(test)]
 mod tests;
 

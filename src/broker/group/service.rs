@@ -148,7 +148,7 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
             generation,
         } => GroupResp::Code(coord.heartbeat(&group, &member, instance.as_deref(), generation)),
         GroupReq::Leave { group, members } => {
-            let (top, each) = coord.leave(&group, &members);
+            let (top, each) = coord.leave(&group, &members).await;
             GroupResp::Leave(top, each)
         }
         GroupReq::Commit {

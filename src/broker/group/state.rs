@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::offsets::{now_ms, StoredGroup, StoredMember};
 use crate::broker::sync::Slot;
 
 /// Kafka error codes used by the group APIs.
@@ -183,6 +184,9 @@ pub(super) struct Group {
     pub(super) statics: HashMap<String, String>,
     pub(super) rebalance_deadline: Instant,
     pub(super) delay_until: Instant,
+    /// Whether the offsets store holds a state of this group (written when a generation
+    /// became Stable, or restored from it), which a move to Empty must remove.
+    pub(super) persisted: bool,
 }
 
 impl Group {
@@ -199,6 +203,7 @@ impl Group {
             statics: HashMap::new(),
             rebalance_deadline: now,
             delay_until: now,
+            persisted: false,
         }
     }
 
@@ -420,4 +425,77 @@ impl Group {
             }
         }
     }
+}
+
+/// Persisted membership (`persist.rs`, `offsets/group_state.rs`).
+impl Group {
+    /// A Stable group's state as it is stored.
+    pub(super) fn snapshot(&self) -> StoredGroup {
+        StoredGroup {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation,
+            protocol: self.protocol.clone().unwrap_or_default(),
+            leader: self.leader.clone().unwrap_or_default(),
+            state_ms: now_ms(),
+            members: self
+                .order
+                .iter()
+                .filter_map(|id| self.members.get(id).map(|m| (id, m)))
+                .map(|(id, m)| StoredMember {
+                    member_id: id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: millis(m.rebalance_timeout),
+                    session_timeout_ms: millis(m.session_timeout),
+                    protocols: m.protocols.clone(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The group a stored state describes: Stable at its generation, no request waiting, every
+    /// member's session starting now.
+    pub(super) fn restored(s: &StoredGroup) -> Group {
+        let now = Instant::now();
+        let mut g = Group::new();
+        g.state = State::Stable;
+        g.generation = s.generation;
+        g.protocol_type = Some(s.protocol_type.clone());
+        g.protocol = Some(s.protocol.clone());
+        g.leader = (!s.leader.is_empty()).then(|| s.leader.clone());
+        g.persisted = true;
+        let mut members = BTreeMap::new();
+        let mut statics = HashMap::new();
+        for m in &s.members {
+            if let Some(instance) = &m.group_instance_id {
+                statics.insert(instance.clone(), m.member_id.clone());
+            }
+            g.order.push(m.member_id.clone());
+            members.insert(
+                m.member_id.clone(),
+                Member {
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout: Duration::from_millis(m.session_timeout_ms.max(0) as u64),
+                    rebalance_timeout: Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64),
+                    protocol_type: s.protocol_type.clone(),
+                    protocols: m.protocols.clone(),
+                    assignment: m.assignment.clone(),
+                    last_heartbeat: now,
+                    join_waiter: None,
+                    sync_waiter: None,
+                },
+            );
+        }
+        g.members = members;
+        g.statics = statics;
+        g
+    }
+}
+
+fn millis(d: Duration) -> i32 {
+    d.as_millis().min(i32::MAX as u128) as i32
 }

@@ -9,18 +9,23 @@ use super::coordinator::*;
 
 impl Coordinator {
     /// Makes this a cluster's coordinator: its buckets are `__consumer_offsets` partitions.
+    /// Groups restored from local stores at open are dropped: in a cluster they come from
+    /// the partitions this core leads.
     pub fn set_replica(&self, replica: Rc<dyn super::offsets::BucketReplica>) {
         self.offsets.set_replica(replica);
+        self.forget_groups(|_| true);
     }
 
     /// Before a request for `group`: in a cluster, loads the group's bucket if this core
-    /// has just become the leader of its partition, forgetting the group state it kept for
-    /// that bucket under an older term (its members rejoin, as after a Kafka coordinator
-    /// moves). An error is the request's answer.
+    /// has just become the leader of its partition, replacing the group state it kept for
+    /// that bucket under an older term by the groups stored in the partition (restored
+    /// Stable, as they were when their last generation completed: `persist.rs`). An error is
+    /// the request's answer.
     pub async fn prepare(&self, group: &str) -> Result<(), i16> {
         if self.offsets.load(group).await? {
             let bucket = super::offsets::bucket_of(group);
             self.forget_groups(|g| super::offsets::bucket_of(g) == bucket);
+            self.restore_groups(|b| b == bucket);
         }
         if self.offsets.is_cluster() && !self.offsets.owns(group) {
             return Err(self.offsets.not_serving(group));

@@ -163,7 +163,7 @@ fn a_new_member_triggers_a_rebalance_and_leaving_another() {
         );
         sync_all(&c, &joins2).await;
         // One leaves: the rest rebalance to generation 3.
-        let (err, _) = c.leave("g", &[(joins2[0].member_id.clone(), None)]);
+        let (err, _) = c.leave("g", &[(joins2[0].member_id.clone(), None)]).await;
         assert_eq!(err, codes::NONE);
         assert_eq!(c.describe("g").state, "PreparingRebalance");
         let rest: Vec<_> = joins2[1..]
@@ -235,18 +235,20 @@ fn static_member_restart_fencing_and_leave_by_instance_id() {
                 .await,
             vec![codes::FENCED_INSTANCE_ID]
         );
-        let (_, errs) = c.leave(
-            "g",
-            &[
-                (first.member_id.clone(), Some("i1".into())),
-                (String::new(), Some("nobody".into())),
-            ],
-        );
+        let (_, errs) = c
+            .leave(
+                "g",
+                &[
+                    (first.member_id.clone(), Some("i1".into())),
+                    (String::new(), Some("nobody".into())),
+                ],
+            )
+            .await;
         assert_eq!(
             errs,
             vec![codes::FENCED_INSTANCE_ID, codes::UNKNOWN_MEMBER_ID]
         );
-        let (_, errs) = c.leave("g", &[(String::new(), Some("i1".into()))]);
+        let (_, errs) = c.leave("g", &[(String::new(), Some("i1".into()))]).await;
         assert_eq!(errs, vec![codes::NONE]);
         assert_eq!(c.describe("g").members.len(), 0);
     });
@@ -315,7 +317,7 @@ fn offsets_are_durable_checked_and_deleted_with_the_group() {
             vec![codes::NONE]
         );
         assert_eq!(c.delete_group("g").await, codes::NON_EMPTY_GROUP);
-        c.leave("g", &[(joins[0].member_id.clone(), None)]);
+        c.leave("g", &[(joins[0].member_id.clone(), None)]).await;
         drop(c);
         let c = open(&dir).await;
         let got = c
@@ -364,5 +366,170 @@ fn many_commits_keep_the_offsets_log_small() {
                 .offset,
             2999
         );
+    });
+}
+
+/// Issue 19 ("what is left", item 2): a coordinator that loads a bucket — here the same
+/// broker after a restart — used to start with no groups, so every member's heartbeat got
+/// UNKNOWN_MEMBER_ID and the group rebalanced. The generation stored when the group became
+/// Stable is restored instead: same members, generation, leader and assignments; heartbeats
+/// and commits of that generation succeed; the members' sessions start afresh at load.
+#[test]
+fn a_stable_group_resumes_after_a_restart_without_a_rebalance() {
+    run(|dir| async move {
+        let c = open(&dir).await;
+        let joins = form_group(&c, 2, 400).await;
+        let syncs = sync_all(&c, &joins).await;
+        assert!(syncs.iter().all(|s| s.error == codes::NONE));
+        let leader = joins[0].leader.clone();
+        let before = c.describe("g");
+        drop(c);
+        // Longer than the sessions: a restored member's session must start at load.
+        glommio::timer::sleep(Duration::from_millis(500)).await;
+
+        let c = open(&dir).await;
+        let d = c.describe("g");
+        assert_eq!((d.state.as_str(), d.protocol.as_str()), ("Stable", "range"));
+        let ids = |d: &GroupDescription| -> Vec<(String, Bytes)> {
+            d.members
+                .iter()
+                .map(|m| (m.member_id.clone(), m.assignment.clone()))
+                .collect()
+        };
+        assert_eq!(ids(&d), ids(&before), "members or assignments changed");
+        for j in &joins {
+            assert_eq!(c.heartbeat("g", &j.member_id, None, 1), codes::NONE);
+        }
+        let part = CommitPart {
+            topic: "t".into(),
+            partition: 0,
+            offset: 3,
+            leader_epoch: -1,
+            metadata: None,
+        };
+        assert_eq!(
+            c.commit_offsets("g", 1, &joins[1].member_id, None, vec![part])
+                .await,
+            vec![codes::NONE],
+            "a commit of the restored generation is refused"
+        );
+        // A follower rejoining with the same protocols keeps the generation (no rebalance).
+        let follower = joins.iter().find(|j| j.member_id != leader).expect("two");
+        let j = c.join(join_req(&follower.member_id, 400)).await;
+        assert_eq!(
+            (j.error, j.generation_id, j.leader),
+            (codes::NONE, 1, leader)
+        );
+
+        // The clients are gone: both sessions expire, the group empties and its stored state
+        // is removed, so the next start has no group to restore.
+        let start = Instant::now();
+        while c.describe("g").state != "Empty" {
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "members never expired"
+            );
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(start.elapsed() >= Duration::from_millis(300));
+        let store = c.offsets.store("g").expect("store");
+        let start = Instant::now();
+        while store.has_group_state("g") {
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "state never removed"
+            );
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        drop((store, c));
+        let c = open(&dir).await;
+        let d = c.describe("g");
+        assert_eq!((d.state.as_str(), d.members.len()), ("Empty", 0));
+        assert_eq!(
+            c.heartbeat("g", &joins[0].member_id, None, 1),
+            codes::UNKNOWN_MEMBER_ID
+        );
+    });
+}
+
+/// A static member that restarts into a Stable group takes its place under a new member id
+/// without a rebalance; the stored state must follow, or the coordinator that restores it
+/// would fence the member (FENCED_INSTANCE_ID) with the old id.
+#[test]
+fn a_static_members_new_id_is_what_a_restart_restores() {
+    run(|dir| async move {
+        let c = open(&dir).await;
+        let mut req = join_req("", 10_000);
+        req.group_instance_id = Some("i1".into());
+        let first = c.join(req.clone()).await;
+        sync_all(&c, std::slice::from_ref(&first)).await;
+        let again = c.join(req).await;
+        assert_eq!((again.error, again.generation_id), (codes::NONE, 1));
+        assert_ne!(again.member_id, first.member_id);
+        drop(c);
+        let c = open(&dir).await;
+        assert_eq!(
+            c.heartbeat("g", &again.member_id, Some("i1"), 1),
+            codes::NONE
+        );
+        assert_eq!(
+            c.heartbeat("g", &first.member_id, Some("i1"), 1),
+            codes::FENCED_INSTANCE_ID
+        );
+    });
+}
+
+/// Regression: the last member left while the group's Stable state was being written. The
+/// leave found nothing stored to remove, then the write landed, and a restart brought the
+/// member who left back (or, on a running broker, until the next tick noticed). The write
+/// is held here (the coordinator's lock on state writes) until the member has left, and the
+/// coordinator is not ticked: the state must be removed without that help.
+#[test]
+fn a_group_that_empties_while_its_state_is_written_is_not_restored() {
+    run(|dir| async move {
+        // No initial delay: the join completes without a tick.
+        let no_delay = GroupConfig {
+            initial_rebalance_delay_ms: 0,
+            ..config()
+        };
+        let c = Rc::new(
+            Coordinator::open(&dir, 0, 1, BatchCache::new(1 << 20), no_delay)
+                .await
+                .expect("open"),
+        );
+        let join = c.join(join_req("", 10_000)).await;
+        let held = c.persist_lock.acquire_permit(1).await.expect("lock");
+        let sync = {
+            let (c, j) = (c.clone(), join.clone());
+            glommio::spawn_local(async move {
+                c.sync(SyncRequest {
+                    group_id: "g".into(),
+                    generation_id: j.generation_id,
+                    member_id: j.member_id.clone(),
+                    group_instance_id: None,
+                    protocol_type: Some("consumer".into()),
+                    protocol_name: j.protocol_name.clone(),
+                    assignments: vec![(j.member_id.clone(), Bytes::from_static(b"a"))],
+                })
+                .await
+            })
+        };
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+        let (err, _) = c.leave("g", &[(join.member_id.clone(), None)]).await;
+        assert_eq!(err, codes::NONE);
+        drop(held);
+        assert_eq!(sync.await.error, codes::UNKNOWN_MEMBER_ID);
+        let store = c.offsets.store("g").expect("store");
+        let start = Instant::now();
+        while store.has_group_state("g") {
+            assert!(
+                start.elapsed() < Duration::from_secs(3),
+                "the state of a group its last member left stays stored"
+            );
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        drop((store, c));
+        let c = open(&dir).await;
+        assert_eq!(c.describe("g").members.len(), 0);
     });
 }

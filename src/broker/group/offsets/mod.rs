@@ -13,6 +13,9 @@
 //!        (no value = tombstone: the offset was deleted)
 //! ```
 //!
+//! Group membership (kind 4, `group_state.rs`) and transactional offsets (kinds 2 and 3,
+//! `txn.rs`) are records of the same log.
+//!
 //! Start-up replays the log from its start offset. When the log has grown well past the live
 //! data, every live offset is appended again as a snapshot and the log start moves to the
 //! snapshot (whole segments below it are deleted), so start-up time follows the number of
@@ -28,9 +31,13 @@ use weir_storage::batch::{decode_records, RecordBatchBuilder};
 use weir_storage::{BatchCache, Log, LogConfig};
 
 mod backing;
+mod group_state;
 mod txn;
 
 pub use backing::{cut_below, Backing, BucketError, BucketReplica, COMPACTION_MIN_BYTES};
+pub use group_state::{StoredGroup, StoredMember};
+
+use group_state::KIND_GROUP;
 
 use txn::{Pending, KIND_TXN_END, KIND_TXN_OFFSET};
 
@@ -67,6 +74,8 @@ pub(crate) type Key = (String, String, i32);
 pub struct OffsetStore {
     backing: Backing,
     pub(crate) entries: RefCell<BTreeMap<Key, Committed>>,
+    /// The stored membership of the groups that have one (`group_state.rs`).
+    pub(crate) group_states: RefCell<BTreeMap<String, StoredGroup>>,
     /// Offsets of open transactions (`offsets/txn.rs`).
     pub(crate) pending: RefCell<Pending>,
     bytes_since_compaction: Cell<u64>,
@@ -236,6 +245,7 @@ impl OffsetStore {
         OffsetStore {
             backing,
             entries: RefCell::new(BTreeMap::new()),
+            group_states: RefCell::new(BTreeMap::new()),
             pending: RefCell::new(Pending::new()),
             bytes_since_compaction: Cell::new(0),
             compacting: Cell::new(false),
@@ -261,10 +271,20 @@ impl OffsetStore {
 
     async fn replay(&self) -> Result<(), weir_storage::Error> {
         let mut entries = BTreeMap::new();
+        let mut states = BTreeMap::new();
         let mut pending = Pending::new();
         let bytes = replay_records(self.log(), |raw_key, value| {
             if matches!(raw_key.first(), Some(&KIND_TXN_OFFSET | &KIND_TXN_END)) {
                 txn::replay(raw_key, value, &mut pending, &mut entries);
+                return;
+            }
+            if raw_key.first() == Some(&KIND_GROUP) {
+                if let Some(group) = group_state::decode_key(raw_key) {
+                    match value.and_then(group_state::decode_value) {
+                        Some(s) => states.insert(group, s),
+                        None => states.remove(&group),
+                    };
+                }
                 return;
             }
             let Some(key) = decode_key(raw_key) else {
@@ -276,8 +296,9 @@ impl OffsetStore {
             };
         })
         .await?;
-        tracing::debug!(dir = %self.log().dir().display(), entries = entries.len(), bytes, "offsets replayed");
+        tracing::debug!(dir = %self.log().dir().display(), entries = entries.len(), groups = states.len(), bytes, "offsets replayed");
         *self.entries.borrow_mut() = entries;
+        *self.group_states.borrow_mut() = states;
         *self.pending.borrow_mut() = pending;
         self.bytes_since_compaction.set(bytes);
         Ok(())
@@ -333,7 +354,8 @@ impl OffsetStore {
         self.maybe_compact().await
     }
 
-    /// Deletes every offset of `group` (or only those of `topic`), durably.
+    /// Deletes every offset of `group` (or only those of `topic`), durably; deleting a whole
+    /// group also removes its stored membership.
     pub async fn delete(
         &self,
         group: Option<&str>,
@@ -346,7 +368,8 @@ impl OffsetStore {
             .filter(|(g, t, _)| group.is_none_or(|x| x == g) && topic.is_none_or(|x| x == t))
             .cloned()
             .collect();
-        self.tombstone(keys).await
+        let state = group.filter(|g| topic.is_none() && self.has_group_state(g));
+        self.tombstone(keys, state).await
     }
 
     /// Deletes the offsets of `group` for the given (topic, partition)s, durably (OffsetDelete);
@@ -364,25 +387,36 @@ impl OffsetStore {
                 .filter(|k| e.contains_key(k))
                 .collect()
         };
-        self.tombstone(keys).await
+        self.tombstone(keys, None).await
     }
 
-    /// Appends a tombstone for each key (one batch), flushes, then forgets them in memory.
-    async fn tombstone(&self, mut keys: Vec<Key>) -> Result<usize, BucketError> {
+    /// Appends a tombstone for each key and for `group_state`'s stored membership (one
+    /// batch), flushes, then forgets them in memory.
+    async fn tombstone(
+        &self,
+        mut keys: Vec<Key>,
+        group_state: Option<&str>,
+    ) -> Result<usize, BucketError> {
         keys.sort();
         keys.dedup();
-        if keys.is_empty() {
+        if keys.is_empty() && group_state.is_none() {
             return Ok(0);
         }
         let mut b = RecordBatchBuilder::new(now_ms());
         for (g, t, p) in &keys {
             b = b.record(Some(&encode_key(g, t, *p)), None, &[]);
         }
+        if let Some(g) = group_state {
+            b = b.record(Some(&group_state::encode_key(g)), None, &[]);
+        }
         let _unapplied = Unapplied::new(&self.unapplied);
         self.append_durably(b.build()).await?;
         let mut e = self.entries.borrow_mut();
         for k in &keys {
             e.remove(k);
+        }
+        if let Some(g) = group_state {
+            self.group_states.borrow_mut().remove(g);
         }
         Ok(keys.len())
     }
@@ -430,13 +464,20 @@ impl OffsetStore {
     /// than the live data (`Backing::rewrite`: in a cluster every replica of the bucket's
     /// partition cuts its log where the rewrite starts).
     async fn maybe_compact(&self) -> Result<(), BucketError> {
-        let live: Vec<(Key, Committed)> = {
+        type Live = (Vec<(Key, Committed)>, Vec<(String, StoredGroup)>);
+        let (live, states): Live = {
             let e = self.entries.borrow();
             let since = self.bytes_since_compaction.get();
             let live_bytes: u64 = e
                 .keys()
                 .map(|(g, t, _)| 40 + (g.len() + t.len()) as u64)
-                .sum();
+                .sum::<u64>()
+                + self
+                    .group_states
+                    .borrow()
+                    .iter()
+                    .map(|(g, s)| g.len() as u64 + s.approx_bytes())
+                    .sum::<u64>();
             if since < self.backing.compaction_min_bytes(self.compact_min_bytes)
                 || since < 4 * live_bytes
                 || self.compacting.get()
@@ -447,9 +488,12 @@ impl OffsetStore {
             {
                 return Ok(());
             }
-            e.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            (
+                e.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                self.group_states(),
+            )
         };
-        let batches: Vec<Bytes> = live
+        let mut batches: Vec<Bytes> = live
             .chunks(500)
             .map(|chunk| {
                 let mut b = RecordBatchBuilder::new(now_ms());
@@ -459,15 +503,28 @@ impl OffsetStore {
                 b.build()
             })
             .collect();
+        // Each group's membership, latest only; deleted groups' are gone from the map.
+        batches.extend(states.chunks(100).map(|chunk| {
+            let mut b = RecordBatchBuilder::new(now_ms());
+            for (g, s) in chunk {
+                b = b.record(
+                    Some(&group_state::encode_key(g)),
+                    Some(&group_state::encode_value(s)),
+                    &[],
+                );
+            }
+            b.build()
+        }));
+        let records = (live.len() + states.len()) as u64;
         let written: u64 = batches.iter().map(|b| b.len() as u64).sum();
         // No await between taking the live offsets and appending them (`rewrite` proposes
         // or appends before it first waits): nothing applied in between is missed.
         self.compacting.set(true);
-        let r = self.backing.rewrite(batches, live.len() as u64).await;
+        let r = self.backing.rewrite(batches, records).await;
         self.compacting.set(false);
         r?;
         self.bytes_since_compaction.set(written);
-        tracing::debug!(live = live.len(), term = ?self.term(), "offsets compacted");
+        tracing::debug!(live = live.len(), groups = states.len(), term = ?self.term(), "offsets compacted");
         Ok(())
     }
 
