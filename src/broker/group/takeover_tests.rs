@@ -1,64 +1,15 @@
 //! A coordinator taking a bucket over in a cluster (`Coordinator::prepare`): the groups the
 //! previous leader stored in the bucket's partition are restored, Stable, with their members.
 
-use std::cell::Cell;
-use std::future::Future;
-use std::ops::Deref;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use weir_storage::{BatchCache, Log};
+use weir_storage::BatchCache;
 
 use super::coordinator::*;
-use super::offsets::{internal_log_config, run_on_disk, BucketReplica};
-use crate::broker::errors;
+use super::offsets::run_on_disk;
 
-/// Every bucket's partition as its Raft group would show it to a coordinator: one log, and
-/// the term of whoever leads it now (an append at another term is refused, as the shard
-/// refuses it).
-struct Partition {
-    log: Rc<Log>,
-    term: Cell<u64>,
-}
-
-impl BucketReplica for Partition {
-    fn serving_term(&self, _bucket: usize) -> Option<u64> {
-        Some(self.term.get())
-    }
-
-    fn leads(&self, _bucket: usize) -> bool {
-        true
-    }
-
-    fn log(
-        &self,
-        _bucket: usize,
-    ) -> Pin<Box<dyn Future<Output = Option<Rc<dyn Deref<Target = Log>>>>>> {
-        let log = self.log.clone();
-        Box::pin(async move { Some(Rc::new(log) as Rc<dyn Deref<Target = Log>>) })
-    }
-
-    fn append(
-        &self,
-        _bucket: usize,
-        term: u64,
-        batch: Bytes,
-    ) -> Pin<Box<dyn Future<Output = Result<(), i16>>>> {
-        let log = self.log.clone();
-        let current = self.term.get();
-        Box::pin(async move {
-            if term != current {
-                return Err(errors::NOT_LEADER_OR_FOLLOWER);
-            }
-            log.append(batch)
-                .await
-                .map_err(|_| errors::KAFKA_STORAGE_ERROR)?;
-            log.flush().await.map_err(|_| errors::KAFKA_STORAGE_ERROR)?;
-            Ok(())
-        })
-    }
-}
+type Partition = super::offsets::fake_replica::FakeReplica;
 
 fn join_req(session_ms: i32) -> JoinRequest {
     JoinRequest {
@@ -95,17 +46,7 @@ async fn coordinator(dir: &std::path::Path, part: &Rc<Partition>) -> Coordinator
 #[test]
 fn a_new_leader_restores_the_groups_the_old_one_stored() {
     run_on_disk(|path| async move {
-        let log = Log::open_with_cache(
-            path.join("p"),
-            internal_log_config(),
-            BatchCache::new(8 << 20),
-        )
-        .await
-        .expect("log");
-        let part = Rc::new(Partition {
-            log: Rc::new(log),
-            term: Cell::new(1),
-        });
+        let part = Partition::open(&path, super::offsets::COMPACTION_MIN_BYTES).await;
         let old = coordinator(&path.join("old"), &part).await;
         old.prepare("g").await.expect("load at term 1");
         let j = old.join(join_req(10_000)).await;

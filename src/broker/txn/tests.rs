@@ -2,83 +2,11 @@
 //! what a coordinator that lost its partition's leadership can and cannot store, and what the
 //! next leader loads.
 
-use std::cell::Cell;
-use std::future::Future;
-use std::ops::Deref;
-use std::pin::Pin;
-
-use bytes::Bytes;
-
 use super::*;
 use crate::broker::errors;
 use crate::broker::group::offsets::run_on_disk;
 
-/// A partition as its Raft group would show it to the coordinator: one log, and the term of
-/// whoever leads it now. An append at another term is refused as the shard refuses it
-/// (`BucketReplicas::append`: a store loaded under an older term never writes in a newer one).
-struct Partition {
-    log: Rc<Log>,
-    term: Cell<u64>,
-    /// `internal.topics.compaction.min.bytes`.
-    min_bytes: u64,
-}
-
-impl BucketReplica for Partition {
-    fn compaction_min_bytes(&self) -> u64 {
-        self.min_bytes
-    }
-
-    fn serving_term(&self, _bucket: usize) -> Option<u64> {
-        Some(self.term.get())
-    }
-
-    fn leads(&self, _bucket: usize) -> bool {
-        true
-    }
-
-    fn log(
-        &self,
-        _bucket: usize,
-    ) -> Pin<Box<dyn Future<Output = Option<Rc<dyn Deref<Target = Log>>>>>> {
-        let log = self.log.clone();
-        Box::pin(async move { Some(Rc::new(log) as Rc<dyn Deref<Target = Log>>) })
-    }
-
-    fn append(
-        &self,
-        _bucket: usize,
-        term: u64,
-        batch: Bytes,
-    ) -> Pin<Box<dyn Future<Output = Result<(), i16>>>> {
-        let log = self.log.clone();
-        let current = self.term.get();
-        Box::pin(async move {
-            if term != current {
-                return Err(errors::NOT_LEADER_OR_FOLLOWER);
-            }
-            log.append(batch)
-                .await
-                .map_err(|_| errors::KAFKA_STORAGE_ERROR)?;
-            log.flush().await.map_err(|_| errors::KAFKA_STORAGE_ERROR)?;
-            Ok(())
-        })
-    }
-}
-
-impl Partition {
-    /// A partition at term 1 over a fresh log in `dir`.
-    async fn open(dir: &std::path::Path, min_bytes: u64) -> Rc<Partition> {
-        let cache = BatchCache::new(8 << 20);
-        let log = Log::open_with_cache(dir.join("p"), internal_log_config(), cache)
-            .await
-            .expect("open");
-        Rc::new(Partition {
-            log: Rc::new(log),
-            term: Cell::new(1),
-            min_bytes,
-        })
-    }
-}
+type Partition = crate::broker::group::offsets::fake_replica::FakeReplica;
 
 fn meta(epoch: i16) -> TxnMeta {
     TxnMeta {

@@ -590,4 +590,6 @@ where
 }
 
 #[cfg(test)]
+pub(crate) mod fake_replica;
+#[cfg(test)]
 mod tests;
