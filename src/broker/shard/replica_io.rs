@@ -214,7 +214,7 @@ impl Shard {
         if g.failed.get() {
             return Err(errors::KAFKA_STORAGE_ERROR);
         }
-        if !g.is_leader() {
+        if !g.is_leader() || g.transferring() {
             return Err(errors::NOT_LEADER_OR_FOLLOWER);
         }
         let infos = weir_storage::batch::validate_all(&records).map_err(|e| {
@@ -327,7 +327,7 @@ impl Shard {
         started: Instant,
     ) -> Result<Option<(u64, u64)>, i16> {
         loop {
-            if !g.is_leader() {
+            if !g.is_leader() || g.transferring() {
                 return Err(errors::NOT_LEADER_OR_FOLLOWER);
             }
             // Written here: every batch this leader queued, and every entry raft-rs holds
@@ -344,6 +344,20 @@ impl Shard {
         }
         match g.part.log.check_producers(records) {
             Ok(found) => Ok(found),
+            // A batch queued before this one may have been refused while this replica stayed
+            // leader (a leadership transfer, a proposal of an older term): this one then
+            // follows a batch of its producer that was never written. Kafka's leader never
+            // loses an accepted batch that way, and librdkafka takes OUT_OF_ORDER after an
+            // earlier failure as "not written", bumps the epoch and sends it again (a long
+            // fault run with transfers wrote 120 records twice). Answered as retriable: the
+            // client sends the earlier batch first, then this one.
+            Err(e @ weir_storage::Error::OutOfOrderSequence { .. })
+                if g.dropped_at.get().is_some_and(|t| t.elapsed() < ACKS_WAIT) =>
+            {
+                debug!(topic = %g.topic, partition = g.partition, error = %e,
+                    "an idempotent batch out of order after a refused proposal: retriable");
+                Err(errors::NOT_LEADER_OR_FOLLOWER)
+            }
             Err(e) => {
                 debug!(topic = %g.topic, partition = g.partition, term = g.term(), log_end = g.log_end(), error = %e, "an idempotent batch refused by the producer check");
                 Err(errors::storage_error_code(&e))

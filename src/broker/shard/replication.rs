@@ -101,6 +101,9 @@ pub struct Group {
     /// (`Shard::restore_preferred_leader`).
     pub(super) preferred: u64,
     pub(super) balance_at: Cell<Instant>,
+    /// When a queued batch was last refused (`step_and_propose`): an idempotent batch that
+    /// then fails its sequence check may follow it (`Shard::retried_batch`).
+    pub(super) dropped_at: Cell<Option<Instant>>,
     pub(super) inbox: RefCell<Vec<Message>>,
     pub(super) proposals: RefCell<Vec<Proposal>>,
     /// On the leader: the offset the next produced batch gets (proposals in flight included);
@@ -124,6 +127,11 @@ pub struct Group {
 impl Group {
     pub fn is_leader(&self) -> bool {
         self.raw.borrow().raft.state == StateRole::Leader
+    }
+
+    /// A leader handing its leadership over (raft-rs refuses proposals meanwhile).
+    pub(super) fn transferring(&self) -> bool {
+        self.raw.borrow().raft.lead_transferee.is_some()
     }
 
     pub(super) fn term(&self) -> u64 {
@@ -342,6 +350,7 @@ impl Shard {
             cut_due: Cell::new(pending_cut),
             preferred: voters.first().copied().unwrap_or(here),
             balance_at: Cell::new(Instant::now()),
+            dropped_at: Cell::new(None),
             eager_ticks: Cell::new(if fresh && voters.first() == Some(&here) {
                 EAGER_TICKS
             } else {
@@ -420,6 +429,7 @@ impl Shard {
             if raw.raft.state != StateRole::Leader || raw.raft.term != term {
                 slot.set(Err(errors::NOT_LEADER_OR_FOLLOWER));
                 g.next_offset.set(None);
+                g.dropped_at.set(Some(Instant::now()));
                 continue;
             }
             match raw.propose(context, data) {
@@ -428,6 +438,7 @@ impl Shard {
                     debug!(topic = %g.topic, partition = g.partition, error = %e, "proposal dropped");
                     slot.set(Err(errors::NOT_LEADER_OR_FOLLOWER));
                     g.next_offset.set(None);
+                    g.dropped_at.set(Some(Instant::now()));
                 }
             }
         }
