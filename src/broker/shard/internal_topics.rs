@@ -256,7 +256,8 @@ impl Shard {
                 partitions: partitions as i32,
                 replication_factor: rf,
                 configs: vec![
-                    // Never deleted by retention (compaction skips replicated partitions).
+                    // Never deleted by retention; the log cleaner leaves these partitions to
+                    // their stores' own compaction (shard/cleaner.rs).
                     ("cleanup.policy".into(), Some("compact".into())),
                     ("segment.bytes".into(), Some((16 << 20).to_string())),
                 ],
