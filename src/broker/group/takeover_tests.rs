@@ -8,22 +8,9 @@ use weir_storage::BatchCache;
 
 use super::coordinator::*;
 use super::offsets::run_on_disk;
+use super::tests::join_req;
 
 type Partition = super::offsets::fake_replica::FakeReplica;
-
-fn join_req(session_ms: i32) -> JoinRequest {
-    JoinRequest {
-        group_id: "g".into(),
-        member_id: String::new(),
-        group_instance_id: None,
-        client_id: "c".into(),
-        client_host: "/127.0.0.1".into(),
-        session_timeout_ms: session_ms,
-        rebalance_timeout_ms: session_ms,
-        protocol_type: "consumer".into(),
-        protocols: vec![("range".into(), Bytes::from_static(b"md"))],
-    }
-}
 
 async fn coordinator(dir: &std::path::Path, part: &Rc<Partition>) -> Coordinator {
     let config = GroupConfig {
@@ -49,7 +36,7 @@ fn a_new_leader_restores_the_groups_the_old_one_stored() {
         let part = Partition::open(&path, super::offsets::COMPACTION_MIN_BYTES).await;
         let old = coordinator(&path.join("old"), &part).await;
         old.prepare("g").await.expect("load at term 1");
-        let j = old.join(join_req(10_000)).await;
+        let j = old.join(join_req("", 10_000)).await;
         assert_eq!((j.error, j.generation_id), (codes::NONE, 1));
         let s = old
             .sync(SyncRequest {

@@ -19,7 +19,7 @@ fn config() -> GroupConfig {
     }
 }
 
-fn join_req(member: &str, session_ms: i32) -> JoinRequest {
+pub(super) fn join_req(member: &str, session_ms: i32) -> JoinRequest {
     JoinRequest {
         group_id: "g".into(),
         member_id: member.into(),
@@ -34,6 +34,16 @@ fn join_req(member: &str, session_ms: i32) -> JoinRequest {
 }
 
 /// Opens a coordinator and drives its `tick`, as the broker's core does.
+/// Waits (3 s at most, else fails with `what`) until group "g"'s stored state is removed.
+async fn state_removed(c: &Coordinator, what: &str) {
+    let store = c.offsets.store("g").expect("store");
+    let start = Instant::now();
+    while store.has_group_state("g") {
+        assert!(start.elapsed() < Duration::from_secs(3), "{what}");
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn open(dir: &Path) -> Rc<Coordinator> {
     let c = Rc::new(
         Coordinator::open(dir, 0, 1, BatchCache::new(1 << 20), config())
@@ -432,16 +442,8 @@ fn a_stable_group_resumes_after_a_restart_without_a_rebalance() {
             glommio::timer::sleep(Duration::from_millis(20)).await;
         }
         assert!(start.elapsed() >= Duration::from_millis(300));
-        let store = c.offsets.store("g").expect("store");
-        let start = Instant::now();
-        while store.has_group_state("g") {
-            assert!(
-                start.elapsed() < Duration::from_secs(3),
-                "state never removed"
-            );
-            glommio::timer::sleep(Duration::from_millis(10)).await;
-        }
-        drop((store, c));
+        state_removed(&c, "state never removed").await;
+        drop(c);
         let c = open(&dir).await;
         let d = c.describe("g");
         assert_eq!((d.state.as_str(), d.members.len()), ("Empty", 0));
@@ -519,16 +521,8 @@ fn a_group_that_empties_while_its_state_is_written_is_not_restored() {
         assert_eq!(err, codes::NONE);
         drop(held);
         assert_eq!(sync.await.error, codes::UNKNOWN_MEMBER_ID);
-        let store = c.offsets.store("g").expect("store");
-        let start = Instant::now();
-        while store.has_group_state("g") {
-            assert!(
-                start.elapsed() < Duration::from_secs(3),
-                "the state of a group its last member left stays stored"
-            );
-            glommio::timer::sleep(Duration::from_millis(10)).await;
-        }
-        drop((store, c));
+        state_removed(&c, "the state of a group its last member left stays stored").await;
+        drop(c);
         let c = open(&dir).await;
         assert_eq!(c.describe("g").members.len(), 0);
     });

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tracing::info;
 
 use super::replica_io::ACKS_WAIT;
-use super::replication::{Group, Proposal, Waiter};
+use super::replication::{Group, Proposal};
 use super::*;
 use crate::broker::errors::{self, storage_error_code};
 use crate::broker::sync::Slot;
@@ -88,20 +88,8 @@ impl Shard {
             Ok(index) => index,
             Err(code) => return (code, -1),
         };
-        let committed = Rc::new(Slot::default());
-        g.waiters.borrow_mut().push(Waiter {
-            index,
-            term,
-            committed: true,
-            slot: committed.clone(),
-        });
-        g.settle_waiters();
         let deadline = Instant::now() + ACKS_WAIT;
-        let code = futures_lite::future::or(committed.take(), async {
-            glommio::timer::sleep(ACKS_WAIT).await;
-            errors::REQUEST_TIMED_OUT
-        })
-        .await;
+        let code = g.wait_entry(index, term, true).await;
         if code != errors::NONE {
             return (code, -1);
         }

@@ -289,21 +289,7 @@ impl Shard {
             last_index = s.take().await?;
         }
         if acks != 0 {
-            let slot = Rc::new(Slot::default());
-            g.waiters.borrow_mut().push(Waiter {
-                index: last_index,
-                term,
-                committed: acks == -1,
-                slot: slot.clone(),
-            });
-            g.settle_waiters();
-            // A leader that can neither commit nor lose its leadership (never for long:
-            // check-quorum steps it down) answers like Kafka at a request's timeout.
-            let code = futures_lite::future::or(slot.take(), async {
-                glommio::timer::sleep(ACKS_WAIT).await;
-                errors::REQUEST_TIMED_OUT
-            })
-            .await;
+            let code = g.wait_entry(last_index, term, acks == -1).await;
             if code != errors::NONE {
                 return Err(code);
             }
@@ -534,6 +520,26 @@ impl Shard {
 }
 
 impl Group {
+    /// Waits until the entry at `index` of `term` is written here (`committed`: committed);
+    /// NONE, or NOT_LEADER_OR_FOLLOWER if a new leader replaced it. A leader that can neither
+    /// commit nor lose its leadership (never for long: check-quorum steps it down) answers
+    /// like Kafka at a request's timeout.
+    pub(super) async fn wait_entry(&self, index: u64, term: u64, committed: bool) -> i16 {
+        let slot = Rc::new(Slot::default());
+        self.waiters.borrow_mut().push(Waiter {
+            index,
+            term,
+            committed,
+            slot: slot.clone(),
+        });
+        self.settle_waiters();
+        futures_lite::future::or(slot.take(), async {
+            glommio::timer::sleep(ACKS_WAIT).await;
+            errors::REQUEST_TIMED_OUT
+        })
+        .await
+    }
+
     /// Notes the cuts among the entries just committed, for the driver to drop the log below
     /// them (`Shard::cut_replica`): on any partition a log start move (DeleteRecords,
     /// `replica::log_start`); on an internal topic's (`__consumer_offsets`,
