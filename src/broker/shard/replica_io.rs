@@ -261,6 +261,9 @@ impl Shard {
                 return Ok((base, last));
             }
         }
+        if g.failed.get() {
+            return Err(errors::KAFKA_STORAGE_ERROR);
+        }
         let term = g.term();
         let epoch = i32::try_from(term).map_err(|_| errors::NOT_LEADER_OR_FOLLOWER)?;
         let base = g.next_offset.get().unwrap_or_else(|| g.log_end());
@@ -282,11 +285,24 @@ impl Shard {
             slots.push(slot);
         }
         g.next_offset.set(Some(next));
-        drop(in_order);
         self.replica_work.notify();
+        // An idempotent request keeps its turn until the driver proposed its batches: the
+        // next one's check then waits for exactly these to be written (`idem_index`), not
+        // for a moment with nothing in flight on the partition.
         let mut last_index = 0;
+        let mut refused = None;
         for s in slots {
-            last_index = s.take().await?;
+            match s.take().await {
+                Ok(index) => last_index = index,
+                Err(code) => refused = Some(code),
+            }
+        }
+        if in_order.is_some() && g.idem_term.get() == term {
+            g.idem_index.set(g.idem_index.get().max(last_index));
+        }
+        drop(in_order);
+        if let Some(code) = refused {
+            return Err(code);
         }
         if acks != 0 {
             let code = g.wait_entry(last_index, term, acks == -1).await;
@@ -302,9 +318,11 @@ impl Shard {
     /// one the old leader replicated before it died, say — gets the original's offsets
     /// (`Some`) and is not written again; an out-of-order sequence or a stale epoch gets its
     /// error. The state covers a batch once it is written here, so the check first waits
-    /// until every entry of the Raft log is written (what this leader proposed, and what it
-    /// received as a follower just before it was elected: checking without those answered
-    /// OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to librdkafka). The caller holds its turn in
+    /// until the entries it depends on are written: at a term's first check, every entry of
+    /// the Raft log (what this replica received as a follower just before it was elected:
+    /// checking without those answered OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to librdkafka);
+    /// after that, the last idempotent batch this leader proposed (`Group::idem_index`). Other
+    /// producers' batches in flight do not hold it up. The caller holds its turn in
     /// `idempotent_order` meanwhile, so no batch of a later request is proposed in between.
     async fn retried_batch(
         &self,
@@ -316,11 +334,14 @@ impl Shard {
             if !g.is_leader() || g.transferring() {
                 return Err(errors::NOT_LEADER_OR_FOLLOWER);
             }
-            // Written here: every batch this leader queued, and every entry raft-rs holds
-            // (a new leader may still be writing entries it took as a follower).
-            let queued = g.next_offset.get().is_some_and(|next| next != g.log_end());
-            let unwritten = g.raw.borrow().raft.raft_log.last_index() != g.store.last();
-            if !queued && !unwritten {
+            let term = g.term();
+            if g.idem_term.get() != term {
+                // A new term: the entries it holds from before may still be being written
+                // (a new leader writes what it took as a follower).
+                g.idem_term.set(term);
+                g.idem_index.set(g.raw.borrow().raft.raft_log.last_index());
+            }
+            if g.store.last() >= g.idem_index.get() {
                 break;
             }
             if started.elapsed() > ACKS_WAIT {
@@ -340,12 +361,14 @@ impl Shard {
             Err(e @ weir_storage::Error::OutOfOrderSequence { .. })
                 if g.dropped_at.get().is_some_and(|t| t.elapsed() < ACKS_WAIT) =>
             {
-                debug!(topic = %g.topic, partition = g.partition, error = %e,
+                tracing::info!(topic = %g.topic, partition = g.partition, error = %e,
                     "an idempotent batch out of order after a refused proposal: retriable");
                 Err(errors::NOT_LEADER_OR_FOLLOWER)
             }
             Err(e) => {
-                debug!(topic = %g.topic, partition = g.partition, term = g.term(), log_end = g.log_end(), error = %e, "an idempotent batch refused by the producer check");
+                // Rare with a well-behaved client, and what a lost or duplicated record would
+                // be traced back to: logged at info.
+                tracing::info!(topic = %g.topic, partition = g.partition, term = g.term(), log_end = g.log_end(), error = %e, "an idempotent batch refused by the producer check");
                 Err(errors::storage_error_code(&e))
             }
         }

@@ -112,6 +112,12 @@ pub struct Group {
     /// Idempotent produces pass their producer check one at a time, in arrival order (a
     /// connection's pipelined requests must be checked and proposed in the order sent).
     pub(super) idempotent_order: crate::broker::sync::FifoLock,
+    /// On the leader: the Raft index the producers' state must be written up to before the
+    /// next idempotent batch is checked (`Shard::retried_batch`), and the term it is for. At
+    /// the first check of a term it is the Raft log's end (entries taken as a follower); then
+    /// the index of the last idempotent batch proposed.
+    pub(super) idem_index: Cell<u64>,
+    pub(super) idem_term: Cell<u64>,
     pub(super) waiters: RefCell<Vec<Waiter>>,
     /// The leader this replica knows (broker id; 0: none), and whether a report of its
     /// leadership to the metadata group is under way.
@@ -340,6 +346,8 @@ impl Shard {
             proposals: RefCell::new(Vec::new()),
             next_offset: Cell::new(None),
             idempotent_order: Default::default(),
+            idem_index: Cell::new(0),
+            idem_term: Cell::new(0),
             waiters: RefCell::new(Vec::new()),
             leader: Cell::new(0),
             reporting: Cell::new(false),
