@@ -85,6 +85,7 @@ pub(super) async fn core_main(
     if let Some((req_rx, resp_rx)) = receivers {
         shard.start_mesh(req_rx, resp_rx);
     }
+    *shard.metadata_current.borrow_mut() = global.metadata_current.clone();
     let id = shard.id;
     let step = |s: usize| {
         if id == 0 {

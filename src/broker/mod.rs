@@ -339,11 +339,19 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             listen,
             log: cluster::store::load(&config.data_dir)?,
             applied: meta.applied_index,
+            caught_up: Default::default(),
         }),
     };
     let meta = Arc::new(meta);
     let config = Arc::new(config);
-    let global = Arc::new(Global::new(cores, listen_addrs.len()));
+    let global = Arc::new(Global::new(
+        cores,
+        listen_addrs.len(),
+        cluster_boot.is_some(),
+    ));
+    if let Some(boot) = cluster_boot.as_mut() {
+        boot.caught_up = global.metadata_current.clone();
+    }
 
     // Signals: first SIGINT/SIGTERM starts a graceful shutdown, a second one exits at once;
     // SIGHUP reloads the TLS certificate and key.

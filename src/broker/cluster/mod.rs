@@ -16,6 +16,7 @@
 //! answers once it has applied that index itself, with the outcomes its own apply gave.
 
 pub mod call;
+mod catch_up;
 mod log;
 pub mod net;
 pub mod store;
@@ -38,6 +39,7 @@ use weir::cluster::{Batch, Outcome, Record};
 use weir::metadata::Metadata;
 
 use self::call::{AnswerFrame, CallFrame, PeerAnswer, PeerCall};
+pub use self::catch_up::CATCH_UP_WAIT;
 use self::net::{Forward, Frame, Peer, Reply};
 use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::{Event, Notify, Slot};
@@ -82,6 +84,8 @@ pub struct Boot {
     pub log: store::Loaded,
     /// The index the applied metadata (`weir-metadata.json`) is at.
     pub applied: u64,
+    /// Set once this broker's metadata caught up with the leader's (`Node::catch_up`).
+    pub caught_up: Arc<std::sync::atomic::AtomicBool>,
 }
 
 pub struct Node {
@@ -93,6 +97,10 @@ pub struct Node {
     proposals: RefCell<Vec<(Vec<u8>, Placed)>>,
     work: Notify,
     leader: Cell<u64>,
+    /// Start-up catch-up (`catch_up`): a read index to ask the leader for, and the index it
+    /// answered.
+    read_wanted: Cell<bool>,
+    read_target: Cell<Option<u64>>,
     applied: Cell<u64>,
     applied_changed: RefCell<Rc<Event>>,
     /// index → (request id, outcome per record), for the last `OUTCOMES_KEPT` entries.
@@ -116,6 +124,7 @@ impl Node {
             listen,
             log,
             applied,
+            caught_up,
         } = boot;
         let voters: Vec<u64> = peers.iter().map(|p| p.0).chain([id]).collect();
         let mem = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
@@ -154,6 +163,8 @@ impl Node {
             proposals: RefCell::new(Vec::new()),
             work: Notify::default(),
             leader: Cell::new(0),
+            read_wanted: Cell::new(false),
+            read_target: Cell::new(None),
             applied: Cell::new(applied),
             applied_changed: RefCell::new(Rc::new(Event::default())),
             outcomes: RefCell::new(BTreeMap::new()),
@@ -183,6 +194,7 @@ impl Node {
             glommio::spawn_local(p.clone().run()).detach();
         }
         glommio::spawn_local(node.clone().accept(listener)).detach();
+        glommio::spawn_local(node.clone().catch_up(caught_up)).detach();
         let q = glommio::executor().create_task_queue(
             glommio::Shares::default(),
             glommio::Latency::Matters(Duration::from_millis(5)),
@@ -362,6 +374,11 @@ impl Node {
                     Err(e) => slot.set(Err(e.to_string())),
                 }
             }
+            if self.read_wanted.take() {
+                self.raw
+                    .borrow_mut()
+                    .read_index(catch_up::READ_CONTEXT.to_vec());
+            }
             if !self.raw.borrow().has_ready() {
                 continue;
             }
@@ -394,6 +411,7 @@ impl Node {
             self.leader.set(ss.leader_id);
         }
         self.send(rd.take_messages());
+        self.note_read_states(rd.take_read_states());
         if !rd.snapshot().is_empty() {
             // The log is never compacted, so no peer ever needs a snapshot.
             return Err("unexpected Raft snapshot (the metadata log is never compacted)".into());

@@ -61,6 +61,8 @@ pub(super) async fn metadata(
     listener: usize,
     may_create: bool,
 ) -> MetadataResponse {
+    // A broker just started in a cluster answers once its metadata is the leader's.
+    shard.wait_metadata_current().await;
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let requested: Option<Vec<String>> = match &req.topics {
         None => None,

@@ -71,10 +71,15 @@ pub struct Global {
     /// Core 0's start-up step (`core::STARTUP_STEPS`): named by another core that gives up
     /// waiting for core 0's listener, so a hang says where it is.
     pub core0_step: AtomicUsize,
+    /// Whether this broker's metadata is current enough to answer Metadata requests: at
+    /// once standalone; in a cluster, once the metadata group caught up with its leader
+    /// after start-up (`cluster::Node::catch_up`; docs/replication.md, "A restarted broker
+    /// catches up before answering Metadata").
+    pub metadata_current: Arc<AtomicBool>,
 }
 
 impl Global {
-    pub fn new(cores: usize, listeners: usize) -> Global {
+    pub fn new(cores: usize, listeners: usize, clustered: bool) -> Global {
         Global {
             shutdown: AtomicBool::new(false),
             drained: AtomicUsize::new(0),
@@ -87,6 +92,7 @@ impl Global {
                 .collect(),
             exited: AtomicUsize::new(0),
             core0_step: AtomicUsize::new(0),
+            metadata_current: Arc::new(AtomicBool::new(!clustered)),
         }
     }
 }
@@ -211,6 +217,8 @@ pub struct Shard {
     /// The internal topics (`__consumer_offsets`, `__transaction_state`) whose creation is
     /// under way from this core (`internal_topics`).
     creating_internal_topics: RefCell<HashSet<&'static str>>,
+    /// `Global::metadata_current` (set at start-up; a standalone broker's is always true).
+    pub metadata_current: RefCell<Arc<AtomicBool>>,
 }
 
 /// The metadata change of an admin request could not be saved: every topic it would have
@@ -291,6 +299,7 @@ impl Shard {
             markers_written: RefCell::new(HashMap::new()),
             last_producer_tick: Cell::new(0),
             creating_internal_topics: RefCell::new(HashSet::new()),
+            metadata_current: RefCell::new(Arc::new(AtomicBool::new(true))),
         })
     }
 

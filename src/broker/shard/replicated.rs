@@ -70,6 +70,21 @@ impl Shard {
         *self.cluster.borrow_mut() = Some(node);
     }
 
+    /// Waits (a broker just started in a cluster) until its metadata caught up with the
+    /// metadata leader's, so a Metadata answer never names the leaders this broker saw
+    /// before it went down (`cluster::catch_up`). The node gives up the wait itself
+    /// after `cluster::CATCH_UP_WAIT`; the bound here only guards against a node that never
+    /// started.
+    pub async fn wait_metadata_current(&self) {
+        let flag = self.metadata_current.borrow().clone();
+        let started = std::time::Instant::now();
+        while !flag.load(std::sync::atomic::Ordering::Acquire)
+            && started.elapsed() < crate::broker::cluster::CATCH_UP_WAIT * 2
+        {
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// Submits the records of `results[slots[i]]` as one metadata entry and fills in each
     /// one's outcome (REQUEST_TIMED_OUT for all if it was not applied in time).
     async fn submit_records(
