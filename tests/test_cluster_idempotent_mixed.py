@@ -6,16 +6,17 @@ at a moment when nothing at all was queued or unwritten on the partition. Beside
 producers keeping the partition busy such a moment is rare or never comes, so an idempotent
 request waited for it: Java's producer is idempotent by default, so a topic written by it and
 by any non-idempotent client saw its latency go from milliseconds to seconds. Against the
-build before the fix this test's first idempotent record timed out in librdkafka (20 s)
-while the plain records around it were acknowledged. The check now waits only for the
-idempotent batches it depends on.
+build before the fix (release build) the idempotent median acknowledgement was 1,350 ms
+beside the plain probe's 129 ms, one record waiting 17.9 s (in another run one timed out in
+librdkafka after 20 s). The check now waits only for the idempotent batches it depends on:
+137 ms beside 131 ms.
 
-Four plain producers (acks=all, five requests in flight, 8 KiB records, a bounded local
-queue) keep a partition of replication factor 3 busy. Meanwhile one idempotent and one plain
-"probe" producer each send records one at a time, waiting for each acknowledgement, taking
+Eight plain producers (acks=all, five requests in flight, 64 KiB records, a bounded local
+queue) keep a partition of replication factor 3 busy; retention keeps its disk use small.
+Meanwhile one idempotent and one plain "probe" producer each send records one at a time, waiting for each acknowledgement, taking
 turns. The idempotent median must stay within 3 times the plain probe's (the same load,
-measured in the same run: not a latency target, which is the benchmarks' job). Every
-idempotent record is then read back once, in the order sent.
+measured in the same run: not a latency target, which is the benchmarks' job), and each
+idempotent record gets its own offset, in the order sent.
 """
 
 from __future__ import annotations
@@ -26,22 +27,23 @@ import time
 
 import pytest
 
-from confluent_kafka import TopicPartition
-
-from clients import rd_consumer, rd_poll, rd_producer
+from clients import rd_producer
 from test_cluster_metadata import NODE_ID_STRIDE, cluster, create  # noqa: F401
 from test_cluster_replication import leader_of
 
 TOPIC = "mixed"
 IDEMPOTENT_RECORDS = 20
-PLAIN_PRODUCERS = 4
-PLAIN_SIZE = 8 << 10
+PLAIN_PRODUCERS = 8
+PLAIN_SIZE = 64 << 10
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("cluster", [{"log.retention.check.interval.ms": "500"}], indirect=True)
 def test_an_idempotent_producer_is_not_held_up_by_another_producers_load(cluster):
     everyone = ",".join(b.bootstrap for b in cluster)
-    create(cluster[0].bootstrap, TOPIC, 1, replication_factor=3)
+    # The load writes over a gigabyte a replica: retention keeps each replica's disk use small.
+    create(cluster[0].bootstrap, TOPIC, 1, replication_factor=3,
+           config={"retention.bytes": str(64 << 20), "segment.bytes": str(16 << 20)})
     leader_of(cluster, TOPIC, 0)
 
     stop = threading.Event()
@@ -50,8 +52,9 @@ def test_an_idempotent_producer_is_not_held_up_by_another_producers_load(cluster
     lock = threading.Lock()
 
     def plain_load():
+        value = b"p" * PLAIN_SIZE
         p = rd_producer(everyone, acks="all", **{"linger.ms": 0, "max.in.flight.requests.per.connection": 5,
-                                                 "queue.buffering.max.messages": 200})
+                                                 "queue.buffering.max.messages": 100})
 
         def on_delivery(err, _msg):
             if err is not None:
@@ -59,7 +62,7 @@ def test_an_idempotent_producer_is_not_held_up_by_another_producers_load(cluster
 
         while not stop.is_set():
             try:
-                p.produce(TOPIC, value=b"p" * PLAIN_SIZE, partition=0, on_delivery=on_delivery)
+                p.produce(TOPIC, value=value, partition=0, on_delivery=on_delivery)
                 with lock:
                     plain_sent[0] += 1
             except BufferError:
@@ -103,15 +106,8 @@ def test_an_idempotent_producer_is_not_held_up_by_another_producers_load(cluster
           f"(max {max(latencies['idempotent']) * 1e3:.1f}), plain median {plain_median * 1e3:.1f} ms "
           f"(max {max(latencies['plain']) * 1e3:.1f})")
     assert plain_before_stop > 1000, "the plain load did not run"
-    assert idem_median < max(3 * plain_median, 0.05), "idempotent records wait for the partition to be idle"
+    assert idem_median < 3 * plain_median + 0.01, "idempotent records wait for the partition to be idle"
 
-    # Each idempotent record is where its acknowledgement said, in the order sent.
+    # Each idempotent record got its own offset, in the order sent (retention has deleted most
+    # of what was written, so they are not read back here: test_idempotence.py does that).
     assert idem_offsets == sorted(set(idem_offsets)), idem_offsets
-    c = rd_consumer(everyone)
-    try:
-        for i, off in enumerate(idem_offsets):
-            c.assign([TopicPartition(TOPIC, 0, off)])
-            [r] = rd_poll(c, 1)
-            assert (r.offset, r.key, r.value) == (off, b"idempotent", b"i%d" % i)
-    finally:
-        c.close()
