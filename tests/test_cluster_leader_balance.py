@@ -5,7 +5,7 @@ leaders landed anywhere (now and then all on one broker: the cluster transaction
 the RF 3 benchmark re-created topics until they did not), and after a broker restarted it led
 nothing until other failures moved leaders to it — one broker did all the leaders' work.
 
-Three `weir serve` processes with `auto.leader.rebalance.enable=true` (off by default) and
+Three `weir serve` processes with `auto.leader.rebalance.enable=true` (the default) and
 `leader.imbalance.check.interval.seconds=1`:
 - a new RF 3 topic of three partitions is led by each partition's preferred replica (the first
   of its placement), one per broker;
