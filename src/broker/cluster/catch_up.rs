@@ -7,8 +7,9 @@
 //! NOT_LEADER_OR_FOLLOWER). Kafka's KRaft broker stays fenced until it has replayed the
 //! metadata log up to the controller's high watermark; here the node asks the metadata leader
 //! for its commit index with a Raft read index (raft-rs `read_index`: the leader confirms its
-//! leadership with a quorum and answers its commit index), and Metadata requests wait until
-//! this broker has applied that index.
+//! leadership with a quorum and answers its commit index), and the requests answered from
+//! the metadata (Metadata, DescribeTopicPartitions, DescribeCluster, FindCoordinator) wait
+//! until this broker has applied that index.
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};

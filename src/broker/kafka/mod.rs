@@ -218,6 +218,7 @@ async fn process_request(
             one(&req, &resp)
         }
         Body::DescribeCluster(_) => {
+            shard.wait_metadata_current().await;
             let resp = describe_cluster(&shard, listener);
             one(&req, &resp)
         }
@@ -277,6 +278,7 @@ async fn process_request(
         Body::DescribeTransactions(d) => one(&req, &txn::describe_transactions(&shard, d).await),
         Body::ListTransactions(l) => one(&req, &txn::list_transactions(&shard, l).await),
         Body::FindCoordinator(f) => {
+            shard.wait_metadata_current().await;
             let mut resp = group::find_coordinator(&shard, req.version, f, listener).await;
             authz::patch_find_coordinator(&shard, session, f, &mut resp);
             one(&req, &resp)
@@ -342,6 +344,7 @@ async fn process_request(
         }
         Body::AlterReplicaLogDirs(a) => one(&req, &describe::alter_replica_log_dirs(&shard, a)),
         Body::DescribeTopicPartitions(d) => {
+            shard.wait_metadata_current().await;
             let mut resp = describe::describe_topic_partitions(&shard, d);
             authz::patch_describe_topic_partitions(&shard, session, &mut resp);
             one(&req, &resp)

@@ -71,8 +71,9 @@ impl Shard {
     }
 
     /// Waits (a broker just started in a cluster) until its metadata caught up with the
-    /// metadata leader's, so a Metadata answer never names the leaders this broker saw
-    /// before it went down (`cluster::catch_up`). The node gives up the wait itself
+    /// metadata leader's, so an answer from the metadata (Metadata, DescribeTopicPartitions,
+    /// DescribeCluster, FindCoordinator) never names the leaders this broker saw before it
+    /// went down (`cluster::catch_up`). The node gives up the wait itself
     /// after `cluster::CATCH_UP_WAIT`; the bound here only guards against a node that never
     /// started.
     pub async fn wait_metadata_current(&self) {
