@@ -285,10 +285,16 @@ fn start_cluster(
     shard: &std::rc::Rc<Shard>,
     boot: super::cluster::Boot,
 ) -> Result<std::rc::Rc<super::cluster::Node>, String> {
-    let (applier, reader, router, server) =
-        (shard.clone(), shard.clone(), shard.clone(), shard.clone());
+    let (applier, reader, router, server, waker) = (
+        shard.clone(),
+        shard.clone(),
+        shard.clone(),
+        shard.clone(),
+        shard.clone(),
+    );
     let hooks = super::cluster::Hooks {
         partition: Box::new(move |m| router.raft_in(m)),
+        peer_changed: Box::new(move |peer| waker.peer_changed(peer)),
         apply: Box::new(move |batches, last| {
             let shard = applier.clone();
             Box::pin(async move { shard.apply_cluster(batches, last).await })

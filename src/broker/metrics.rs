@@ -114,6 +114,10 @@ pub struct CoreSnapshot {
     pub cache_misses: u64,
     pub cache_used_bytes: usize,
     pub read_cache_used_bytes: usize,
+    /// This core's replicas of replicated partitions (Raft groups), and how many of them
+    /// hibernate.
+    pub raft_groups: usize,
+    pub raft_groups_asleep: usize,
     pub partitions: Vec<PartitionSnapshot>,
 }
 
@@ -445,6 +449,23 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             &format!("core=\"{}\"", c.core),
             c.read_cache_used_bytes,
         );
+    }
+    for (name, help, f) in [
+        (
+            "weir_raft_groups",
+            "Replicas of replicated partitions on the core (one Raft group each).",
+            (|c| c.raft_groups) as fn(&CoreSnapshot) -> usize,
+        ),
+        (
+            "weir_raft_groups_asleep",
+            "Of those, the ones hibernating: not ticked, no heartbeats (replica.hibernate.enable).",
+            |c| c.raft_groups_asleep,
+        ),
+    ] {
+        o.head(name, "gauge", help);
+        for c in cores {
+            o.line(name, &format!("core=\"{}\"", c.core), f(c));
+        }
     }
     o.head(
         "weir_cross_core_queue_depth",

@@ -129,6 +129,8 @@ pub const SETTINGS: &[Setting] = &[
         "In a cluster: a replicated partition led by another replica than its preferred one (the first of its placement) hands its leadership back to the preferred replica once that one is in sync, checked every `leader.imbalance.check.interval.seconds` (docs/replication.md, \"Preferred leaders\"). On by default, as in Kafka."),
     setting("leader.imbalance.check.interval.seconds", "300", "s", None,
         "How often each partition leader checks whether to hand its leadership back to the preferred replica (`auto.leader.rebalance.enable`)."),
+    setting("replica.hibernate.enable", "true", "bool", None,
+        "In a cluster: a replicated partition with nothing to replicate for a second hibernates: its replicas stop ticking and heartbeating until a produce, a message or a peer broker going down or coming back wakes it (docs/replication.md, \"Hibernating partition groups\"). Off, every group heartbeats every 200 ms."),
     setting("auto.create.topics.enable", "true", "bool", None,
         "Create a topic when a client asks for an unknown one in Metadata."),
     setting("log.segment.bytes", "1073741824", "bytes", Some("segment.bytes"),
@@ -216,6 +218,8 @@ pub struct BrokerConfig {
     pub auto_leader_rebalance: bool,
     /// `leader.imbalance.check.interval.seconds`.
     pub leader_imbalance_check_interval_s: u64,
+    /// `replica.hibernate.enable`.
+    pub replica_hibernate: bool,
     /// `transaction.max.timeout.ms`.
     pub transaction_max_timeout_ms: i64,
     /// `transactional.id.expiration.ms`.
@@ -303,6 +307,7 @@ impl Default for BrokerConfig {
             default_replication_factor: 1,
             auto_create_topics: true,
             auto_leader_rebalance: true,
+            replica_hibernate: true,
             leader_imbalance_check_interval_s: 300,
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
@@ -429,6 +434,7 @@ impl BrokerConfig {
             }
             "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
             "auto.leader.rebalance.enable" => self.auto_leader_rebalance = parse_bool(key, value)?,
+            "replica.hibernate.enable" => self.replica_hibernate = parse_bool(key, value)?,
             "leader.imbalance.check.interval.seconds" => {
                 self.leader_imbalance_check_interval_s = parse_bounded(key, value, 1, 1 << 31)?
             }
@@ -610,6 +616,7 @@ impl BrokerConfig {
             "default.replication.factor" => self.default_replication_factor.to_string(),
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
             "auto.leader.rebalance.enable" => self.auto_leader_rebalance.to_string(),
+            "replica.hibernate.enable" => self.replica_hibernate.to_string(),
             "leader.imbalance.check.interval.seconds" => {
                 self.leader_imbalance_check_interval_s.to_string()
             }

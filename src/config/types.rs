@@ -35,6 +35,7 @@ pub fn config_type(name: &str) -> ConfigType {
         "listeners.per.core"
         | "auto.create.topics.enable"
         | "auto.leader.rebalance.enable"
+        | "replica.hibernate.enable"
         | "log.cleaner.enable"
         | "allow.everyone.if.no.acl.found" => Boolean,
         "offset.metadata.max.bytes"

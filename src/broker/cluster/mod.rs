@@ -17,6 +17,8 @@
 
 pub mod call;
 mod catch_up;
+mod inbound;
+mod liveness;
 mod log;
 pub mod net;
 pub mod store;
@@ -38,9 +40,9 @@ use tracing::{debug, error, info, warn};
 use weir::cluster::{Batch, Outcome, Record};
 use weir::metadata::Metadata;
 
-use self::call::{AnswerFrame, CallFrame, PeerAnswer, PeerCall};
+use self::call::{CallFrame, PeerAnswer, PeerCall};
 pub use self::catch_up::CATCH_UP_WAIT;
-use self::net::{Forward, Frame, Peer, Reply};
+use self::net::{Forward, Frame, Peer};
 use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::{Event, Notify, Slot};
 
@@ -65,6 +67,9 @@ pub struct Hooks {
     pub apply:
         Box<dyn Fn(Vec<(u64, Batch)>, u64) -> Pin<Box<dyn Future<Output = Vec<Vec<Outcome>>>>>>,
     pub current: Box<dyn Fn() -> Arc<Metadata>>,
+    /// A peer broker was taken to be down, or up again (`liveness`): the hibernating
+    /// partition groups with a replica on it wake (`Shard::peer_changed`).
+    pub peer_changed: Box<dyn Fn(u64)>,
     /// Serves a peer's transaction request (`Shard::serve_peer_call`).
     #[allow(clippy::type_complexity)]
     pub call: Box<dyn Fn(PeerCall) -> Pin<Box<dyn Future<Output = PeerAnswer>>>>,
@@ -170,7 +175,7 @@ impl Node {
             outcomes: RefCell::new(BTreeMap::new()),
             peers: peers
                 .iter()
-                .map(|&(p, addr)| (p, Peer::new(p, addr, listen)))
+                .map(|&(p, addr)| (p, Peer::new(p, addr, listen, id)))
                 .collect(),
             forwards: RefCell::new(HashMap::new()),
             calls: RefCell::new(HashMap::new()),
@@ -194,6 +199,7 @@ impl Node {
             glommio::spawn_local(p.clone().run()).detach();
         }
         glommio::spawn_local(node.clone().accept(listener)).detach();
+        glommio::spawn_local(node.clone().watch_peers()).detach();
         glommio::spawn_local(node.clone().catch_up(caught_up)).detach();
         let q = glommio::executor().create_task_queue(
             glommio::Shares::default(),
@@ -204,97 +210,6 @@ impl Node {
             .map_err(|e| e.to_string())?
             .detach();
         Ok(node)
-    }
-
-    async fn accept(self: Rc<Self>, listener: glommio::net::TcpListener) {
-        loop {
-            let stream = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!(error = %e, "accepting a peer connection");
-                    glommio::timer::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            glommio::spawn_local(self.clone().serve_peer(stream)).detach();
-        }
-    }
-
-    /// Reads a peer's frames until it closes or sends something that does not decode (that
-    /// closes this connection only).
-    async fn serve_peer(self: Rc<Self>, mut stream: glommio::net::TcpStream) {
-        let peer = stream.peer_addr().ok();
-        loop {
-            match net::read_frame(&mut stream).await {
-                Ok(Some(frame)) => self.on_frame(frame),
-                Ok(None) => return,
-                Err(e) => {
-                    warn!(peer = ?peer, error = %e, "closing a peer connection: bad frame");
-                    return;
-                }
-            }
-        }
-    }
-
-    fn on_frame(self: &Rc<Self>, frame: Frame) {
-        match frame {
-            Frame::Raft(m) => {
-                if m.to != self.id || !self.peers.contains_key(&m.from) {
-                    debug!(
-                        from = m.from,
-                        to = m.to,
-                        "dropping a Raft message not for us"
-                    );
-                    return;
-                }
-                self.inbox.borrow_mut().push(m);
-                self.work.notify();
-            }
-            Frame::Forward(f) => {
-                let Some(peer) = self.peers.get(&f.from).cloned() else {
-                    return;
-                };
-                let node = self.clone();
-                glommio::spawn_local(async move {
-                    let result = node.propose(f.req, f.records).await;
-                    peer.send(&Frame::Reply(Reply { req: f.req, result }));
-                })
-                .detach();
-            }
-            Frame::Reply(r) => {
-                if let Some(slot) = self.forwards.borrow_mut().remove(&r.req) {
-                    slot.set(r.result);
-                }
-            }
-            Frame::Partition(m) => {
-                if m.msg.to != self.id || !self.peers.contains_key(&m.msg.from) {
-                    debug!(
-                        from = m.msg.from,
-                        to = m.msg.to,
-                        "dropping a partition message not for us"
-                    );
-                    return;
-                }
-                (self.hooks.partition)(m);
-            }
-            Frame::Call(c) => {
-                let Some(peer) = self.peers.get(&c.from).cloned() else {
-                    debug!(from = c.from, "dropping a call from an unknown broker");
-                    return;
-                };
-                let answer = (self.hooks.call)(c.call);
-                glommio::spawn_local(async move {
-                    let answer = answer.await;
-                    peer.send(&Frame::Answer(AnswerFrame { req: c.req, answer }));
-                })
-                .detach();
-            }
-            Frame::Answer(a) => {
-                if let Some(slot) = self.calls.borrow_mut().remove(&a.req) {
-                    slot.set(a.answer);
-                }
-            }
-        }
     }
 
     /// Sends `call` to broker `to` and waits up to `timeout` for its answer (`None`: no

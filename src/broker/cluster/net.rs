@@ -11,16 +11,20 @@
 //! - kind 3: `Reply` (JSON): the Raft index the leader proposed them at, or why not;
 //! - kind 4: a partition group's Raft message (`replica::frame::PartitionMessage`);
 //! - kind 5: `CallFrame` (JSON): a transaction request for another broker (`call`);
-//! - kind 6: `AnswerFrame` (JSON): its answer.
+//! - kind 6: `AnswerFrame` (JSON): its answer;
+//! - kind 7: a keepalive (the sender's broker id, u64 BE), written on an otherwise idle
+//!   connection every `KEEPALIVE`: a peer is known to be up even when all the partition
+//!   groups between the two brokers hibernate (`liveness`).
 //!
 //! A peer that sends a frame that does not decode loses that connection, never more.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use futures_lite::future::or;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use protobuf::Message as _;
@@ -43,12 +47,22 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often a connection from a bound source address is checked while it is being made.
 const CONNECT_POLL: Duration = Duration::from_millis(2);
 
+/// Frames queued for a peer are written together, in writes of up to this many bytes (one
+/// system call per frame cost most of an idle broker's CPU with thousands of groups); a
+/// larger frame is written on its own, not copied.
+const COALESCE_BYTES: usize = 64 << 10;
+/// The read buffer of a connection from a peer.
+pub const PEER_READ_BUFFER: usize = 64 << 10;
+
 const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_REPLY: u8 = 3;
 const KIND_PARTITION: u8 = 4;
 const KIND_CALL: u8 = 5;
 const KIND_ANSWER: u8 = 6;
+const KIND_PING: u8 = 7;
+/// How long a connection to a peer may stay idle before a keepalive goes out.
+pub const KEEPALIVE: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Forward {
@@ -72,9 +86,23 @@ pub enum Frame {
     Partition(PartitionMessage),
     Call(CallFrame),
     Answer(AnswerFrame),
+    /// A keepalive from the broker with this id.
+    Ping(u64),
 }
 
 impl Frame {
+    /// The broker that sent the frame, for the kinds that name it.
+    pub fn sender(&self) -> Option<u64> {
+        match self {
+            Frame::Raft(m) => Some(m.from),
+            Frame::Forward(f) => Some(f.from),
+            Frame::Partition(p) => Some(p.msg.from),
+            Frame::Call(c) => Some(c.from),
+            Frame::Ping(from) => Some(*from),
+            Frame::Reply(_) | Frame::Answer(_) => None,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let (kind, body) = match self {
             Frame::Raft(m) => (KIND_RAFT, m.write_to_bytes().expect("a message encodes")),
@@ -87,6 +115,7 @@ impl Frame {
             ),
             Frame::Call(c) => (KIND_CALL, serde_json::to_vec(c).expect("encodes")),
             Frame::Answer(a) => (KIND_ANSWER, serde_json::to_vec(a).expect("encodes")),
+            Frame::Ping(from) => (KIND_PING, from.to_be_bytes().to_vec()),
         };
         let mut out = Vec::with_capacity(5 + body.len());
         out.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
@@ -115,13 +144,20 @@ impl Frame {
             KIND_ANSWER => serde_json::from_slice(body)
                 .map(Frame::Answer)
                 .map_err(|e| format!("bad answer: {e}")),
+            KIND_PING => body
+                .try_into()
+                .map(|b| Frame::Ping(u64::from_be_bytes(b)))
+                .map_err(|_| format!("bad keepalive of {} bytes", body.len())),
             k => Err(format!("unknown frame kind {k}")),
         }
     }
 }
 
-/// Reads one frame; `Ok(None)` at a clean end of the stream.
-pub async fn read_frame(stream: &mut TcpStream) -> Result<Option<Frame>, String> {
+/// Reads one frame; `Ok(None)` at a clean end of the stream. Peers' connections are read
+/// through a `BufReader` (`PEER_READ_BUFFER`): the frames of one write arrive in one read.
+pub async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
+    stream: &mut R,
+) -> Result<Option<Frame>, String> {
     let mut len = [0u8; 4];
     match stream.read_exact(&mut len).await {
         Ok(()) => {}
@@ -143,6 +179,8 @@ pub async fn read_frame(stream: &mut TcpStream) -> Result<Option<Frame>, String>
 /// One peer broker: the frames waiting to be written to it, and its sender task's wake-up.
 pub struct Peer {
     pub id: u64,
+    /// This broker's id (what its keepalives carry).
+    own_id: u64,
     addr: SocketAddr,
     /// The source address of connections to it (see `source_for`).
     source: Option<IpAddr>,
@@ -151,19 +189,41 @@ pub struct Peer {
     /// Fired (and replaced) each time a connection attempt fails and the queued frames are
     /// dropped: a call waiting for this peer's answer need not wait out its timeout.
     unreachable: RefCell<Rc<Event>>,
+    /// When a frame from this peer last arrived, and whether it is taken to be up
+    /// (`liveness`).
+    pub heard: Cell<Option<Instant>>,
+    pub up: Cell<bool>,
+    /// Fired when the peer is taken to be down: the connection to it is dropped and made
+    /// again (`Peer::reconnect`).
+    reset: Notify,
 }
 
 impl Peer {
-    /// A peer at `addr`, reached from `own` (this broker's inter-broker address).
-    pub fn new(id: u64, addr: SocketAddr, own: SocketAddr) -> Rc<Peer> {
+    /// A peer at `addr`, reached from `own` (this broker's inter-broker address, of the
+    /// broker with id `own_id`).
+    pub fn new(id: u64, addr: SocketAddr, own: SocketAddr, own_id: u64) -> Rc<Peer> {
         Rc::new(Peer {
             id,
+            own_id,
             addr,
             source: source_for(own, addr),
             queue: RefCell::new(VecDeque::new()),
             work: Notify::default(),
             unreachable: RefCell::new(Rc::new(Event::default())),
+            heard: Cell::new(None),
+            up: Cell::new(false),
+            reset: Notify::default(),
         })
+    }
+
+    /// Drops the connection to this peer and makes a new one (its sender task does, even in
+    /// the middle of a write). Called when the peer went silent: the frames written into a
+    /// link that dropped them wait in the kernel behind TCP's retransmission backoff, which
+    /// grows to seconds, so after a network partition heals an old connection can stay mute
+    /// for seconds more (the partition tests saw 4 s); a new connection's first SYN goes out
+    /// at once, and the attempts repeat every `CONNECT_TIMEOUT` + `RECONNECT_PAUSE`.
+    pub fn reconnect(&self) {
+        self.reset.notify();
     }
 
     pub fn send(&self, frame: &Frame) {
@@ -201,18 +261,56 @@ impl Peer {
                 }
             };
             let _ = stream.set_nodelay(true);
+            // A reset asked for before this connection was made is done.
+            let _ = futures_lite::future::poll_once(self.reset.notified()).await;
             if !connected_before {
                 info!(peer = self.id, addr = %self.addr, "connected to peer broker");
                 connected_before = true;
             }
             'conn: loop {
-                let frames: Vec<Vec<u8>> = self.queue.borrow_mut().drain(..).collect();
+                let mut frames: Vec<Vec<u8>> = self.queue.borrow_mut().drain(..).collect();
                 if frames.is_empty() {
-                    self.work.notified().await;
-                    continue;
+                    let woken = or(
+                        async {
+                            self.work.notified().await;
+                            Some(true)
+                        },
+                        or(
+                            async {
+                                glommio::timer::sleep(KEEPALIVE).await;
+                                Some(false)
+                            },
+                            async {
+                                self.reset.notified().await;
+                                None
+                            },
+                        ),
+                    )
+                    .await;
+                    match woken {
+                        Some(true) => continue,
+                        Some(false) => frames.push(Frame::Ping(self.own_id).encode()),
+                        None => {
+                            info!(peer = self.id, "peer silent: connecting to it again");
+                            break 'conn;
+                        }
+                    }
                 }
-                for f in frames {
-                    if let Err(e) = stream.write_all(&f).await {
+                let written = or(
+                    async { write_frames(&mut stream, frames).await.map(|()| true) },
+                    async {
+                        self.reset.notified().await;
+                        Ok(false)
+                    },
+                )
+                .await;
+                match written {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        info!(peer = self.id, "peer silent: connecting to it again");
+                        break 'conn;
+                    }
+                    Err(e) => {
                         debug!(peer = self.id, error = %e, "peer connection lost; reconnecting");
                         break 'conn;
                     }
@@ -221,6 +319,30 @@ impl Peer {
             glommio::timer::sleep(RECONNECT_PAUSE).await;
         }
     }
+}
+
+/// Writes frames in order: the small ones gathered into writes of up to `COALESCE_BYTES`, a
+/// larger one on its own.
+async fn write_frames<W: futures_lite::AsyncWrite + Unpin>(
+    out: &mut W,
+    frames: Vec<Vec<u8>>,
+) -> std::io::Result<()> {
+    let mut gathered = Vec::new();
+    for f in frames {
+        if !gathered.is_empty() && gathered.len() + f.len() > COALESCE_BYTES {
+            out.write_all(&gathered).await?;
+            gathered.clear();
+        }
+        if f.len() >= COALESCE_BYTES {
+            out.write_all(&f).await?;
+        } else {
+            gathered.extend_from_slice(&f);
+        }
+    }
+    if !gathered.is_empty() {
+        out.write_all(&gathered).await?;
+    }
+    Ok(())
 }
 
 /// The address to connect to a peer at `peer` from, for a broker whose own inter-broker
@@ -335,6 +457,7 @@ mod tests {
                 req: 10,
                 answer: super::super::call::PeerAnswer::Codes(vec![0, 6]),
             }),
+            Frame::Ping(3),
         ];
         for f in frames {
             let bytes = f.encode();
@@ -349,6 +472,36 @@ mod tests {
         assert!(Frame::decode(&[KIND_PARTITION, 1, 2, 3]).is_err());
         assert!(Frame::decode(&[KIND_CALL, b'[']).is_err());
         assert!(Frame::decode(&[KIND_ANSWER, b'{', b'}']).is_err());
+        assert!(Frame::decode(&[KIND_PING, 0, 0, 1]).is_err());
+    }
+
+    /// Frames written together (small ones gathered, a large one alone) come back one by one
+    /// and in order through a read buffer smaller than some of them.
+    #[test]
+    fn gathered_frames_read_back_in_order() {
+        futures_lite::future::block_on(async {
+            let frames: Vec<Frame> = (0..50u64)
+                .map(|i| {
+                    if i % 10 == 3 {
+                        Frame::Reply(Reply {
+                            req: i,
+                            result: Err("x".repeat(COALESCE_BYTES + 1)),
+                        })
+                    } else {
+                        Frame::Ping(i)
+                    }
+                })
+                .collect();
+            let mut out: Vec<u8> = Vec::new();
+            write_frames(&mut out, frames.iter().map(Frame::encode).collect())
+                .await
+                .unwrap();
+            let mut rd = futures_lite::io::BufReader::with_capacity(4096, out.as_slice());
+            for f in &frames {
+                assert_eq!(read_frame(&mut rd).await.unwrap().as_ref(), Some(f));
+            }
+            assert_eq!(read_frame(&mut rd).await.unwrap(), None);
+        });
     }
 
     #[test]

@@ -291,6 +291,11 @@ impl ReplicaStorage {
         c.evict();
     }
 
+    /// Whether raft-rs asked for entries to be read back since `take_requests` last ran.
+    pub fn has_requests(&self) -> bool {
+        !self.core.borrow().requests.is_empty()
+    }
+
     /// The fetch requests raft-rs made since the last call.
     pub fn take_requests(&self) -> Vec<FetchRequest> {
         std::mem::take(&mut self.core.borrow_mut().requests)

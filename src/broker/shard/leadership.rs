@@ -25,7 +25,7 @@ impl Shard {
         }
         g.balance_at
             .set(now + Duration::from_secs(self.config.leader_imbalance_check_interval_s));
-        let mut raw = g.raw.borrow_mut();
+        let raw = g.raw.borrow();
         if raw.raft.state != StateRole::Leader
             || raw.raft.id == g.preferred
             || raw.raft.lead_transferee.is_some()
@@ -44,7 +44,9 @@ impl Shard {
         if ready {
             info!(topic = %g.topic, partition = g.partition, to = g.preferred, term = raw.raft.term,
                 "handing the leadership back to the preferred replica");
-            raw.transfer_leader(g.preferred);
+            drop(raw);
+            g.wake();
+            g.raw.borrow_mut().transfer_leader(g.preferred);
         }
     }
 }

@@ -158,6 +158,10 @@ impl Shard {
                 self.deliver_raft(msgs);
                 Resp::Done
             }
+            Req::WakeGroupsOf(peer) => {
+                self.wake_groups_of(peer);
+                Resp::Done
+            }
             Req::Submit(records) => Resp::Stored(self.submit_for_core(records).await),
             Req::CreateTopics {
                 topics,

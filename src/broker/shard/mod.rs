@@ -14,6 +14,7 @@ mod admin;
 mod checks;
 mod cleaner;
 mod fetch;
+mod hibernate;
 mod install;
 mod internal_topics;
 mod leadership;
@@ -24,6 +25,7 @@ mod msg;
 mod offsets;
 mod peer_calls;
 mod produce;
+mod raft_route;
 mod replica_io;
 mod replica_write;
 mod replicated;
@@ -176,6 +178,11 @@ pub struct Shard {
     /// Whether this core's group driver runs, and its wake-up.
     replica_driver: Cell<bool>,
     replica_work: Notify,
+    /// Partition messages on their way through the mesh, sent together once the task
+    /// queuing them yields (`Shard::send_raft`, `Shard::raft_in`): on a core other than 0,
+    /// those for core 0 to send to peers; on core 0, per core, those from peers.
+    raft_out_queue: RefCell<Vec<(u64, crate::broker::replica::frame::PartitionMessage)>>,
+    raft_in_queues: RefCell<Vec<Vec<crate::broker::replica::frame::PartitionMessage>>>,
     cache: Rc<BatchCache>,
 
     req_tx: Option<Senders<ReqMsg>>,
@@ -273,6 +280,8 @@ impl Shard {
             replicas: RefCell::new(HashMap::new()),
             replica_driver: Cell::new(false),
             replica_work: Notify::default(),
+            raft_out_queue: RefCell::new(Vec::new()),
+            raft_in_queues: RefCell::new(vec![Vec::new(); cores]),
             req_tx,
             resp_tx,
             permits: (0..cores).map(|_| Semaphore::new(depth as u64)).collect(),
@@ -380,6 +389,13 @@ impl Shard {
         snap.cache_misses = cache.misses;
         snap.cache_used_bytes = cache.used_bytes;
         snap.read_cache_used_bytes = cache.read_used_bytes;
+        snap.raft_groups = self.replicas.borrow().len();
+        snap.raft_groups_asleep = self
+            .replicas
+            .borrow()
+            .values()
+            .filter(|g| g.asleep())
+            .count();
         let mut parts: Vec<_> = self
             .partitions
             .borrow()

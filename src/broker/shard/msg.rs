@@ -262,6 +262,9 @@ pub enum Req {
     RaftOut(Vec<(u64, crate::broker::replica::frame::PartitionMessage)>),
     /// Core 0 → the replica's core: partition Raft messages from peers.
     RaftIn(Vec<crate::broker::replica::frame::PartitionMessage>),
+    /// Core 0 → every core: a peer broker went down or came back; the sleeping partition
+    /// groups with a replica on it wake (`hibernate`).
+    WakeGroupsOf(u64),
     /// → core 0: metadata records to submit to the metadata group (a partition leader);
     /// answered `Stored`.
     Submit(Vec<weir::cluster::Record>),

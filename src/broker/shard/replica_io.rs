@@ -2,17 +2,14 @@
 //! themselves): produce on the leader (`Shard::produce_replicated`: offsets from the group's
 //! next offset, proposals in flight included, the term stamped, the batches queued for the
 //! driver to propose; acks=1 answered once the leader wrote them, acks=-1 once committed),
-//! messages to and from the other replicas — out through core 0's peer connections
-//! (`cluster::net`, frame kind 4), from another core over the request mesh
-//! (`Req::RaftOut`); in on core 0, handed to the replica's core (`Req::RaftIn`) — and the
-//! leader's announcement to the metadata group (`PartitionLeader`), and the entries read
+//! the leader's announcement to the metadata group (`PartitionLeader`), and the entries read
 //! back from the segments for a lagging follower (`serve_fetches`).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use raft::prelude::{Entry, Message};
+use raft::prelude::Entry;
 use raft::StateRole;
 use tracing::debug;
 use weir::cluster::Record;
@@ -20,7 +17,6 @@ use weir::cluster::Record;
 use super::replication::{Group, Proposal, Waiter};
 use super::*;
 use crate::broker::errors;
-use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::Slot;
 
 /// Most bytes of entries read back for one fetch request (raft-rs sends at most
@@ -61,6 +57,8 @@ impl Shard {
             }
             let committed = raw.raft.raft_log.committed;
             let me = raw.raft.id;
+            // (A sleeping leader's `recent_active` stays as it was when it fell asleep: a
+            // follower's broker going silent since would have woken it.)
             for (id, pr) in raw.raft.prs().iter() {
                 if *id == me || (pr.recent_active && pr.matched >= committed) {
                     seen.insert(*id, now);
@@ -123,83 +121,6 @@ impl Shard {
         node.submit(records, Duration::from_secs(10))
             .await
             .map(|_| ())
-    }
-
-    /// Sends a group's messages to the replicas on other brokers, through core 0.
-    pub(super) fn send_raft(self: &Rc<Self>, g: &Group, msgs: Vec<Message>) {
-        if msgs.is_empty() {
-            return;
-        }
-        let out: Vec<(u64, PartitionMessage)> = msgs
-            .into_iter()
-            .map(|msg| {
-                (
-                    msg.to,
-                    PartitionMessage {
-                        topic_id: g.topic_id.clone(),
-                        partition: g.partition as u32,
-                        msg,
-                    },
-                )
-            })
-            .collect();
-        if self.id == 0 {
-            self.raft_out(out);
-        } else {
-            let shard = self.clone();
-            glommio::spawn_local(async move {
-                shard.call(0, Req::RaftOut(out)).await;
-            })
-            .detach();
-        }
-    }
-
-    /// Core 0: queues partition messages on the peer connections.
-    pub(super) fn raft_out(&self, out: Vec<(u64, PartitionMessage)>) {
-        let Some(node) = self.cluster_node() else {
-            return;
-        };
-        for (to, m) in out {
-            node.send_partition(to, m);
-        }
-    }
-
-    /// The name of a partition message's topic (by id, through the snapshot's index).
-    fn topic_of(&self, m: &PartitionMessage) -> Option<String> {
-        self.topic_name(&uuid::Uuid::try_parse(&m.topic_id).ok()?)
-    }
-
-    /// Core 0: a partition message from a peer, to the core holding this broker's replica.
-    pub fn raft_in(self: &Rc<Self>, m: PartitionMessage) {
-        let Some(name) = self.topic_of(&m) else {
-            debug!(topic_id = %m.topic_id, "a Raft message for an unknown topic");
-            return;
-        };
-        let Some(core) = self.metadata().local_replica(&name, m.partition as i32) else {
-            return;
-        };
-        if core == self.id {
-            self.deliver_raft(vec![m]);
-        } else {
-            let shard = self.clone();
-            glommio::spawn_local(async move {
-                shard.call(core, Req::RaftIn(vec![m])).await;
-            })
-            .detach();
-        }
-    }
-
-    /// On the replica's core: queues messages for the driver.
-    pub(super) fn deliver_raft(&self, msgs: Vec<PartitionMessage>) {
-        for m in msgs {
-            let Some(name) = self.topic_of(&m) else {
-                continue;
-            };
-            if let Some(g) = self.replica_group(&name, m.partition as i32) {
-                g.inbox.borrow_mut().push(m.msg);
-            }
-        }
-        self.replica_work.notify();
     }
 
     /// Produce to a replicated partition on this core (docs/replication.md §3.4): refused
@@ -420,6 +341,9 @@ impl Shard {
     pub(super) async fn drive_group(self: &Rc<Self>, g: &Rc<Group>, tick: bool) {
         if tick {
             g.raw.borrow_mut().tick();
+            if self.config.replica_hibernate {
+                g.maybe_sleep();
+            }
             self.report_leadership(g);
             super::leadership::campaign_if_preferred(g);
             self.restore_preferred_leader(g);

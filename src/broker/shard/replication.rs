@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_lite::future::or;
-use raft::prelude::{ConfState, HardState, Message};
+use raft::prelude::{ConfState, HardState, Message, MessageType};
 use raft::{RawNode, StateRole};
 use tracing::{debug, info, warn};
 
@@ -43,6 +43,9 @@ use crate::broker::sync::Slot;
 const TICK: Duration = Duration::from_millis(100);
 const ELECTION_TICKS: usize = 10;
 const HEARTBEAT_TICKS: usize = 2;
+/// How often (in ticks) a sleeping leader (`hibernate`) reports its in-sync replicas and
+/// checks its preferred leader.
+const HOUSEKEEPING_TICKS: u64 = 10;
 /// How many ticks the preferred replica of a new group campaigns (before the others' first
 /// election timeout, `ELECTION_TICKS` to twice that).
 const EAGER_TICKS: u32 = 8;
@@ -128,9 +131,27 @@ pub struct Group {
     pub(super) caught_up: RefCell<HashMap<u64, Instant>>,
     pub(super) isr_term: Cell<u64>,
     pub(super) failed: Cell<bool>,
+    /// Since when the group sleeps (not ticked), and the leader's idle ticks in a row before
+    /// it goes to sleep (`hibernate`).
+    pub(super) quiet_since: Cell<Option<Instant>>,
+    pub(super) idle_ticks: Cell<u32>,
 }
 
 impl Group {
+    /// Whether a round between ticks has anything to do for this group: a message or a
+    /// proposal queued, entries to read back, a `Ready`, a retention or cut due. A round
+    /// woken by one group's work drives only the groups that have some (with thousands of
+    /// groups, driving every one each time a message arrived cost most of an idle broker's
+    /// CPU).
+    pub(super) fn has_work(&self) -> bool {
+        !self.inbox.borrow().is_empty()
+            || !self.proposals.borrow().is_empty()
+            || self.retention_due.get().is_some()
+            || self.cut_due.get().is_some()
+            || self.store.has_requests()
+            || self.raw.borrow().has_ready()
+    }
+
     pub fn is_leader(&self) -> bool {
         self.raw.borrow().raft.state == StateRole::Leader
     }
@@ -354,6 +375,8 @@ impl Shard {
             caught_up: RefCell::new(HashMap::new()),
             isr_term: Cell::new(0),
             failed: Cell::new(false),
+            quiet_since: Cell::new(None),
+            idle_ticks: Cell::new(0),
             retention_due: Cell::new(None),
             cut_due: Cell::new(pending_cut),
             preferred: voters.first().copied().unwrap_or(here),
@@ -388,10 +411,12 @@ impl Shard {
         }
     }
 
-    /// The driver of this core's groups: every round (a `TICK`, or work arriving) drives each
-    /// group once (`drive_group`), one group at a time.
+    /// The driver of this core's groups: every `TICK` drives each group once (`drive_group`),
+    /// one group at a time; a round woken by work arriving drives the groups that have some
+    /// (`Group::has_work`).
     async fn drive_replicas(self: Rc<Self>) {
         let mut next_tick = Instant::now() + TICK;
+        let mut ticks = 0u64;
         loop {
             let now = Instant::now();
             if now < next_tick {
@@ -412,8 +437,22 @@ impl Shard {
             // "Groups driven concurrently"): full-speed throughput did not move, so the simpler
             // order stays until a mixed load shows a need.
             let groups: Vec<Rc<Group>> = self.replicas.borrow().values().cloned().collect();
+            if tick {
+                ticks += 1;
+            }
+            let housekeeping = tick && ticks.is_multiple_of(HOUSEKEEPING_TICKS);
             for g in groups.iter().filter(|g| !g.failed.get()) {
-                self.drive_group(g, tick).await;
+                // A sleeping group is not ticked (`hibernate`); its leader still reports its
+                // in-sync replicas and checks its preferred leader now and then.
+                let asleep = tick && g.still_asleep();
+                if asleep && housekeeping {
+                    self.report_leadership(g);
+                    self.restore_preferred_leader(g);
+                }
+                let tick = tick && !asleep;
+                if tick || g.has_work() {
+                    self.drive_group(g, tick).await;
+                }
             }
         }
     }
@@ -421,11 +460,27 @@ impl Shard {
     pub(super) fn step_and_propose(&self, g: &Group) {
         let msgs = std::mem::take(&mut *g.inbox.borrow_mut());
         for m in msgs {
-            if let Err(e) = g.raw.borrow_mut().step(m) {
-                debug!(topic = %g.topic, partition = g.partition, error = %e, "stepping a Raft message");
+            let quiet = !g.wakes_on(&m);
+            let (from, term) = (m.from, m.term);
+            let marked = m.get_msg_type() == MessageType::MsgHeartbeat && quiet;
+            if !quiet {
+                g.wake();
+            }
+            let stepped = g.raw.borrow_mut().step(m);
+            match stepped {
+                Err(e) => {
+                    debug!(topic = %g.topic, partition = g.partition, error = %e, "stepping a Raft message")
+                }
+                Ok(()) if marked && self.config.replica_hibernate => {
+                    g.after_quiet_heartbeat(from, term)
+                }
+                Ok(()) => {}
             }
         }
         let props = std::mem::take(&mut *g.proposals.borrow_mut());
+        if !props.is_empty() {
+            g.wake();
+        }
         for Proposal {
             context,
             data,
