@@ -40,14 +40,17 @@ fn main() {
     init_logging();
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Serve(args) => match broker::serve(args) {
-            Ok(()) => 0,
-            Err(e) => {
-                error!("{e}");
-                eprintln!("weir: {e}");
-                1
+        Command::Serve(args) => {
+            abort_on_panic();
+            match broker::serve(args) {
+                Ok(()) => 0,
+                Err(e) => {
+                    error!("{e}");
+                    eprintln!("weir: {e}");
+                    1
+                }
             }
-        },
+        }
         Command::Topic(args) => weir::cli::topic(args),
         Command::Group(args) => weir::cli::group(args),
         Command::User(args) => weir::cli::user(args),
@@ -61,6 +64,22 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// A panic on any thread of a running broker ends the process. Each core is a glommio
+/// executor on its own thread: a core whose thread panicked stopped serving its partitions,
+/// its Raft groups and (core 0) the peer connections, while the other cores went on
+/// accepting clients — a broker half alive, whose clients hung. Ended, it is restarted (by
+/// its supervisor) and recovers from its files as after any crash.
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        eprintln!(
+            "weir: a thread of the broker panicked; stopping (the next start recovers its files)"
+        );
+        std::process::abort();
+    }));
 }
 
 fn init_logging() {

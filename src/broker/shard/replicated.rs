@@ -77,11 +77,14 @@ impl Shard {
     /// after `cluster::CATCH_UP_WAIT`; the bound here only guards against a node that never
     /// started.
     pub async fn wait_metadata_current(&self) {
+        use std::sync::atomic::Ordering::Acquire;
+        // Long after start-up the flag is set: one load, no clone of its `Arc`.
+        if self.metadata_current.borrow().load(Acquire) {
+            return;
+        }
         let flag = self.metadata_current.borrow().clone();
         let started = std::time::Instant::now();
-        while !flag.load(std::sync::atomic::Ordering::Acquire)
-            && started.elapsed() < crate::broker::cluster::CATCH_UP_WAIT * 2
-        {
+        while !flag.load(Acquire) && started.elapsed() < crate::broker::cluster::CATCH_UP_WAIT * 2 {
             glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
