@@ -37,12 +37,9 @@ impl PartitionMessage {
         if body.len() < HEAD_BYTES {
             return Err(format!("partition message of {} bytes", body.len()));
         }
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut topic_id = String::with_capacity(32);
-        for b in &body[..16] {
-            topic_id.push(HEX[(b >> 4) as usize] as char);
-            topic_id.push(HEX[(b & 15) as usize] as char);
-        }
+        let id: [u8; 16] = body[..16].try_into().expect("16 bytes");
+        // `TopicMeta::id`'s form: 32 lowercase hex digits.
+        let topic_id = uuid::Uuid::from_bytes(id).simple().to_string();
         let partition = u32::from_be_bytes(body[16..20].try_into().expect("4 bytes"));
         if partition > i32::MAX as u32 {
             return Err(format!("partition {partition}"));

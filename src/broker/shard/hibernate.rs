@@ -57,7 +57,7 @@ impl Group {
     /// Before `m` is stepped: whether it wakes the group (anything but a heartbeat answer or
     /// a marked heartbeat), and, for a marked heartbeat, that it may put a follower to sleep
     /// once stepped (`after_quiet_heartbeat`).
-    pub(super) fn wakes_on(&self, m: &Message) -> bool {
+    pub(super) fn wakes_on(m: &Message) -> bool {
         match m.get_msg_type() {
             MessageType::MsgHeartbeatResponse => false,
             MessageType::MsgHeartbeat => &m.context[..] != QUIET,

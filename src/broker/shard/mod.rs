@@ -182,7 +182,7 @@ pub struct Shard {
     /// queuing them yields (`Shard::send_raft`, `Shard::raft_in`): on a core other than 0,
     /// those for core 0 to send to peers; on core 0, per core, those from peers.
     raft_out_queue: RefCell<Vec<(u64, crate::broker::replica::frame::PartitionMessage)>>,
-    raft_in_queues: RefCell<Vec<Vec<crate::broker::replica::frame::PartitionMessage>>>,
+    raft_in_queues: Vec<RefCell<Vec<crate::broker::replica::frame::PartitionMessage>>>,
     cache: Rc<BatchCache>,
 
     req_tx: Option<Senders<ReqMsg>>,
@@ -281,7 +281,7 @@ impl Shard {
             replica_driver: Cell::new(false),
             replica_work: Notify::default(),
             raft_out_queue: RefCell::new(Vec::new()),
-            raft_in_queues: RefCell::new(vec![Vec::new(); cores]),
+            raft_in_queues: (0..cores).map(|_| RefCell::new(Vec::new())).collect(),
             req_tx,
             resp_tx,
             permits: (0..cores).map(|_| Semaphore::new(depth as u64)).collect(),

@@ -3,6 +3,7 @@
 //! (`Req::RaftOut`); in on core 0, handed to the replica's core (`Req::RaftIn`). The
 //! messages one task queues for a core before it yields cross the mesh in one call.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use raft::prelude::Message;
@@ -32,21 +33,8 @@ impl Shard {
         });
         if self.id == 0 {
             self.raft_out(out.collect());
-            return;
-        }
-        let first = {
-            let mut q = self.raft_out_queue.borrow_mut();
-            let first = q.is_empty();
-            q.extend(out);
-            first
-        };
-        if first {
-            let shard = self.clone();
-            glommio::spawn_local(async move {
-                let out = std::mem::take(&mut *shard.raft_out_queue.borrow_mut());
-                shard.call(0, Req::RaftOut(out)).await;
-            })
-            .detach();
+        } else {
+            self.call_batched(0, |s, _| &s.raft_out_queue, out, Req::RaftOut);
         }
     }
 
@@ -77,21 +65,32 @@ impl Shard {
         };
         if core == self.id {
             self.deliver_raft(vec![m]);
-            return;
+        } else if core < self.cores {
+            self.call_batched(core, |s, c| &s.raft_in_queues[c], [m], Req::RaftIn);
         }
+    }
+
+    /// Queues `items` for one call to `core` (`req` makes it): the first items queued since
+    /// the last call spawn the task that makes it, which runs once the queuing task yields,
+    /// so everything queued meanwhile goes in the same call.
+    fn call_batched<T: 'static>(
+        self: &Rc<Self>,
+        core: usize,
+        queue: fn(&Shard, usize) -> &RefCell<Vec<T>>,
+        items: impl IntoIterator<Item = T>,
+        req: fn(Vec<T>) -> Req,
+    ) {
         let first = {
-            let mut queues = self.raft_in_queues.borrow_mut();
-            let Some(q) = queues.get_mut(core) else {
-                return;
-            };
-            q.push(m);
-            q.len() == 1
+            let mut q = queue(self, core).borrow_mut();
+            let first = q.is_empty();
+            q.extend(items);
+            first
         };
         if first {
             let shard = self.clone();
             glommio::spawn_local(async move {
-                let msgs = std::mem::take(&mut shard.raft_in_queues.borrow_mut()[core]);
-                shard.call(core, Req::RaftIn(msgs)).await;
+                let items = std::mem::take(&mut *queue(&shard, core).borrow_mut());
+                shard.call(core, req(items)).await;
             })
             .detach();
         }

@@ -460,7 +460,7 @@ impl Shard {
     pub(super) fn step_and_propose(&self, g: &Group) {
         let msgs = std::mem::take(&mut *g.inbox.borrow_mut());
         for m in msgs {
-            let quiet = !g.wakes_on(&m);
+            let quiet = !Group::wakes_on(&m);
             let (from, term) = (m.from, m.term);
             let marked = m.get_msg_type() == MessageType::MsgHeartbeat && quiet;
             if !quiet {
