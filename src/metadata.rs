@@ -329,6 +329,16 @@ impl Metadata {
         t.leader_epochs.get(p).copied().unwrap_or(0)
     }
 
+    /// The partition's leader epoch as clients see it (Metadata's `leader_epoch`), if the
+    /// partition exists.
+    pub fn partition_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
+        let t = self.topics.get(topic)?;
+        let p = usize::try_from(partition)
+            .ok()
+            .filter(|&p| p < t.owners.len())?;
+        Some(i32::try_from(Self::leader_epoch(t, p)).unwrap_or(i32::MAX))
+    }
+
     /// Whether the partition exists (on this broker or, in a cluster, on any).
     pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
         self.topics

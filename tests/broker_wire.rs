@@ -619,6 +619,12 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
         ApiKey::ListOffsets => {
             go::<_, ListOffsetsResponse>(s, key, version, ListOffsetsRequest::default())
         }
+        ApiKey::OffsetForLeaderEpoch => go::<_, OffsetForLeaderEpochResponse>(
+            s,
+            key,
+            version,
+            OffsetForLeaderEpochRequest::default(),
+        ),
         ApiKey::Metadata => go::<_, MetadataResponse>(s, key, version, {
             let mut r = MetadataRequest::default();
             r.topics = if version == 0 { Some(Vec::new()) } else { None };
@@ -1152,6 +1158,136 @@ fn list_offsets_earliest_local_and_latest_tiered() {
         let p = &r.topics[0].partitions[0];
         assert_eq!(p.error_code, 0, "v{version} {timestamp}");
         assert_eq!(p.offset, want, "v{version} timestamp {timestamp}");
+    }
+}
+
+/// OffsetForLeaderEpoch (KIP-320) for `(partition, current_leader_epoch, leader_epoch)`s
+/// of `topic`: (error, epoch, end offset) per partition.
+fn epoch_ends(
+    s: &mut TcpStream,
+    version: i16,
+    topic: &str,
+    parts: &[(i32, i32, i32)],
+) -> Vec<(i16, i32, i64)> {
+    let mut r = OffsetForLeaderEpochRequest::default();
+    r.replica_id = BrokerId(-1);
+    let mut t = offset_for_leader_epoch_request::OffsetForLeaderTopic::default();
+    t.topic = TopicName(StrBytes::from_string(topic.to_string()));
+    for &(partition, current, epoch) in parts {
+        let mut p = offset_for_leader_epoch_request::OffsetForLeaderPartition::default();
+        p.partition = partition;
+        p.current_leader_epoch = current;
+        p.leader_epoch = epoch;
+        t.partitions.push(p);
+    }
+    r.topics = vec![t];
+    let resp: OffsetForLeaderEpochResponse = call(s, ApiKey::OffsetForLeaderEpoch, version, &r);
+    resp.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.error_code, p.leader_epoch, p.end_offset))
+        .collect()
+}
+
+/// KIP-320 on a single node, whose batches all carry leader epoch 0 (what Metadata names):
+/// OffsetForLeaderEpoch answers epoch 0 with the log end and a later epoch with Kafka's
+/// UNDEFINED (-1, -1); a request naming a newer leader epoch than the broker's is refused
+/// with UNKNOWN_LEADER_EPOCH (75) by Fetch, ListOffsets and OffsetForLeaderEpoch, and
+/// ListOffsets names epoch 0 for the offsets it returns.
+#[test]
+fn leader_epochs_on_a_single_node() {
+    let b = Broker::start();
+    let mut s = b.connect();
+    create_topic(&mut s, "epochs", 2);
+    let r: ProduceResponse = call(
+        &mut s,
+        ApiKey::Produce,
+        9,
+        &produce_req("epochs", 1, 1, &[b"a", b"b", b"c"]),
+    );
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    for version in advertised(&mut s, ApiKey::OffsetForLeaderEpoch) {
+        let got = epoch_ends(
+            &mut s,
+            version,
+            "epochs",
+            &[
+                (1, -1, 0),
+                (1, 0, 0),
+                (0, 0, 0),
+                (1, 0, 3),
+                (1, 1, 0),
+                (7, -1, 0),
+            ],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (0, 0, 3),
+                (0, 0, 3),
+                (0, 0, 0),
+                (0, -1, -1),
+                (75, -1, -1),
+                (3, -1, -1)
+            ],
+            "v{version}"
+        );
+    }
+    // Fetch v12 naming leader epoch 0 reads; naming 1 is refused.
+    for (current, want) in [(0, 0), (-1, 0), (1, 75)] {
+        let mut f = fetch_req("epochs", &[(1, 0)], 0);
+        f.topics[0].partitions[0].current_leader_epoch = current;
+        let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &f);
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(p.error_code, want, "Fetch with leader epoch {current}");
+        assert_eq!(
+            p.records.as_ref().is_some_and(|r| !r.is_empty()),
+            want == 0,
+            "records with epoch {current}"
+        );
+    }
+    for (current, timestamp, want) in [
+        (0, -1, (0, 3, 0)),
+        (-1, -2, (0, 0, 0)),
+        (1, -1, (75, -1, -1)),
+    ] {
+        let mut l = ListOffsetsRequest::default();
+        l.replica_id = BrokerId(-1);
+        let mut lt = list_offsets_request::ListOffsetsTopic::default();
+        lt.name = TopicName(StrBytes::from_static_str("epochs"));
+        let mut lp = list_offsets_request::ListOffsetsPartition::default();
+        lp.partition_index = 1;
+        lp.timestamp = timestamp;
+        lp.current_leader_epoch = current;
+        lt.partitions = vec![lp];
+        l.topics = vec![lt];
+        let r: ListOffsetsResponse = call(&mut s, ApiKey::ListOffsets, 6, &l);
+        let p = &r.topics[0].partitions[0];
+        assert_eq!(
+            (p.error_code, p.offset, p.leader_epoch),
+            want,
+            "ListOffsets {timestamp} with leader epoch {current}"
+        );
+    }
+    // Every version answers a partition (v1-3 have no leader epoch to name: KafkaJS uses v3).
+    for version in advertised(&mut s, ApiKey::ListOffsets) {
+        let mut l = ListOffsetsRequest::default();
+        l.replica_id = BrokerId(-1);
+        let mut lt = list_offsets_request::ListOffsetsTopic::default();
+        lt.name = TopicName(StrBytes::from_static_str("epochs"));
+        let mut lp = list_offsets_request::ListOffsetsPartition::default();
+        lp.partition_index = 1;
+        lp.timestamp = -1;
+        lt.partitions = vec![lp];
+        l.topics = vec![lt];
+        let r: ListOffsetsResponse = call(&mut s, ApiKey::ListOffsets, version, &l);
+        let p = &r.topics[0].partitions[0];
+        let epoch = if version >= 4 { 0 } else { -1 };
+        assert_eq!(
+            (p.error_code, p.offset, p.leader_epoch),
+            (0, 3, epoch),
+            "ListOffsets v{version}"
+        );
     }
 }
 

@@ -267,6 +267,18 @@ def kp_rec(r) -> Rec:
     return Rec(r.partition, r.offset, r.key, r.value, headers, r.timestamp)
 
 
+def kp_poll(consumer: kafka.KafkaConsumer, n: int, timeout: float = CLIENT_TIMEOUT_S) -> list[Rec]:
+    """Polls until n records arrived (fails at the deadline)."""
+    out: list[Rec] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < n:
+        left = deadline - time.monotonic()
+        assert left > 0, f"got {len(out)} of {n} records within {timeout}s"
+        for recs in consumer.poll(timeout_ms=int(min(left, 1.0) * 1000)).values():
+            out.extend(kp_rec(r) for r in recs)
+    return out
+
+
 def kp_consume(bootstrap: str, topic: str, partitions, n: int, offset: int | None = None,
                timeout: float = CLIENT_TIMEOUT_S, extra_wait: float = 0.5, **conf) -> list[Rec]:
     c = kp_consumer(bootstrap, **conf)
@@ -278,13 +290,7 @@ def kp_consume(bootstrap: str, topic: str, partitions, n: int, offset: int | Non
                 c.seek_to_beginning(tp)
             else:
                 c.seek(tp, offset)
-        out: list[Rec] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < n:
-            left = deadline - time.monotonic()
-            assert left > 0, f"got {len(out)} of {n} records within {timeout}s"
-            for recs in c.poll(timeout_ms=int(min(left, 1.0) * 1000)).values():
-                out.extend(kp_rec(r) for r in recs)
+        out = kp_poll(c, n, timeout)
         if extra_wait:
             extra = c.poll(timeout_ms=int(extra_wait * 1000))
             assert not any(extra.values()), f"unexpected extra records {extra}"

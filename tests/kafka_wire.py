@@ -1,7 +1,8 @@
 """A few hand-encoded Kafka requests for tests that talk to weir over a raw socket.
 
 Only what the tests need: framing (int32 size prefix, request header v1), ApiVersions v0,
-Metadata v1, Fetch v4, ListGroups v0 and response framing. Encodings follow the Kafka protocol guide.
+Metadata v1, Fetch v4, ListOffsets v4, OffsetForLeaderEpoch v2, ListGroups v0 and response
+framing. Encodings follow the Kafka protocol guide.
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ import time
 
 API_PRODUCE = 0
 API_FETCH = 1
+API_LIST_OFFSETS = 2
 API_METADATA = 3
 API_LIST_GROUPS = 16
 API_API_VERSIONS = 18
+API_OFFSET_FOR_LEADER_EPOCH = 23
 
 ERROR_NONE = 0
+ERROR_NOT_LEADER_OR_FOLLOWER = 6
 ERROR_UNSUPPORTED_VERSION = 35
+ERROR_FENCED_LEADER_EPOCH = 74
+ERROR_UNKNOWN_LEADER_EPOCH = 75
 
 
 class Closed(Exception):
@@ -60,6 +66,41 @@ def fetch(correlation_id: int, topic: str, partition: int | list[tuple[int, int]
     for p, off in parts:
         body += struct.pack(">iqi", p, off, max_bytes)
     return frame(API_FETCH, 4, correlation_id, body)
+
+
+def list_offsets_v4(correlation_id: int, topic: str, partition: int, timestamp: int,
+                    current_leader_epoch: int = -1) -> bytes:
+    """ListOffsets v4 of one partition (-1 latest, -2 earliest), naming the leader epoch the
+    client knows (KIP-320; -1: none)."""
+    body = struct.pack(">ib", -1, 0) + struct.pack(">i", 1) + string(topic)
+    body += struct.pack(">i", 1) + struct.pack(">iiq", partition, current_leader_epoch, timestamp)
+    return frame(API_LIST_OFFSETS, 4, correlation_id, body)
+
+
+def parse_list_offsets_v4(body: bytes) -> tuple[int, int, int]:
+    """The one partition of a ListOffsets v4 answer: (error, offset, leader epoch)."""
+    pos = 4 + 4  # throttle time, topic count
+    (n,) = struct.unpack_from(">h", body, pos)
+    pos += 2 + n + 4  # topic name, partition count
+    _partition, error, _timestamp, offset, epoch = struct.unpack_from(">ihqqi", body, pos)
+    return error, offset, epoch
+
+
+def offset_for_leader_epoch_v2(correlation_id: int, topic: str, partition: int, leader_epoch: int,
+                               current_leader_epoch: int = -1) -> bytes:
+    """OffsetForLeaderEpoch v2 (KIP-320) of one partition: where `leader_epoch` ends."""
+    body = struct.pack(">i", 1) + string(topic) + struct.pack(">i", 1)
+    body += struct.pack(">iii", partition, current_leader_epoch, leader_epoch)
+    return frame(API_OFFSET_FOR_LEADER_EPOCH, 2, correlation_id, body)
+
+
+def parse_offset_for_leader_epoch_v2(body: bytes) -> tuple[int, int, int]:
+    """The one partition of an OffsetForLeaderEpoch v2 answer: (error, epoch, end offset)."""
+    pos = 4 + 4  # throttle time, topic count
+    (n,) = struct.unpack_from(">h", body, pos)
+    pos += 2 + n + 4  # topic name, partition count
+    error, _partition, epoch, end = struct.unpack_from(">hiiq", body, pos)
+    return error, epoch, end
 
 
 def recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:

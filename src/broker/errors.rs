@@ -43,6 +43,10 @@ pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const LOG_DIR_NOT_FOUND: i16 = 57;
 pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+/// KIP-320: the client's leader epoch is older than this broker's for the partition.
+pub const FENCED_LEADER_EPOCH: i16 = 74;
+/// KIP-320: the client's leader epoch is newer than this broker knows of.
+pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 /// A record a topic's config does not allow (a record without a key on a compacted topic).
 pub const INVALID_RECORD: i16 = 87;

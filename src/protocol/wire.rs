@@ -18,6 +18,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 0, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
+    // KIP-320: consumers check their position after a leader change (docs/replication.md,
+    // "Leader epochs on the wire").
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
@@ -107,6 +110,7 @@ pub enum Body {
     LegacyProduce(LegacyProduce),
     Fetch(FetchRequest),
     ListOffsets(ListOffsetsRequest),
+    OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     Metadata(MetadataRequest),
     ApiVersions(ApiVersionsRequest),
     /// An ApiVersions request of a version we do not speak: answered with
@@ -312,6 +316,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::Produce => Body::Produce(decode(&mut frame, version)?),
         ApiKey::Fetch => Body::Fetch(decode(&mut frame, version)?),
         ApiKey::ListOffsets => Body::ListOffsets(decode(&mut frame, version)?),
+        ApiKey::OffsetForLeaderEpoch => Body::OffsetForLeaderEpoch(decode(&mut frame, version)?),
         ApiKey::Metadata => Body::Metadata(decode(&mut frame, version)?),
         ApiKey::ApiVersions => Body::ApiVersions(decode(&mut frame, version)?),
         ApiKey::CreateTopics => Body::CreateTopics(decode(&mut frame, version)?),
@@ -401,6 +406,9 @@ mod tests {
             ApiKey::Produce => r!(ProduceRequest, ProduceResponse),
             ApiKey::Fetch => r!(FetchRequest, FetchResponse),
             ApiKey::ListOffsets => r!(ListOffsetsRequest, ListOffsetsResponse),
+            ApiKey::OffsetForLeaderEpoch => {
+                r!(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse)
+            }
             ApiKey::Metadata => r!(MetadataRequest, MetadataResponse),
             ApiKey::ApiVersions => r!(ApiVersionsRequest, ApiVersionsResponse),
             ApiKey::CreateTopics => r!(CreateTopicsRequest, CreateTopicsResponse),

@@ -680,7 +680,10 @@ fn leader_epochs_follow_appends_truncations_and_crashes() {
         // Epoch 0 (a single-node log's) has no entry and no file.
         leader.append(batch(1, 2, 10)).await.expect("append");
         assert!(leader.leader_epochs().is_empty());
-        assert_eq!(leader.end_offset_for_epoch(0), None);
+        // Kafka's (0, log start) entry is implied: epoch 0 ends at the log end.
+        let single_end = leader.watermarks().log_end_offset;
+        assert_eq!(leader.end_offset_for_epoch(0), Some((0, single_end)));
+        assert_eq!(leader.end_offset_for_epoch(1), None);
         assert!(!disk.paths().iter().any(|p| p.ends_with("el/leader_epochs")));
         let mut starts = Vec::new();
         for (epoch, batches) in [(1, 3), (3, 20), (4, 2), (7, 30)] {
@@ -701,6 +704,21 @@ fn leader_epochs_follow_appends_truncations_and_crashes() {
         assert_eq!(leader.end_offset_for_epoch(3), Some((3, starts[2].1)));
         assert_eq!(leader.end_offset_for_epoch(5), Some((4, starts[3].1)));
         assert_eq!(leader.end_offset_for_epoch(8), None);
+        assert_eq!(leader.end_offset_for_epoch(0), Some((0, starts[0].1)));
+        // A leader of epoch 9 whose batches are all older: 9 starts at the log end.
+        let led = leader.epoch_history(9);
+        assert_eq!(led.end_offset_for(9), Some((9, end)));
+        assert_eq!(led.end_offset_for(8), Some((7, end)));
+        assert_eq!(led.end_offset_for(7), Some((7, end)));
+        assert_eq!(led.end_offset_for(3), Some((3, starts[2].1)));
+        assert_eq!(led.end_offset_for(10), None);
+        assert_eq!(led.end_offset_for(-1), None);
+        assert_eq!(led.epoch_at(0), Some(0));
+        assert_eq!(led.epoch_at(starts[1].1), Some(3));
+        assert_eq!(led.epoch_at(starts[2].1 - 1), Some(3));
+        assert_eq!(led.epoch_at(end - 1), Some(7));
+        assert_eq!(led.epoch_at(end), Some(9));
+        assert_eq!(leader.epoch_history(7), leader.epoch_history(2));
         // The follower learns the same list from the batches.
         let all = written_from(&leader, 0, usize::MAX).await;
         follower

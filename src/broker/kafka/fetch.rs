@@ -69,8 +69,10 @@ pub async fn gather_fetch(
                 log_start_offset: -1,
                 ..Default::default()
             };
+            let fenced = super::epochs::fence(&meta, &name, fp.partition, fp.current_leader_epoch);
             match meta.owner(&name, fp.partition) {
                 _ if unknown != errors::NONE => r.error = unknown,
+                _ if fenced != errors::NONE => r.error = fenced,
                 None if meta.placed_elsewhere(&name, fp.partition) => {
                     r.error = errors::NOT_LEADER_OR_FOLLOWER
                 }

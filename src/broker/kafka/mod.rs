@@ -20,6 +20,7 @@ mod authz;
 mod cluster;
 mod configs;
 mod describe;
+mod epochs;
 mod fetch;
 mod fetch_budget;
 mod fetch_response;
@@ -192,6 +193,10 @@ async fn process_request(
             authz::patch_list_offsets(&shard, session, &mut resp);
             one(&req, &resp)
         }
+        Body::OffsetForLeaderEpoch(r) => one(
+            &req,
+            &epochs::offset_for_leader_epoch(&shard, session, r).await,
+        ),
         Body::CreateTopics(c) => {
             let mut resp = create_topics(&shard, req.version, c).await;
             authz::patch_create_topics(&mut resp, &denied);

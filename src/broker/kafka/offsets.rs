@@ -30,10 +30,11 @@ pub(super) async fn list_offsets(
             pr.partition_index = p.partition_index;
             pr.offset = -1;
             pr.timestamp = -1;
-            if version >= 4 {
-                pr.leader_epoch = 0;
-            }
+            pr.leader_epoch = -1;
+            let fenced =
+                super::epochs::fence(&meta, &name, p.partition_index, p.current_leader_epoch);
             match meta.owner(&name, p.partition_index) {
+                _ if fenced != errors::NONE => pr.error_code = fenced,
                 None if meta.placed_elsewhere(&name, p.partition_index) => {
                     pr.error_code = errors::NOT_LEADER_OR_FOLLOWER
                 }
@@ -61,6 +62,10 @@ pub(super) async fn list_offsets(
                     pr.error_code = r.error;
                     pr.offset = r.offset;
                     pr.timestamp = r.timestamp;
+                    // v4+ only: the codec refuses to encode a field its version lacks.
+                    if version >= 4 {
+                        pr.leader_epoch = r.leader_epoch;
+                    }
                 }
             }
             // The owner could not answer (shutting down): a retriable error, not NONE

@@ -134,6 +134,7 @@ impl Shard {
                 Resp::Done
             }
             Req::ListOffsets(parts) => Resp::ListOffsets(self.list_offsets_local(parts).await),
+            Req::EpochEnds(parts) => Resp::EpochEnds(self.epoch_ends_local(parts)),
             Req::DeleteRecords(parts) => {
                 Resp::LowWatermarks(self.delete_records_local(parts).await)
             }

@@ -66,6 +66,23 @@ pub struct ListPart {
     pub committed: bool,
 }
 
+/// OffsetForLeaderEpoch for one partition: where `epoch` ends.
+#[derive(Debug, Clone)]
+pub struct EpochPart {
+    pub topic: String,
+    pub partition: i32,
+    pub epoch: i32,
+}
+
+/// The answer for an [`EpochPart`]: Kafka's `EpochEndOffset` (-1, -1 when the epoch is above
+/// every epoch the log knows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEnd {
+    pub error: i16,
+    pub epoch: i32,
+    pub end_offset: i64,
+}
+
 /// DeleteRecords for one partition: delete everything below `offset` (-1: the high
 /// watermark).
 #[derive(Debug, Clone)]
@@ -93,6 +110,9 @@ pub struct ListResult {
     pub error: i16,
     pub offset: i64,
     pub timestamp: i64,
+    /// The leader epoch of the batch holding `offset` (ListOffsets v4+, KIP-320); -1 if
+    /// unknown.
+    pub leader_epoch: i32,
 }
 
 #[derive(Debug, Clone)]
@@ -223,6 +243,8 @@ pub enum Req {
     /// The requesting core has enough data from other cores: answer the parked fetch now.
     FetchWake(FetchKey),
     ListOffsets(Vec<ListPart>),
+    /// → the owner: OffsetForLeaderEpoch.
+    EpochEnds(Vec<EpochPart>),
     /// → the owner: DeleteRecords; answered with (error, new low watermark) per partition.
     DeleteRecords(Vec<DeletePart>),
     /// Core 0 → others: a new metadata snapshot; reply once local logs match it.
@@ -283,6 +305,7 @@ pub enum Resp {
     Produce(Vec<ProduceResult>),
     Fetch(Vec<FetchResult>),
     ListOffsets(Vec<ListResult>),
+    EpochEnds(Vec<EpochEnd>),
     /// (error, low watermark) per partition of a `Req::DeleteRecords`.
     LowWatermarks(Vec<(i16, i64)>),
     Topics(Vec<TopicResult>),

@@ -1,4 +1,4 @@
-//! ListOffsets and DeleteRecords on the owning core.
+//! ListOffsets, OffsetForLeaderEpoch and DeleteRecords on the owning core.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -118,6 +118,7 @@ impl Shard {
                     error: errors::UNKNOWN_TOPIC_OR_PARTITION,
                     offset: -1,
                     timestamp: -1,
+                    leader_epoch: -1,
                 });
                 continue;
             };
@@ -150,14 +151,69 @@ impl Shard {
                     error: errors::NONE,
                     offset,
                     timestamp,
+                    // KIP-320: the epoch a consumer's position at `offset` carries.
+                    leader_epoch: u64::try_from(offset)
+                        .ok()
+                        .and_then(|o| {
+                            let current = self.current_epoch(&p.topic, p.partition);
+                            part.log.epoch_history(current).epoch_at(o)
+                        })
+                        .unwrap_or(-1),
                 },
                 Err(e) => ListResult {
                     error: storage_error_code(&e),
                     offset: -1,
                     timestamp: -1,
+                    leader_epoch: -1,
                 },
             });
         }
         out
+    }
+
+    // ---- OffsetForLeaderEpoch ----
+
+    /// OffsetForLeaderEpoch (KIP-320) on this core's partitions: where each asked epoch ends
+    /// in the log, as its leader answers (docs/replication.md, "Leader epochs on the wire").
+    /// Only a replicated partition's leader answers; a single-node partition's batches all
+    /// carry epoch 0.
+    pub(super) fn epoch_ends_local(&self, parts: Vec<EpochPart>) -> Vec<EpochEnd> {
+        let refused = |error| EpochEnd {
+            error,
+            epoch: -1,
+            end_offset: -1,
+        };
+        parts
+            .into_iter()
+            .map(|p| {
+                let Some(part) = self.partition(&p.topic, p.partition) else {
+                    return refused(errors::UNKNOWN_TOPIC_OR_PARTITION);
+                };
+                if let Some(g) = self.replica_group(&p.topic, p.partition) {
+                    if g.failed.get() {
+                        return refused(errors::KAFKA_STORAGE_ERROR);
+                    }
+                    if !g.is_leader() {
+                        return refused(errors::NOT_LEADER_OR_FOLLOWER);
+                    }
+                }
+                let current = self.current_epoch(&p.topic, p.partition);
+                match part.log.epoch_history(current).end_offset_for(p.epoch) {
+                    Some((epoch, end)) => EpochEnd {
+                        error: errors::NONE,
+                        epoch,
+                        end_offset: end as i64,
+                    },
+                    None => refused(errors::NONE),
+                }
+            })
+            .collect()
+    }
+
+    /// The leader epoch of a partition here: its Raft term if replicated (epochs are `i32` on
+    /// the wire), 0 if not.
+    fn current_epoch(&self, topic: &str, partition: i32) -> i32 {
+        self.replica_group(topic, partition)
+            .map_or(0, |g| i32::try_from(g.term()).unwrap_or(i32::MAX))
     }
 }

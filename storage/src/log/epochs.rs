@@ -57,17 +57,20 @@ impl LeaderEpochs {
         self.entries.len() != before
     }
 
-    /// KIP-101/KIP-279: the largest epoch at most `epoch` and the offset where the epoch after
-    /// it starts (the log end for the latest). `None` for an epoch above every known one, or
-    /// when nothing is known.
-    pub(crate) fn end_offset_for(&self, epoch: i32, log_end: u64) -> Option<(i32, u64)> {
-        let latest = self.latest()?;
-        if epoch == latest {
-            return Some((epoch, log_end));
+    /// The list as the leader of epoch `current` answers for it, in a log from `log_start`
+    /// to `log_end` ([`Log::epoch_history`]).
+    pub(crate) fn history(&self, current: i32, log_start: u64, log_end: u64) -> EpochHistory {
+        let mut entries = self.entries.clone();
+        if entries.first().is_none_or(|f| f.1 > log_start) {
+            // The batches before the first entry carry epoch 0 (all of a single-node log's):
+            // Kafka's (0, log start) entry.
+            entries.insert(0, (0, log_start));
         }
-        let higher = self.entries.iter().find(|e| e.0 > epoch)?;
-        let floor = self.entries.iter().rev().find(|e| e.0 <= epoch);
-        Some((floor.map_or(epoch, |f| f.0), higher.1))
+        if entries.last().is_some_and(|l| current > l.0) {
+            // Kafka's leader assigns its epoch at the log end when it takes over.
+            entries.push((current, log_end));
+        }
+        EpochHistory { entries, log_end }
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -114,15 +117,64 @@ impl Log {
         self.inner.epochs.borrow().entries().to_vec()
     }
 
-    /// Kafka's OffsetForLeaderEpoch (KIP-101, KIP-279) for `epoch`: the largest epoch this log
-    /// knows at most `epoch`, and the offset after its last batch — where the next epoch
-    /// starts, or the log end offset for the latest epoch. `None` if `epoch` is above every
-    /// known epoch or no epoch is known (Kafka's UNDEFINED_EPOCH / UNDEFINED_EPOCH_OFFSET).
+    /// Kafka's OffsetForLeaderEpoch (KIP-101, KIP-279) for `epoch`, with the epoch
+    /// [`Log::set_leader_epoch`] set as the current one: see [`EpochHistory::end_offset_for`].
     pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, u64)> {
+        self.epoch_history(self.leader_epoch())
+            .end_offset_for(epoch)
+    }
+
+    /// The log's leader epochs as the leader of epoch `current` answers for them (a
+    /// replicated partition's leader passes its term, which its batches need not carry yet).
+    pub fn epoch_history(&self, current: i32) -> EpochHistory {
+        let wm = self.watermarks();
         self.inner
             .epochs
             .borrow()
-            .end_offset_for(epoch, self.inner.log_end.get())
+            .history(current, wm.log_start_offset, wm.log_end_offset)
+    }
+}
+
+/// Where each leader epoch starts in a log, as its leader answers for them
+/// ([`Log::epoch_history`]): Kafka's leader-epoch cache, which answers OffsetForLeaderEpoch
+/// and the epoch ListOffsets names with an offset. A copy, taken at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochHistory {
+    /// `(epoch, start offset)`, epochs increasing; never empty.
+    entries: Vec<(i32, u64)>,
+    log_end: u64,
+}
+
+impl EpochHistory {
+    /// OffsetForLeaderEpoch for `epoch` (KIP-101, KIP-279): the largest epoch known at most
+    /// `epoch` (or `epoch` itself when it is below every known one), and the offset after its
+    /// last batch: where the next epoch starts, or the log end for the latest. `None` for an
+    /// epoch above the latest, or negative (Kafka's UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET).
+    ///
+    /// A consumer at offset `p` that read the batch before `p` in epoch `e` is never told an
+    /// end below `p` by a log holding that batch: epochs only grow along a log, so the first
+    /// batch of a later epoch starts at or after `p`.
+    pub fn end_offset_for(&self, epoch: i32) -> Option<(i32, u64)> {
+        let latest = self.entries.last()?.0;
+        if epoch < 0 || epoch > latest {
+            return None;
+        }
+        if epoch == latest {
+            return Some((epoch, self.log_end));
+        }
+        let higher = self.entries.iter().find(|e| e.0 > epoch)?;
+        let floor = self.entries.iter().rev().find(|e| e.0 <= epoch);
+        Some((floor.map_or(epoch, |f| f.0), higher.1))
+    }
+
+    /// The epoch of the batch holding `offset` (the latest epoch starting at or before it;
+    /// at the log end, the current epoch). `None` below the first known start.
+    pub fn epoch_at(&self, offset: u64) -> Option<i32> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| e.1 <= offset)
+            .map(|e| e.0)
     }
 }
 
@@ -286,22 +338,38 @@ mod tests {
     #[test]
     fn end_offsets_follow_kip_279_and_the_file_round_trips() {
         let mut e = LeaderEpochs::default();
-        assert_eq!(e.end_offset_for(0, 10), None, "nothing known");
+        // Nothing known: every batch carries epoch 0, which ends at the log end.
+        assert_eq!(e.history(0, 0, 10).end_offset_for(0), Some((0, 10)));
+        assert_eq!(e.history(0, 0, 10).end_offset_for(1), None);
         assert!(!e.assign(0, 0), "epoch 0 has no entry");
         assert!(e.assign(2, 5));
         assert!(!e.assign(2, 7), "not a new epoch");
         assert!(!e.assign(1, 9), "epochs only go up");
         assert!(e.assign(5, 20));
+        let h = e.history(5, 0, 30);
         // The latest epoch ends at the log end.
-        assert_eq!(e.end_offset_for(5, 30), Some((5, 30)));
+        assert_eq!(h.end_offset_for(5), Some((5, 30)));
         // An earlier epoch ends where the next starts.
-        assert_eq!(e.end_offset_for(2, 30), Some((2, 20)));
+        assert_eq!(h.end_offset_for(2), Some((2, 20)));
         // An unknown epoch between known ones: the largest known below it.
-        assert_eq!(e.end_offset_for(4, 30), Some((2, 20)));
-        // Below every known epoch: the requested one, ending where the first starts.
-        assert_eq!(e.end_offset_for(1, 30), Some((1, 5)));
-        // Above every known epoch: undefined.
-        assert_eq!(e.end_offset_for(6, 30), None);
+        assert_eq!(h.end_offset_for(4), Some((2, 20)));
+        // The batches before the first entry carry epoch 0.
+        assert_eq!(h.end_offset_for(1), Some((0, 5)));
+        assert_eq!(h.epoch_at(4), Some(0));
+        assert_eq!(h.epoch_at(5), Some(2));
+        // With the log start past the first entry, an epoch below every known one is the
+        // requested one, ending where the first starts.
+        assert_eq!(e.history(5, 7, 30).end_offset_for(1), Some((1, 5)));
+        assert_eq!(e.history(5, 7, 30).epoch_at(6), Some(2));
+        // Above the current epoch, or negative: undefined.
+        assert_eq!(h.end_offset_for(6), None);
+        assert_eq!(h.end_offset_for(-1), None);
+        // A leader of a later epoch than any batch: its epoch starts at the log end.
+        let led = e.history(8, 0, 30);
+        assert_eq!(led.end_offset_for(8), Some((8, 30)));
+        assert_eq!(led.end_offset_for(6), Some((5, 30)));
+        assert_eq!(led.epoch_at(29), Some(5));
+        assert_eq!(led.epoch_at(30), Some(8));
         let bytes = e.encode();
         assert_eq!(LeaderEpochs::decode(&bytes), Some(e.clone()));
         for i in 0..bytes.len() {

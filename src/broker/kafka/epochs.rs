@@ -1,0 +1,93 @@
+//! Leader epochs on the wire (KIP-320, docs/replication.md "Leader epochs on the wire"):
+//! OffsetForLeaderEpoch, and the fencing of requests that name the leader epoch their client
+//! knows (Fetch v9+, ListOffsets v4+, OffsetForLeaderEpoch).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::*;
+use weir::acl::{Operation, Session};
+use weir::metadata::Metadata;
+
+use super::Groups;
+use crate::broker::errors;
+use crate::broker::shard::{EpochPart, Req, Resp, Shard};
+
+/// A client's `current_leader_epoch` against this broker's epoch of the partition (the one
+/// its Metadata answers name): FENCED_LEADER_EPOCH if the client's is older (its metadata is
+/// stale), UNKNOWN_LEADER_EPOCH if newer (this broker's is), NONE when they agree, when the
+/// client sent none (-1) or when the partition is unknown (answered as such elsewhere).
+pub(super) fn fence(meta: &Metadata, topic: &str, partition: i32, current: i32) -> i16 {
+    match meta.partition_epoch(topic, partition) {
+        Some(epoch) if current >= 0 && current < epoch => errors::FENCED_LEADER_EPOCH,
+        Some(epoch) if current > epoch => errors::UNKNOWN_LEADER_EPOCH,
+        _ => errors::NONE,
+    }
+}
+
+/// OffsetForLeaderEpoch v2-4: for each partition, the largest epoch at most the one asked and
+/// where it ends in the leader's log. A consumer whose position lies past that end has read
+/// records the log no longer holds (which Raft's committed reads never let happen here).
+pub(super) async fn offset_for_leader_epoch(
+    shard: &Rc<Shard>,
+    session: &Session,
+    r: &OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let meta = shard.metadata();
+    let mut resp = OffsetForLeaderEpochResponse::default();
+    let mut groups: Groups<EpochPart> = BTreeMap::new();
+    for (ti, t) in r.topics.iter().enumerate() {
+        let name = t.topic.to_string();
+        let allowed = super::authz::topic(shard, session, Operation::Describe, &name);
+        let mut tr = OffsetForLeaderTopicResult::default();
+        tr.topic = t.topic.clone();
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let mut pr = EpochEndOffset::default();
+            pr.partition = p.partition;
+            pr.leader_epoch = -1;
+            pr.end_offset = -1;
+            let fenced = fence(&meta, &name, p.partition, p.current_leader_epoch);
+            match meta.owner(&name, p.partition) {
+                _ if !allowed => pr.error_code = errors::TOPIC_AUTHORIZATION_FAILED,
+                _ if fenced != errors::NONE => pr.error_code = fenced,
+                None if meta.placed_elsewhere(&name, p.partition) => {
+                    pr.error_code = errors::NOT_LEADER_OR_FOLLOWER
+                }
+                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(owner) => {
+                    let g = groups.entry(owner).or_default();
+                    g.0.push(EpochPart {
+                        topic: name.clone(),
+                        partition: p.partition,
+                        epoch: p.leader_epoch,
+                    });
+                    g.1.push((ti, pi));
+                }
+            }
+            tr.partitions.push(pr);
+        }
+        resp.topics.push(tr);
+    }
+    for (owner, (parts, slots)) in groups {
+        let answers = match shard.call(owner, Req::EpochEnds(parts)).await {
+            Resp::EpochEnds(rs) if rs.len() == slots.len() => rs,
+            // The owner could not answer (shutting down): retriable.
+            _ => Vec::new(),
+        };
+        for (i, (ti, pi)) in slots.into_iter().enumerate() {
+            let pr = &mut resp.topics[ti].partitions[pi];
+            match answers.get(i) {
+                Some(a) => {
+                    pr.error_code = a.error;
+                    pr.leader_epoch = a.epoch;
+                    pr.end_offset = a.end_offset;
+                }
+                None => pr.error_code = errors::NOT_LEADER_OR_FOLLOWER,
+            }
+        }
+    }
+    resp
+}
