@@ -3,11 +3,16 @@
 #
 #   scripts/librdkafka-suite.sh 0030 0102 0113:commit_during   # chosen tests, one after another
 #   scripts/librdkafka-suite.sh sasl/0135 sasl/0142:message    # against a SASL_PLAINTEXT broker
+#   scripts/librdkafka-suite.sh cluster/0103 cluster-noautocreate/0107   # against 3 brokers
 #   scripts/librdkafka-suite.sh --all [--jobs N] [--local]     # the whole list, in parallel
 #
 # [sasl/]TEST[:SUBTEST]: a test number, optionally with a substring of the subtest names
 # (librdkafka's SUBTESTS); sasl/ runs it against a broker whose clients log in with
-# SCRAM-SHA-256 on a SASL_PLAINTEXT listener, with connections.max.reauth.ms=10000. --all runs every `run` entry of tests/librdkafka-suite.txt, the list that gives
+# SCRAM-SHA-256 on a SASL_PLAINTEXT listener, with connections.max.reauth.ms=10000; cluster/
+# against three brokers in one cluster (node ids 1-3, one advertised broker each, as librdkafka's
+# 3-broker test cluster: its tests that create topics with replication factor 3);
+# cluster-noautocreate/ the same with topic auto-creation off, for the tests of librdkafka's
+# "noautocreate" scenario. --all runs every `run` entry of tests/librdkafka-suite.txt, the list that gives
 # every test of librdkafka's test table a verdict (run / na / known-fail / local, with the
 # reason), N test-runner processes at a time (default $WEIR_LIBRDKAFKA_JOBS or 4), and prints
 # pass / fail / na / known-fail / local counts; --local also runs the `local` entries (tests
@@ -124,6 +129,41 @@ start_weir_sasl() {
         sasl.username=librdkafka sasl.password=librdkafka-test-pw >>"$WORK/$name.conf"
 }
 
+# start_weir_cluster NAME [--set K=V ...]: three brokers (NAME-1..3, node ids 1-3) in one
+# cluster, each advertising one broker (no per-core listeners); writes $WORK/NAME.conf with the
+# three as bootstrap once each broker has seen all three register (a topic with replication
+# factor 3 needs them).
+start_weir_cluster() {
+    local name="$1" voters="" addrs="" i
+    shift
+    local ports
+    ports="$(python3 -c 'import socket
+s = [socket.socket() for _ in range(3)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(" ".join(str(x.getsockname()[1]) for x in s))')"
+    i=1
+    for p in $ports; do
+        voters="${voters:+$voters,}$i@127.0.0.1:$p"
+        i=$((i + 1))
+    done
+    for i in 1 2 3; do
+        start_weir "$name-$i" --set node.id="$i" --set controller.quorum.voters="$voters" \
+            --set listeners.per.core=false "$@"
+        addrs="${addrs:+$addrs,}$(sed -n 's/^bootstrap.servers=//p' "$WORK/$name-$i.conf")"
+    done
+    for i in 1 2 3; do
+        local seen=""
+        for _ in $(seq 300); do
+            seen="$({ grep -o 'RegisterBroker { id: [123],' "$LOGS/weir-$name-$i.log" || true; } \
+                | sort -u | wc -l)"
+            [ "$seen" = 3 ] && break
+            sleep 0.1
+        done
+        [ "$seen" = 3 ] || { echo "broker $i of $name saw $seen of 3 brokers register" >&2; exit 1; }
+    done
+    printf 'bootstrap.servers=%s\nbroker.address.family=v4\n' "$addrs" >"$WORK/$name.conf"
+}
+
 # runner CONF LOG ARGS...: one test-runner process.
 runner() {
     local conf="$1" log="$2"
@@ -137,17 +177,27 @@ if [ "$ALL" = 0 ]; then
     start_weir default
     pass=0 fail=0
     for spec in "${SPECS[@]}"; do
-        conf="$WORK/default.conf" plain="$spec"
-        if [ "${spec#sasl/}" != "$spec" ]; then
-            plain="${spec#sasl/}" conf="$WORK/sasl.conf"
-            [ -f "$conf" ] || start_weir_sasl sasl
-        fi
+        conf="$WORK/default.conf" plain="$spec" scenario=()
+        case "$spec" in
+            sasl/*)
+                plain="${spec#sasl/}" conf="$WORK/sasl.conf"
+                [ -f "$conf" ] || start_weir_sasl sasl
+                ;;
+            cluster/*)
+                plain="${spec#cluster/}" conf="$WORK/cluster.conf"
+                [ -f "$conf" ] || start_weir_cluster cluster
+                ;;
+            cluster-noautocreate/*)
+                plain="${spec#cluster-noautocreate/}" conf="$WORK/cluster-na.conf" scenario=(-s noautocreate)
+                [ -f "$conf" ] || start_weir_cluster cluster-na --set auto.create.topics.enable=false
+                ;;
+        esac
         t="${plain%%:*}" sub=""
         [ "$plain" != "$t" ] && sub="${plain#*:}"
         log="$LOGS/librdkafka-${spec//\//-}.log"
         log="${log//:/-}"
         # -D: delete the test topics after the test (one test at a time here).
-        if SUBTESTS="$sub" runner "$conf" "$log" -D "$t"; then
+        if SUBTESTS="$sub" runner "$conf" "$log" "${scenario[@]}" -D "$t"; then
             echo "PASS $spec"; pass=$((pass + 1))
         else
             echo "FAIL $spec (log: $log)"; grep -a -A2 "TEST FAILURE" "$log" | head -8 | sed 's/^/    /'

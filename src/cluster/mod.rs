@@ -18,6 +18,10 @@ use crate::metadata::{valid_topic_name, Metadata, TopicMeta};
 pub use crate::metadata::{BrokerInfo, ListenerEndpoints};
 use crate::sasl::ScramCredential;
 
+mod placement;
+pub use placement::place_assigned;
+use placement::{load, place};
+
 /// In a cluster with `listeners.per.core`, the Kafka node id of core `c` of broker `b` is
 /// `b * NODE_ID_STRIDE + c` (docs/replication.md §4.3).
 pub const NODE_ID_STRIDE: i32 = 1024;
@@ -190,96 +194,6 @@ impl Batch {
     pub fn decode(bytes: &[u8]) -> Result<Batch, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("corrupt metadata record: {e}"))
     }
-}
-
-/// Per (broker, core) of every registered broker: the partitions it is the preferred leader
-/// of, and the replicas it holds.
-type Load = BTreeMap<(u64, usize), (usize, usize)>;
-
-fn load(meta: &Metadata) -> Load {
-    let mut load = BTreeMap::new();
-    for (&b, info) in &meta.brokers {
-        for c in 0..info.cores.max(1) {
-            load.insert((b, c), (0usize, 0usize));
-        }
-    }
-    for t in meta.topics.values() {
-        for p in 0..t.owners.len() {
-            for (i, r) in Metadata::replicas_of(t, p, 0).into_iter().enumerate() {
-                if let Some((leaders, replicas)) = load.get_mut(&r) {
-                    *leaders += usize::from(i == 0);
-                    *replicas += 1;
-                }
-            }
-        }
-    }
-    load
-}
-
-/// `count` new partitions of `rf` replicas each (docs/replication.md §5.1). The first
-/// replica (the preferred leader) is the (broker, core) leading the fewest partitions, then
-/// on the broker leading the fewest, then holding the fewest replicas (ties: the lowest
-/// broker, then core) — so leaders spread over cores and over brokers; each further one is on
-/// another broker, on the same core index when that broker has as many cores as the
-/// first's (core-aligned: a partition's Raft traffic then flows between core *i* of each
-/// broker), else on its core holding the fewest replicas; among brokers, the one whose
-/// chosen core holds the fewest replicas. (Until 2026-11-25 the broker's leaders did not
-/// count, so a broker's cores filled before the next broker's: a topic's first partitions
-/// were all led by broker 1.)
-fn place(
-    meta: &Metadata,
-    load: &mut Load,
-    count: usize,
-    rf: usize,
-) -> Result<Vec<Vec<Placement>>, String> {
-    if load.is_empty() {
-        return Err("no broker has registered yet".into());
-    }
-    let cores = |b: u64| meta.brokers.get(&b).map_or(1, |i| i.cores.max(1));
-    let held = |load: &Load, b: u64, c: usize| load.get(&(b, c)).map_or(0, |l| l.1);
-    let mut out = Vec::with_capacity(count);
-    for _ in 0..count {
-        let leading =
-            |b: u64| -> usize { load.range((b, 0)..=(b, usize::MAX)).map(|(_, l)| l.0).sum() };
-        let (&(b0, c0), _) = load
-            .iter()
-            .min_by_key(|(k, n)| (n.0, leading(k.0), n.1, **k))
-            .expect("load is not empty");
-        let mut replicas = vec![(b0, c0)];
-        while replicas.len() < rf {
-            let best = meta
-                .brokers
-                .keys()
-                .filter(|b| replicas.iter().all(|r| r.0 != **b))
-                .map(|&b| {
-                    let c = if cores(b) == cores(b0) {
-                        c0
-                    } else {
-                        (0..cores(b))
-                            .min_by_key(|&c| (held(load, b, c), c))
-                            .unwrap_or(0)
-                    };
-                    (held(load, b, c), b, c)
-                })
-                .min();
-            match best {
-                Some((_, b, c)) => replicas.push((b, c)),
-                None => break,
-            }
-        }
-        for (i, r) in replicas.iter().enumerate() {
-            let l = load.entry(*r).or_default();
-            l.0 += usize::from(i == 0);
-            l.1 += 1;
-        }
-        out.push(
-            replicas
-                .into_iter()
-                .map(|(broker, core)| Placement { broker, core })
-                .collect(),
-        );
-    }
-    Ok(out)
 }
 
 impl Record {

@@ -30,6 +30,7 @@ pub(super) async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
             partitions: -1,
             replication_factor: -1,
             configs: Vec::new(),
+            assignments: None,
         })
         .collect();
     if let Resp::Topics(results) = shard

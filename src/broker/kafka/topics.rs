@@ -38,6 +38,12 @@ pub(super) async fn create_topics(
                 .iter()
                 .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
                 .collect(),
+            assignments: (!t.assignments.is_empty()).then(|| {
+                t.assignments
+                    .iter()
+                    .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                    .collect()
+            }),
         })
         .collect();
     let (internal, topics): (Vec<NewTopic>, Vec<NewTopic>) = topics

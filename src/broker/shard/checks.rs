@@ -45,6 +45,13 @@ impl Shard {
         }
         let cluster = meta.local_broker.is_some();
         let rf = match t.replication_factor {
+            // An explicit assignment in a cluster: as many replicas as it names.
+            _ if cluster && t.assignments.is_some() => t
+                .assignments
+                .iter()
+                .flatten()
+                .next()
+                .map_or(0, |a| a.len() as i32),
             -1 if cluster => i32::from(self.config.default_replication_factor),
             -1 => 1,
             n => i32::from(n),

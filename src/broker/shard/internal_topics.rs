@@ -261,6 +261,7 @@ impl Shard {
                     ("cleanup.policy".into(), Some("compact".into())),
                     ("segment.bytes".into(), Some((16 << 20).to_string())),
                 ],
+                assignments: None,
             };
             let r = shard
                 .call(

@@ -121,6 +121,9 @@ pub struct NewTopic {
     pub partitions: i32,
     pub replication_factor: i16,
     pub configs: Vec<(String, Option<String>)>,
+    /// CreateTopics' explicit assignment: the replicas (node ids, the preferred leader first)
+    /// of each partition. Followed in a cluster; a single broker places the partitions itself.
+    pub assignments: Option<Vec<Vec<i32>>>,
 }
 
 /// CreatePartitions for one topic: the new total count, and optionally the broker (node id)

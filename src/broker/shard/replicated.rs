@@ -136,19 +136,34 @@ impl Shard {
                     r.error = code;
                     r.message = Some(message);
                 }
-                Ok((count, rf, configs)) if !validate_only => {
-                    slots.push(results.len());
-                    records.push(Record::CreateTopic {
-                        name: t.name.clone(),
-                        count: count as usize,
-                        id: String::new(),
-                        partitions: Vec::new(),
-                        configs,
-                        replication_factor: rf,
-                        replicas: Vec::new(),
-                    });
+                Ok((count, rf, configs)) => {
+                    // An explicit assignment is placed here; otherwise the metadata leader
+                    // places the partitions (`Record::plan`).
+                    let placed = match &t.assignments {
+                        Some(a) => weir::cluster::place_assigned(&meta, a).map(Some),
+                        None => Ok(None),
+                    };
+                    match placed {
+                        Err(e) => {
+                            r.error = errors::INVALID_REPLICA_ASSIGNMENT;
+                            r.message = Some(e);
+                        }
+                        Ok(_) if validate_only => {}
+                        Ok(placed) => {
+                            let placed = placed.unwrap_or_default();
+                            slots.push(results.len());
+                            records.push(Record::CreateTopic {
+                                name: t.name.clone(),
+                                count: count as usize,
+                                id: String::new(),
+                                partitions: placed.iter().map(|r| r[0]).collect(),
+                                configs,
+                                replication_factor: rf,
+                                replicas: if rf > 1 { placed } else { Vec::new() },
+                            });
+                        }
+                    }
                 }
-                Ok(_) => {}
             }
             results.push(r);
         }
@@ -248,11 +263,6 @@ impl Shard {
                             t.name, t.count
                         ),
                     )
-                } else if t.assignments.is_some() {
-                    fail(
-                        errors::INVALID_REPLICA_ASSIGNMENT,
-                        "explicit assignments are not supported in a cluster yet".into(),
-                    )
                 } else {
                     (errors::NONE, None)
                 }
@@ -262,15 +272,45 @@ impl Shard {
                     format!("unknown topic '{}'", t.name),
                 )
             };
+            // An explicit assignment of the new partitions, placed here (otherwise by the
+            // metadata leader): one list per new partition, of the topic's replica count.
+            let placed = match (&t.assignments, current) {
+                (Some(a), Some(current)) if code == errors::NONE => {
+                    let rf = meta
+                        .topics
+                        .get(&t.name)
+                        .map_or(1, Metadata::replication_factor);
+                    if a.len() != t.count as usize - current {
+                        Err(format!(
+                            "{} assignments for {} new partitions",
+                            a.len(),
+                            t.count as usize - current
+                        ))
+                    } else if a.first().is_some_and(|l| l.len() != rf) {
+                        Err(format!("the topic has {rf} replicas per partition"))
+                    } else {
+                        weir::cluster::place_assigned(&meta, a)
+                    }
+                }
+                _ => Ok(Vec::new()),
+            };
+            let (code, message, placed) = match placed {
+                Err(e) if code == errors::NONE => {
+                    (errors::INVALID_REPLICA_ASSIGNMENT, Some(e), Vec::new())
+                }
+                Err(_) => (code, message, Vec::new()),
+                Ok(placed) => (code, message, placed),
+            };
             r.error = code;
             r.message = message;
             if code == errors::NONE && !validate_only {
+                let rf = placed.first().map_or(0, Vec::len);
                 slots.push(results.len());
                 records.push(Record::CreatePartitions {
                     topic: t.name.clone(),
                     count: t.count as usize,
-                    added: Vec::new(),
-                    added_replicas: Vec::new(),
+                    added: placed.iter().map(|r| r[0]).collect(),
+                    added_replicas: if rf > 1 { placed } else { Vec::new() },
                 });
             }
             results.push(r);
