@@ -49,7 +49,6 @@ pub(super) fn place(
     if load.is_empty() {
         return Err("no broker has registered yet".into());
     }
-    let cores = |b: u64| meta.brokers.get(&b).map_or(1, |i| i.cores.max(1));
     let held = |load: &Load, b: u64, c: usize| load.get(&(b, c)).map_or(0, |l| l.1);
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
@@ -66,13 +65,7 @@ pub(super) fn place(
                 .keys()
                 .filter(|b| replicas.iter().all(|r| r.0 != **b))
                 .map(|&b| {
-                    let c = if cores(b) == cores(b0) {
-                        c0
-                    } else {
-                        (0..cores(b))
-                            .min_by_key(|&c| (held(load, b, c), c))
-                            .unwrap_or(0)
-                    };
+                    let c = follower_core(meta, load, b, (b0, c0));
                     (held(load, b, c), b, c)
                 })
                 .min();
@@ -96,7 +89,7 @@ pub(super) fn place(
 /// lengths, an unknown node, a broker named twice in one list.
 pub fn place_assigned(meta: &Metadata, nodes: &[Vec<i32>]) -> Result<Vec<Vec<Placement>>, String> {
     let mut load = load(meta);
-    let cores = |b: u64| meta.brokers.get(&b).map_or(1, |i| i.cores.max(1));
+    let cores = |b: u64| cores(meta, b);
     let resolve = |n: i32| -> Result<(u64, Option<usize>), String> {
         let id = u64::try_from(n).map_err(|_| format!("unknown broker {n}"))?;
         if meta.brokers.contains_key(&id) {
@@ -129,10 +122,7 @@ pub fn place_assigned(meta: &Metadata, nodes: &[Vec<i32>]) -> Result<Vec<Vec<Pla
                 None => (0..cores(b))
                     .min_by_key(|&c| (load.get(&(b, c)).copied().unwrap_or_default(), c))
                     .unwrap_or(0),
-                Some(&(b0, c0)) if cores(b) == cores(b0) => c0,
-                Some(_) => (0..cores(b))
-                    .min_by_key(|&c| (load.get(&(b, c)).map_or(0, |l| l.1), c))
-                    .unwrap_or(0),
+                Some(&first) => follower_core(meta, &load, b, first),
             });
             replicas.push((b, c));
         }
@@ -152,4 +142,21 @@ fn taken(load: &mut Load, replicas: Vec<(u64, usize)>) -> Vec<Placement> {
         .into_iter()
         .map(|(broker, core)| Placement { broker, core })
         .collect()
+}
+
+/// How many cores broker `b` registered (1 if unknown).
+fn cores(meta: &Metadata, b: u64) -> usize {
+    meta.brokers.get(&b).map_or(1, |i| i.cores.max(1))
+}
+
+/// The core of a further replica on broker `b`, the first replica being `first`: the first's
+/// core index when `b` has as many cores (core-aligned), else `b`'s core holding the fewest
+/// replicas.
+fn follower_core(meta: &Metadata, load: &Load, b: u64, first: (u64, usize)) -> usize {
+    if cores(meta, b) == cores(meta, first.0) {
+        return first.1;
+    }
+    (0..cores(meta, b))
+        .min_by_key(|&c| (load.get(&(b, c)).map_or(0, |l| l.1), c))
+        .unwrap_or(0)
 }

@@ -155,8 +155,8 @@ impl Shard {
                     leader_epoch: u64::try_from(offset)
                         .ok()
                         .and_then(|o| {
-                            let current = self.current_epoch(&p.topic, p.partition);
-                            part.log.epoch_history(current).epoch_at(o)
+                            let g = self.replica_group(&p.topic, p.partition);
+                            part.log.epoch_history(epoch_of(g.as_deref())).epoch_at(o)
                         })
                         .unwrap_or(-1),
                 },
@@ -189,7 +189,8 @@ impl Shard {
                 let Some(part) = self.partition(&p.topic, p.partition) else {
                     return refused(errors::UNKNOWN_TOPIC_OR_PARTITION);
                 };
-                if let Some(g) = self.replica_group(&p.topic, p.partition) {
+                let g = self.replica_group(&p.topic, p.partition);
+                if let Some(g) = &g {
                     if g.failed.get() {
                         return refused(errors::KAFKA_STORAGE_ERROR);
                     }
@@ -197,8 +198,11 @@ impl Shard {
                         return refused(errors::NOT_LEADER_OR_FOLLOWER);
                     }
                 }
-                let current = self.current_epoch(&p.topic, p.partition);
-                match part.log.epoch_history(current).end_offset_for(p.epoch) {
+                match part
+                    .log
+                    .epoch_history(epoch_of(g.as_deref()))
+                    .end_offset_for(p.epoch)
+                {
                     Some((epoch, end)) => EpochEnd {
                         error: errors::NONE,
                         epoch,
@@ -209,11 +213,10 @@ impl Shard {
             })
             .collect()
     }
+}
 
-    /// The leader epoch of a partition here: its Raft term if replicated (epochs are `i32` on
-    /// the wire), 0 if not.
-    fn current_epoch(&self, topic: &str, partition: i32) -> i32 {
-        self.replica_group(topic, partition)
-            .map_or(0, |g| i32::try_from(g.term()).unwrap_or(i32::MAX))
-    }
+/// The leader epoch of a partition here: its group's Raft term if replicated (epochs are
+/// `i32` on the wire), 0 if not.
+fn epoch_of(g: Option<&Group>) -> i32 {
+    g.map_or(0, |g| i32::try_from(g.term()).unwrap_or(i32::MAX))
 }
