@@ -36,7 +36,7 @@ Output: one line per run, then the summary (medians [min-max] over the rounds; R
 paired within each round); everything also in --out/replication.json, each run's own `weir bench`
 report in --out/<config>-<load>-r<round>.{json,txt}.
 
-    cargo build --release && python3 benches/replication.py [--rounds 3] [--duration 6]
+    cargo build --release --features rdkafka && python3 benches/replication.py [--rounds 3] [--duration 6]
         [--rates 2000,20000] [--rate-duration 5] [--producers 2] [--partitions 3] [--cores 1]
         [--raw-secs 1] [--client rdkafka|native] [--configs single,rf1,rf3] [--data DIR]
         [--out DIR] [--keep] [--smoke]
@@ -506,7 +506,7 @@ def main() -> int:
         a.rounds, a.duration, a.rate_duration, a.rates, a.raw_secs = 1, 2, 2, "2000", 0.5
     a.rate_list = [int(x) for x in a.rates.split(",") if x.strip()]
     if not WEIR.is_file():
-        sys.exit(f"{WEIR} does not exist: cargo build --release")
+        sys.exit(f"{WEIR} does not exist: cargo build --release --features rdkafka")
     cmd = "python3 benches/replication.py " + " ".join(sys.argv[1:])
     data = a.data.resolve()
     if data.exists():

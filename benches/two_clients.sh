@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every scenario of docs/bench.md's "Both clients" table, through weir's native client and
 # through librdkafka, back to back, each with its own same-run raw-device and loopback
-# yardsticks. About 6 minutes on the 2-core VM. Needs a release build (cargo build --release).
+# yardsticks. About 6 minutes on the 2-core VM. Needs a release build with librdkafka (cargo build --release --features rdkafka).
 # Output: target/bench/two-clients/<name>.{txt,json,svg} and a summary on stdout.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

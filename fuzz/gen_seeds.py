@@ -142,6 +142,23 @@ def main():
     write("leader_epochs", "damaged", b"\x00" + valid[:-1] + bytes([valid[-1] ^ 1]))
     write("leader_epochs", "empty", b"\x00")
 
+    # record_validate: bit 0 repairs CRCs and lengths; bits 1-3 compress each body with that
+    # codec (the target compresses, so seeds stay plain); bit 4 compacted; bit 5 LogAppendTime.
+    lies = batch(0, [(0, 0, b"k", b"v"), (1, 5, b"k", b"v")])  # offset delta 5 after 0
+    for name, mode, data in [("one", 0x00, one), ("two", 0x00, two), ("big", 0x01, big),
+                             ("one-gzip", 0x03, one), ("two-snappy", 0x05, two),
+                             ("big-lz4", 0x07, big), ("two-zstd", 0x09, two),
+                             ("compacted", 0x11, two), ("log-append-time", 0x21, big),
+                             ("internal-control", 0x41, control), ("set", 0x01, one + two),
+                             ("offset-lie", 0x01, lies), ("bomb-limit", 0x89, big)]:
+        write("record_validate", name, bytes([mode]) + data)
+
+    # inflate: bits 0-1 codec (gzip, snappy, lz4, zstd), 2-4 the limit, bit 5 round trip.
+    text = b"".join(b"record %d of a seed, %s\n" % (i, b"x" * (i % 17)) for i in range(200))
+    for codec in range(4):
+        write("inflate", "round-trip-%d" % (codec + 1), bytes([0x20 | 0x0C | codec]) + text)
+        write("inflate", "garbage-%d" % (codec + 1), bytes([0x0C | codec]) + text[:300])
+
 
 if __name__ == "__main__":
     main()

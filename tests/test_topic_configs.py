@@ -230,7 +230,7 @@ def test_kafka_topic_configs_weir_ignores_are_accepted_stored_and_described(brok
     # Bad values of accepted names, unknown names, and values weir cannot honour.
     for k, v in [("message.format.version", "ten"), ("delete.retention.ms", "-5"),
                  ("compression.type", "brotli"), ("no.such.config", "1"),
-                 ("cleanup.policy", "compact,sometimes"), ("message.timestamp.type", "LogAppendTime")]:
+                 ("cleanup.policy", "compact,sometimes"), ("message.timestamp.type", "SometimesTime")]:
         assert error_of(lambda: incremental(b.bootstrap, topic_name, [(k, v, AlterConfigOpType.SET)])) \
             == "INVALID_CONFIG", f"{k}={v}"
     # kafka-python sees the same.

@@ -50,6 +50,7 @@ pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
 /// A record a topic's config does not allow (a record without a key on a compacted topic).
 pub const INVALID_RECORD: i16 = 87;
+pub const INVALID_TIMESTAMP: i16 = 32;
 pub const RESOURCE_NOT_FOUND: i16 = 91;
 pub const DUPLICATE_RESOURCE: i16 = 92;
 pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
@@ -63,6 +64,14 @@ pub fn storage_error_code(e: &Error) -> i16 {
     match e {
         Error::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
         Error::InvalidBatch(_) => CORRUPT_MESSAGE,
+        Error::InvalidRecords {
+            kind: weir_storage::error::Invalid::Record,
+            ..
+        } => INVALID_RECORD,
+        Error::InvalidRecords {
+            kind: weir_storage::error::Invalid::Timestamp,
+            ..
+        } => INVALID_TIMESTAMP,
         Error::BatchTooLarge { .. } => MESSAGE_TOO_LARGE,
         Error::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
         Error::InvalidProducerEpoch { .. } => INVALID_PRODUCER_EPOCH,

@@ -161,6 +161,14 @@ pub const SETTINGS: &[Setting] = &[
         "How long a tombstone (null value) stays after a cleaning removed the older records of its key."),
     setting("message.max.bytes", "8388608", "bytes", Some("max.message.bytes"),
         "Largest record batch a produce may append."),
+    setting("message.max.decompressed.bytes", "-1", "bytes", None,
+        "Most bytes one compressed batch from a producer may decompress to (the validator walks it through a bounded streaming decoder; past it: INVALID_RECORD, nothing written); the cleaner keeps a stored batch past it whole. -1: 8 times the topic's `max.message.bytes`, at least 64 MiB."),
+    setting("log.message.timestamp.type", "CreateTime", "", Some("message.timestamp.type"),
+        "`CreateTime`: records keep their producers' timestamps; `LogAppendTime`: each batch is stamped with the time the broker appended it."),
+    setting("log.message.timestamp.before.max.ms", "9223372036854775807", "ms", Some("message.timestamp.before.max.ms"),
+        "CreateTime: a record whose timestamp is more than this before the broker's clock is refused (INVALID_TIMESTAMP)."),
+    setting("log.message.timestamp.after.max.ms", "3600000", "ms", Some("message.timestamp.after.max.ms"),
+        "CreateTime: a record whose timestamp is more than this after the broker's clock is refused (INVALID_TIMESTAMP; Kafka 4's default)."),
     setting("log.retention.check.interval.ms", "30000", "ms", None,
         "How often each core applies retention (at least 10)."),
     setting("socket.request.max.bytes", "104857600", "bytes", None,
@@ -210,6 +218,14 @@ pub struct BrokerConfig {
     pub retention_ms: Option<u64>,
     pub retention_bytes: Option<u64>,
     pub max_message_bytes: usize,
+    /// `message.max.decompressed.bytes` (`None`: derived from a topic's `max.message.bytes`).
+    pub max_decompressed_bytes: Option<u64>,
+    /// `log.message.timestamp.type`.
+    pub timestamp_type: weir_storage::batch::TimestampType,
+    /// `log.message.timestamp.before.max.ms`.
+    pub timestamp_before_max_ms: i64,
+    /// `log.message.timestamp.after.max.ms`.
+    pub timestamp_after_max_ms: i64,
     pub num_partitions: u32,
     /// `default.replication.factor`.
     pub default_replication_factor: u16,
@@ -303,6 +319,10 @@ impl Default for BrokerConfig {
             retention_ms: Some(7 * 24 * 3600 * 1000),
             retention_bytes: None,
             max_message_bytes: 8 << 20,
+            max_decompressed_bytes: None,
+            timestamp_type: weir_storage::batch::TimestampType::CreateTime,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: 3_600_000,
             num_partitions: 1,
             default_replication_factor: 1,
             auto_create_topics: true,
@@ -420,6 +440,22 @@ impl BrokerConfig {
             }
             "log.retention.bytes" => self.retention_bytes = parse_limit(key, value)?,
             "message.max.bytes" => self.max_message_bytes = parse_message_bytes(key, value)?,
+            "message.max.decompressed.bytes" => {
+                self.max_decompressed_bytes = match parse_num::<i64>(key, value)? {
+                    -1 => None,
+                    n if n >= 1 << 20 => Some(n as u64),
+                    _ => return Err(format!("{key}: at least 1048576, or -1")),
+                }
+            }
+            "log.message.timestamp.type" => {
+                self.timestamp_type = topic::parse_timestamp_type(key, value)?
+            }
+            "log.message.timestamp.before.max.ms" => {
+                self.timestamp_before_max_ms = parse_bounded(key, value, 0, i64::MAX)?
+            }
+            "log.message.timestamp.after.max.ms" => {
+                self.timestamp_after_max_ms = parse_bounded(key, value, 0, i64::MAX)?
+            }
             "num.partitions" => {
                 self.num_partitions = parse_num(key, value)?;
                 if self.num_partitions == 0 {
@@ -651,6 +687,12 @@ impl BrokerConfig {
                 .to_string(),
             "log.cleaner.delete.retention.ms" => self.cleaner_delete_retention_ms.to_string(),
             "message.max.bytes" => self.max_message_bytes.to_string(),
+            "message.max.decompressed.bytes" => self
+                .max_decompressed_bytes
+                .map_or("-1".into(), |n| n.to_string()),
+            "log.message.timestamp.type" => topic::timestamp_type_name(self.timestamp_type).into(),
+            "log.message.timestamp.before.max.ms" => self.timestamp_before_max_ms.to_string(),
+            "log.message.timestamp.after.max.ms" => self.timestamp_after_max_ms.to_string(),
             "log.retention.check.interval.ms" => self.retention_check_interval_ms.to_string(),
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
             "max.connections" => self.max_connections.to_string(),
@@ -704,6 +746,9 @@ impl BrokerConfig {
                 .unwrap_or(i64::MAX as u64)
                 .to_string(),
             "delete.retention.ms" => self.cleaner_delete_retention_ms.to_string(),
+            "message.timestamp.type" => topic::timestamp_type_name(self.timestamp_type).into(),
+            "message.timestamp.before.max.ms" => self.timestamp_before_max_ms.to_string(),
+            "message.timestamp.after.max.ms" => self.timestamp_after_max_ms.to_string(),
             _ => return None,
         })
     }
@@ -721,6 +766,9 @@ impl BrokerConfig {
             max_compaction_lag_ms: self.cleaner_max_compaction_lag_ms,
             delete_retention_ms: self.cleaner_delete_retention_ms,
             producer_id_expiration_ms: self.producer_id_expiration_ms,
+            timestamp_type: self.timestamp_type,
+            timestamp_before_max_ms: self.timestamp_before_max_ms,
+            timestamp_after_max_ms: self.timestamp_after_max_ms,
             ..LogConfig::default()
         };
         let _ = apply_topic_config(&mut c, "cleanup.policy", &self.cleanup_policy);
@@ -729,6 +777,9 @@ impl BrokerConfig {
             // skipped, and reported at start-up (`invalid_overrides`).
             let _ = apply_topic_config(&mut c, k, v);
         }
+        c.inflated_max_bytes = self
+            .max_decompressed_bytes
+            .unwrap_or_else(|| (8 * c.max_batch_bytes as u64).max(64 << 20));
         c
     }
 }

@@ -41,11 +41,8 @@ fn kafka_topic_configs_are_accepted_checked_or_refused() {
             "a:b",
             "not a valid value",
         ),
-        (
-            "message.timestamp.type",
-            "LogAppendTime",
-            "not supported yet",
-        ),
+        ("message.timestamp.type", "SometimesTime", "not CreateTime"),
+        ("message.timestamp.after.max.ms", "-1", "must be between 0"),
         ("remote.storage.enable", "true", "no tiered storage"),
         ("cleanup.policy", "sometimes", "not a list"),
         ("cleanup.policy", "", "not a list"),

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use weir_storage::batch::TimestampType;
 use weir_storage::LogConfig;
 
 use super::*;
@@ -24,6 +25,15 @@ pub const TOPIC_CONFIGS: &[(&str, &str)] = &[
     ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
     ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
     ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
+    ("message.timestamp.type", "log.message.timestamp.type"),
+    (
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+    ),
+    (
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+    ),
 ];
 
 /// How the value of a Kafka topic config weir stores but does not act on is checked.
@@ -60,10 +70,7 @@ pub const IGNORED_TOPIC_CONFIGS: &[(&str, Kind)] = &[
     ("local.retention.ms", Kind::Long(-2)),
     ("message.downconversion.enable", Kind::Bool),
     ("message.format.version", Kind::Version),
-    ("message.timestamp.after.max.ms", Kind::Long(0)),
-    ("message.timestamp.before.max.ms", Kind::Long(0)),
     ("message.timestamp.difference.max.ms", Kind::Long(0)),
-    ("message.timestamp.type", Kind::OneOf(&["CreateTime"])),
     ("min.insync.replicas", Kind::Long(1)),
     ("preallocate", Kind::Bool),
     ("remote.log.copy.disable", Kind::Bool),
@@ -89,9 +96,6 @@ pub(super) fn check_kind(key: &str, kind: Kind, value: &str) -> Result<(), Strin
                 true
             } else {
                 return Err(match key {
-                    "message.timestamp.type" if v.eq_ignore_ascii_case("LogAppendTime") => {
-                        "message.timestamp.type=LogAppendTime is not supported yet: weir keeps the producer's timestamps (CreateTime)".into()
-                    }
                     "remote.storage.enable" if v.eq_ignore_ascii_case("true") => {
                         "remote.storage.enable=true: weir has no tiered storage".into()
                     }
@@ -160,12 +164,36 @@ pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(
         "delete.retention.ms" => {
             c.delete_retention_ms = parse_bounded::<i64>(key, value, 0, i64::MAX)? as u64
         }
+        "message.timestamp.type" => c.timestamp_type = parse_timestamp_type(key, value)?,
+        "message.timestamp.before.max.ms" => {
+            c.timestamp_before_max_ms = parse_bounded(key, value, 0, i64::MAX)?
+        }
+        "message.timestamp.after.max.ms" => {
+            c.timestamp_after_max_ms = parse_bounded(key, value, 0, i64::MAX)?
+        }
         _ => match IGNORED_TOPIC_CONFIGS.iter().find(|(k, _)| *k == key) {
             Some(&(_, kind)) => check_kind(key, kind, value)?,
             None => return Err(format!("unknown topic config '{key}'")),
         },
     }
     Ok(())
+}
+
+/// `message.timestamp.type`: `CreateTime` or `LogAppendTime` (Kafka's spelling, any case).
+pub(super) fn parse_timestamp_type(key: &str, value: &str) -> Result<TimestampType, String> {
+    match value.trim() {
+        v if v.eq_ignore_ascii_case("CreateTime") => Ok(TimestampType::CreateTime),
+        v if v.eq_ignore_ascii_case("LogAppendTime") => Ok(TimestampType::LogAppendTime),
+        v => Err(format!("{key}: '{v}' is not CreateTime or LogAppendTime")),
+    }
+}
+
+/// Kafka's name of a timestamp type.
+pub(super) fn timestamp_type_name(t: TimestampType) -> &'static str {
+    match t {
+        TimestampType::CreateTime => "CreateTime",
+        TimestampType::LogAppendTime => "LogAppendTime",
+    }
 }
 
 /// `cleanup.policy`: a comma-separated list of `delete` and `compact`. Returns (delete,

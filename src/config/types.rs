@@ -67,6 +67,10 @@ pub fn config_type(name: &str) -> ConfigType {
         | "log.cleaner.min.compaction.lag.ms"
         | "log.cleaner.max.compaction.lag.ms"
         | "log.cleaner.delete.retention.ms" => Long,
+        "log.message.timestamp.before.max.ms"
+        | "log.message.timestamp.after.max.ms"
+        | "message.max.decompressed.bytes" => Long,
+        "log.message.timestamp.type" => String,
         "log.cleaner.io.max.bytes.per.second" | "log.cleaner.min.cleanable.ratio" => Double,
         "log.cleanup.policy" | "sasl.enabled.mechanisms" => List,
         // Topic configs (Kafka's LogConfig).

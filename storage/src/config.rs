@@ -31,6 +31,18 @@ pub struct LogConfig {
     pub index_interval_bytes: u32,
     /// `max.message.bytes`: largest batch accepted by `append`.
     pub max_batch_bytes: usize,
+    /// The most bytes one compressed batch from a producer may decompress to (weir's
+    /// `message.max.decompressed.bytes`): the validator walks compressed records through a
+    /// bounded decoder and refuses a batch past this (`batch::validate`).
+    pub inflated_max_bytes: u64,
+    /// `message.timestamp.type`: keep the producers' timestamps (`CreateTime`) or stamp each
+    /// batch with its append time (`LogAppendTime`).
+    pub timestamp_type: crate::batch::TimestampType,
+    /// `message.timestamp.before.max.ms`: a producer's record may be at most this much older
+    /// than the broker's clock (CreateTime).
+    pub timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: at most this much newer.
+    pub timestamp_after_max_ms: i64,
     /// Size of one direct write (and of the in-memory chunk appends are copied into).
     pub write_chunk_bytes: usize,
     /// How many direct writes one log keeps in flight before `append` waits.
@@ -86,6 +98,10 @@ impl Default for LogConfig {
             retention_bytes: None,
             index_interval_bytes: 4096,
             max_batch_bytes: 8 << 20,
+            inflated_max_bytes: 64 << 20,
+            timestamp_type: crate::batch::TimestampType::CreateTime,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: 3_600_000,
             write_chunk_bytes: 1 << 20,
             writes_in_flight: 8,
             preallocate_bytes: 8 << 20,

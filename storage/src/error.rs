@@ -38,6 +38,17 @@ pub enum Error {
     },
     /// Input rejected before anything was written (e.g. an invalid batch from a producer).
     InvalidBatch(BatchError),
+    /// Batches whose records break the log validator's rules (`batch::validate`): nothing was
+    /// written.
+    InvalidRecords {
+        /// Which rule: a record's structure or key, or a timestamp.
+        kind: Invalid,
+        /// What is wrong, for the producer.
+        message: String,
+        /// The records at fault: index in the record set and why (at most
+        /// [`crate::batch::validate::RECORD_ERRORS_MAX`]).
+        record_errors: Vec<(i32, String)>,
+    },
     /// A batch larger than the log accepts (`max_batch_bytes`).
     BatchTooLarge {
         /// The batch's size in bytes.
@@ -98,6 +109,16 @@ pub enum Error {
     Closed,
 }
 
+/// Which of the log validator's rules a record set breaks (Kafka's INVALID_RECORD and
+/// INVALID_TIMESTAMP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalid {
+    /// A batch's header or records lie, or a record lacks the key a compacted topic needs.
+    Record,
+    /// A timestamp outside the topic's bounds, or a timestamp type a producer may not set.
+    Timestamp,
+}
+
 /// Why bytes are not a valid v2 record batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -142,6 +163,10 @@ pub enum BatchError {
         /// The batch's `partition_leader_epoch`.
         got: i32,
     },
+    /// The compression codec (`attributes & 7`) is none of Kafka's (5-7).
+    UnknownCodec(u8),
+    /// The compressed records do not decode.
+    Undecodable(String),
     /// The batch would end past the largest file position a segment's offset index can
     /// address ([`SEGMENT_POSITION_MAX`](crate::config::SEGMENT_POSITION_MAX)).
     PastSegmentLimit {
@@ -174,6 +199,8 @@ impl std::fmt::Display for BatchError {
             BatchError::EpochMismatch { expected, got } => {
                 write!(f, "leader epoch {got} where the log has {expected}")
             }
+            BatchError::UnknownCodec(c) => write!(f, "unknown compression codec {c}"),
+            BatchError::Undecodable(why) => write!(f, "compressed records do not decode: {why}"),
             BatchError::PastSegmentLimit { end } => write!(
                 f,
                 "batch would end at file position {end}, past what a segment index addresses"
@@ -201,6 +228,7 @@ impl std::fmt::Display for Error {
                 write!(f, "corrupt file {}: {reason}", path.display())
             }
             Error::InvalidBatch(reason) => write!(f, "invalid record batch: {reason}"),
+            Error::InvalidRecords { message, .. } => write!(f, "invalid records: {message}"),
             Error::BatchTooLarge { size, max } => {
                 write!(f, "record batch of {size} bytes exceeds the limit of {max}")
             }

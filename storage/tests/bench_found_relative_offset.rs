@@ -62,7 +62,8 @@ fn appends_past_2_pow_32_offsets_in_one_segment_do_not_panic() {
     });
 }
 
-/// A compressed batch may hold 2^31 - 1 records in a few bytes: two of them would not fit in
+/// A batch a cleaning left with fewer records than offsets may span 2^31 offsets (a follower
+/// takes such batches from its leader with `append_assigned`): two of them would not fit in
 /// one segment's 32-bit relative offsets, so the second starts a new segment.
 #[test]
 fn offsets_beyond_32_bits_of_one_segment_roll_it() {
@@ -72,21 +73,30 @@ fn offsets_beyond_32_bits_of_one_segment_roll_it() {
         let log = Log::open(&path, common::small_config())
             .await
             .expect("open");
-        let mut b = RecordBatchBuilder::new(1_000)
-            .compression_flag(4)
+        let mut wide = RecordBatchBuilder::new(1_000)
             .record(None, Some(b"v"), &[])
             .build()
             .to_vec();
-        b[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
-        b[57..61].copy_from_slice(&i32::MAX.to_be_bytes());
-        fix_crc(&mut b);
+        wide[23..27].copy_from_slice(&(i32::MAX - 1).to_be_bytes());
+        fix_crc(&mut wide);
+        let at = |mut b: Vec<u8>, base: u64| {
+            b[..8].copy_from_slice(&(base as i64).to_be_bytes());
+            b[12..16].copy_from_slice(&0i32.to_be_bytes());
+            bytes::Bytes::from(b)
+        };
         for i in 0..3u64 {
-            let info = log.append(b.clone().into()).await.expect("append");
-            assert_eq!(info.base_offset, i * (i32::MAX as u64 + 1));
+            let base = i * (i32::MAX as u64 + 1);
+            let info = log
+                .append_assigned(at(wide.clone(), base))
+                .await
+                .expect("append");
+            assert_eq!(info.base_offset, base);
             let small = RecordBatchBuilder::new(2_000)
                 .record(None, Some(&[7u8; 3000]), &[])
                 .build();
-            log.append(small).await.expect("append after a wide batch");
+            log.append_assigned(at(small.to_vec(), info.last_offset + 1))
+                .await
+                .expect("append after a wide batch");
         }
         assert!(log.size().0 >= 2, "the segment must have rolled");
         let end = log.watermarks().log_end_offset;

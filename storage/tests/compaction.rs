@@ -1,5 +1,5 @@
 //! Compaction (`Log::clean`): a model-based proptest on real O_DIRECT files, a crash at every
-//! step of a cleaning on the simulated disk, compressed batches through caller codecs, and an
+//! step of a cleaning on the simulated disk, compressed batches in every codec, and an
 //! idempotent producer's last batch kept.
 //!
 //! The model: a cleaning that ends at offset `E` (`CleanStats::cleaned_to`) keeps, below `E`,
@@ -13,9 +13,10 @@ use std::path::Path;
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use weir_storage::batch::compression;
 use weir_storage::batch::{decode_records, validate_stored, BatchHeader, RecordBatchBuilder};
 use weir_storage::io::SimDisk;
-use weir_storage::log::{CleanOptions, Codecs};
+use weir_storage::log::CleanOptions;
 use weir_storage::{BatchCache, Log, LogConfig};
 
 /// (offset, key, value; `None` is a tombstone)
@@ -284,44 +285,41 @@ fn a_crash_at_any_step_of_a_cleaning_leaves_old_or_new() {
     });
 }
 
-/// A stand-in codec: "compressed" is the records section reversed.
-struct Reverse;
-impl Codecs for Reverse {
-    fn decompress(&self, _codec: u8, data: &[u8]) -> Result<Vec<u8>, String> {
-        Ok(data.iter().rev().copied().collect())
-    }
-    fn compress(&self, _codec: u8, data: &[u8]) -> Result<Vec<u8>, String> {
-        Ok(data.iter().rev().copied().collect())
-    }
-}
-
-fn reversed(batch: Bytes, codec: u8) -> Bytes {
+/// `batch` with its records section compressed with `codec`.
+fn compressed(batch: Bytes, codec: u8) -> Bytes {
     let h = *BatchHeader::parse(&batch).expect("header");
-    let body: Vec<u8> = batch[61..].iter().rev().copied().collect();
+    let body = compression::compress(codec, &batch[61..]).expect("compress");
     let attrs = h.attributes.get() | i16::from(codec);
     weir_storage::batch::records::rebuild_batch(&h, attrs, h.records_count.get(), &body)
 }
 
-/// Compressed batches: left whole without codecs, compacted and recompressed with them.
+/// Compressed batches, in every codec: compacted and recompressed in their codec; left whole
+/// when they inflate past `inflated_max_bytes`.
 #[test]
-fn compressed_batches_are_compacted_through_the_callers_codecs() {
+fn compressed_batches_are_compacted_in_their_codec() {
     let tmp = common::tempdir();
     let dir = tmp.path().to_owned();
     common::run(tmp.path(), move || async move {
-        async fn fill(log: &Log) {
+        async fn fill(log: &Log, codec: u8) {
             for round in 0..40u8 {
                 let mut b = RecordBatchBuilder::new(1_000);
                 for k in 0..4u8 {
                     b = b.record(Some(&[k]), Some(&[round; 100]), &[]);
                 }
-                log.append(reversed(b.build(), 4)).await.expect("append");
+                log.append(compressed(b.build(), codec))
+                    .await
+                    .expect("append");
             }
         }
-        let plain = Log::open(dir.join("no-codecs"), config())
+        let plain = Log::open(dir.join("over-the-limit"), config())
             .await
             .expect("open");
-        fill(&plain).await;
+        fill(&plain, 4).await;
         let before = plain.size().1;
+        plain.set_config(LogConfig {
+            inflated_max_bytes: 100,
+            ..config()
+        });
         let s = plain
             .clean(10_000, &CleanOptions::default())
             .await
@@ -333,50 +331,56 @@ fn compressed_batches_are_compacted_through_the_callers_codecs() {
         assert_eq!(plain.size().1, before, "nothing it cannot read is dropped");
         plain.close().await.expect("close");
 
-        let log = Log::open(dir.join("codecs"), config()).await.expect("open");
-        fill(&log).await;
-        let s = log
-            .clean(
-                10_000,
-                &CleanOptions {
-                    codecs: Some(&Reverse),
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("clean with codecs");
-        assert!(s.records_removed > 0, "{s:?}");
-        assert!(log.size().1 < before);
-        // What is served decompresses (with the same codec) to the latest value per key.
-        let mut latest: HashMap<u8, u8> = HashMap::new();
-        let mut served = Vec::new();
-        let mut off = 0;
-        while off < log.watermarks().high_watermark {
-            let r = log.read(off, 1 << 20).await.expect("read");
-            for (h, bytes) in r.batches() {
-                served.push(Bytes::copy_from_slice(bytes));
-                off = h.last_offset() as u64 + 1;
+        for codec in 1..=4u8 {
+            let log = Log::open(dir.join(format!("codec-{codec}")), config())
+                .await
+                .expect("open");
+            fill(&log, codec).await;
+            let before = log.size().1;
+            let s = log
+                .clean(10_000, &CleanOptions::default())
+                .await
+                .expect("clean");
+            assert!(s.records_removed > 0, "codec {codec}: {s:?}");
+            assert!(log.size().1 < before);
+            // What is served decompresses (with the same codec) to the latest value per key.
+            let mut latest: HashMap<u8, u8> = HashMap::new();
+            let mut served = Vec::new();
+            let mut off = 0;
+            while off < log.watermarks().high_watermark {
+                let r = log.read(off, 1 << 20).await.expect("read");
+                for (h, bytes) in r.batches() {
+                    served.push(Bytes::copy_from_slice(bytes));
+                    off = h.last_offset() as u64 + 1;
+                }
             }
+            for bytes in &served {
+                let h = *BatchHeader::parse(bytes).expect("header");
+                if h.records_count.get() == 0 {
+                    continue; // a group's last batch, emptied: stored uncompressed
+                }
+                assert_eq!(h.compression(), codec, "recompressed with its codec");
+                validate_stored(bytes).expect("CRC");
+                let body = compression::inflate(codec, &bytes[61..], 1 << 20).expect("inflate");
+                let mut plain = weir_storage::batch::records::rebuild_batch(
+                    &h,
+                    h.attributes.get() & !7,
+                    h.records_count.get(),
+                    &body,
+                )
+                .to_vec();
+                plain[..8].copy_from_slice(&h.base_offset.get().to_be_bytes());
+                for rec in decode_records(&plain).unwrap_or_default() {
+                    latest.insert(rec.key.expect("key")[0], rec.value.expect("value")[0]);
+                }
+            }
+            assert_eq!(latest.len(), 4, "codec {codec}");
+            assert!(
+                latest.values().all(|&v| v == 39),
+                "codec {codec}: {latest:?}"
+            );
+            log.close().await.expect("close");
         }
-        for bytes in &served {
-            let h = BatchHeader::parse(bytes).expect("header");
-            if h.records_count.get() == 0 {
-                continue; // a group's last batch, emptied: stored uncompressed
-            }
-            assert_eq!(h.compression(), 4, "recompressed with its codec");
-            validate_stored(bytes).expect("CRC");
-            let plain = reversed(Bytes::copy_from_slice(bytes), 0);
-            let recs = decode_records(&{
-                let mut p = plain.to_vec();
-                p[22] &= !7; // clear the codec bits of the copy to decode it
-                p
-            });
-            for rec in recs.unwrap_or_default() {
-                latest.insert(rec.key.expect("key")[0], rec.value.expect("value")[0]);
-            }
-        }
-        assert_eq!(latest.len(), 4);
-        log.close().await.expect("close");
     });
 }
 
@@ -523,7 +527,6 @@ fn the_io_cap_paces_a_cleaning() {
             let t = std::time::Instant::now();
             let options = CleanOptions {
                 io_bytes_per_second: cap,
-                ..Default::default()
             };
             let s = log.clean(10_000, &options).await.expect("clean");
             let took = t.elapsed();

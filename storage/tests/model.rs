@@ -117,7 +117,7 @@ fn run_ops(ops: Vec<Op>) {
                         b = b.record_at(ts + i64::from(r), Some(&[r]), Some(&v), &[("h", b"v")]);
                     }
                     if compressed {
-                        b = b.compression_flag(3);
+                        b = b.compression(3);
                     }
                     let batch = b.build();
                     let info = log.append(batch.clone()).await.expect("append");

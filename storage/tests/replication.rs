@@ -283,11 +283,16 @@ fn a_follower_knows_the_leaders_producers() {
         // does not check): a retry gets the original's offsets, the next sequence may go on,
         // a gap or an old epoch is refused — and nothing is written by asking.
         assert_eq!(
-            follower.check_producers(&idem(2)).expect("retry"),
+            follower.check_producers(&checked(idem(2))).expect("retry"),
             Some((2, 2))
         );
-        assert_eq!(follower.check_producers(&idem(4)).expect("next"), None);
-        let e = follower.check_producers(&idem(6)).expect_err("gap");
+        assert_eq!(
+            follower.check_producers(&checked(idem(4))).expect("next"),
+            None
+        );
+        let e = follower
+            .check_producers(&checked(idem(6)))
+            .expect_err("gap");
         assert!(
             matches!(
                 e,
@@ -308,7 +313,9 @@ fn a_follower_knows_the_leaders_producers() {
             .record(None, Some(b"v"), &[])
             .build();
         follower.append(newer_epoch).await.expect("new epoch");
-        let e = follower.check_producers(&older).expect_err("old epoch");
+        let e = follower
+            .check_producers(&checked(older))
+            .expect_err("old epoch");
         assert!(matches!(e, Error::InvalidProducerEpoch { .. }), "{e}");
         assert_eq!(follower.watermarks().log_end_offset, 5);
     });
@@ -802,4 +809,14 @@ fn an_epoch_whose_first_batch_was_lost_is_dropped_on_open() {
         assert_eq!(log.leader_epochs(), vec![(2, 0)]);
         assert_eq!(log.end_offset_for_epoch(2), Some((2, 3)));
     });
+}
+
+/// A record set as a replicated leader has it when it asks `check_producers`: validated.
+fn checked(records: Bytes) -> weir_storage::batch::ValidBatches {
+    let rules = weir_storage::batch::Rules::of(
+        &weir_storage::LogConfig::default(),
+        weir_storage::batch::Origin::Internal,
+        0,
+    );
+    weir_storage::batch::validate::check_blocking(records, &rules).expect("valid")
 }

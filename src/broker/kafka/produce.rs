@@ -55,12 +55,7 @@ pub(super) async fn produce(
             && !super::authz::topic(shard, session, weir::acl::Operation::Write, &name);
         let mut row = Vec::with_capacity(t.partition_data.len());
         for (pi, pd) in t.partition_data.iter().enumerate() {
-            let mut res = crate::broker::shard::ProduceResult {
-                error: errors::NONE,
-                base_offset: -1,
-                log_start_offset: -1,
-                record_errors: Vec::new(),
-            };
+            let mut res = crate::broker::shard::ProduceResult::error(errors::NONE);
             if !valid_acks {
                 res.error = errors::INVALID_REQUIRED_ACKS;
             } else if txn_denied {
@@ -141,10 +136,10 @@ pub(super) async fn produce(
             pr.index = index;
             pr.error_code = r.error;
             pr.base_offset = r.base_offset;
-            pr.log_append_time_ms = -1;
+            pr.log_append_time_ms = r.log_append_time_ms;
             pr.log_start_offset = r.log_start_offset;
+            pr.error_message = r.error_message.as_deref().map(s);
             if !r.record_errors.is_empty() {
-                pr.error_message = Some(s(&r.record_errors[0].1));
                 pr.record_errors = r
                     .record_errors
                     .iter()

@@ -122,7 +122,10 @@ impl BucketReplica for BucketReplicas {
             if g.term() != term || !g.is_leader() {
                 return Err(errors::NOT_LEADER_OR_FOLLOWER);
             }
-            shard.produce_replicated(g, -1, batch).await.map(|_| ())
+            shard
+                .produce_replicated_internal(g, -1, batch)
+                .await
+                .map(|_| ())
         })
     }
 }

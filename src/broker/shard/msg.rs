@@ -22,10 +22,28 @@ pub struct ProduceResult {
     pub error: i16,
     pub base_offset: i64,
     pub log_start_offset: i64,
+    /// The append time stamped on the batch (a `LogAppendTime` topic), else -1.
+    pub log_append_time_ms: i64,
+    /// Produce v8+ (KIP-467): why the record set was refused.
+    pub error_message: Option<String>,
     /// Produce v8+ (KIP-467): the records that made the batch fail, by index in the
     /// partition's record set, with why; the client fails the others of the batch with
     /// INVALID_DIFFERENT_RECORD and may retry them.
     pub record_errors: Vec<(i32, String)>,
+}
+
+impl ProduceResult {
+    /// A partition's answer with only an error code.
+    pub fn error(error: i16) -> ProduceResult {
+        ProduceResult {
+            error,
+            base_offset: -1,
+            log_start_offset: -1,
+            log_append_time_ms: -1,
+            error_message: None,
+            record_errors: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

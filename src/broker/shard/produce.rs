@@ -1,10 +1,13 @@
-//! Produce on the owning core: append each partition's batches (CRC, idempotence and
-//! sequence checks in the engine), flush for acks=all, count for the metrics; and the
-//! idempotent producers a partition remembers (DescribeProducers).
+//! Produce on the owning core: check each partition's record set as Kafka's log validator
+//! does and append it (`Log::append_produced`: framing, CRC, every record, timestamps, keys on
+//! compacted topics, bounded decompression, idempotence and sequence checks — all in the
+//! engine), or propose it on a replicated partition; flush for acks=all, count for the
+//! metrics; and the idempotent producers a partition remembers (DescribeProducers).
 
 use std::rc::Rc;
 
 use tracing::debug;
+use weir_storage::batch::Origin;
 
 use super::*;
 use crate::broker::errors::{self, storage_error_code};
@@ -35,59 +38,38 @@ impl Shard {
         let fail = |error| {
             self.metrics
                 .error(kafka_protocol::messages::ApiKey::Produce, error);
-            ProduceResult {
-                error,
-                base_offset: -1,
-                log_start_offset: -1,
-                record_errors: Vec::new(),
-            }
+            ProduceResult::error(error)
         };
         let Some(part) = self.partition(&p.topic, p.partition) else {
             return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
         };
-        if p.records.is_empty() {
-            return fail(errors::CORRUPT_MESSAGE);
-        }
-        if has_control_batch(&p.records) {
-            // Markers are the transaction coordinator's to write (Kafka: "clients are not
-            // allowed to write control records").
-            debug!(topic = %p.topic, partition = p.partition, "control batch from a client refused");
-            return fail(errors::INVALID_RECORD);
-        }
-        if part.log.config().cleanup_compact {
-            let keyless = super::cleaner::keyless_records(&p.records);
-            if !keyless.is_empty() {
-                debug!(topic = %p.topic, partition = p.partition, records = keyless.len(), "records without a key refused on a compacted topic");
-                let mut r = fail(errors::INVALID_RECORD);
-                r.record_errors = keyless
-                    .into_iter()
-                    .map(|i| {
-                        (
-                            i,
-                            "Compacted topic cannot accept message without key".to_string(),
-                        )
-                    })
-                    .collect();
-                return r;
-            }
-        }
         let bytes = p.records.len() as u64;
         if let Some(g) = self.replica_group(&p.topic, p.partition) {
-            return match self.produce_replicated(g, acks, p.records).await {
+            // The place in line is taken now, in this call's first poll: the check below may
+            // yield, and a connection's pipelined requests must still be proposed in order.
+            let order = g.clone();
+            let turn = order.check_order.lock().await;
+            let valid = match part.log.validate(p.records, Origin::Client).await {
+                Ok(v) => v,
+                Err(e) => return self.refused(&p.topic, p.partition, &e),
+            };
+            let stamped = valid.log_append_time_ms();
+            return match self.produce_replicated(g, acks, valid, turn).await {
                 Ok((base, last)) => {
                     part.bytes_in.set(part.bytes_in.get() + bytes);
                     part.records_in.set(part.records_in.get() + last - base + 1);
                     ProduceResult {
-                        error: errors::NONE,
                         base_offset: base as i64,
                         log_start_offset: part.log.watermarks().log_start_offset as i64,
-                        record_errors: Vec::new(),
+                        log_append_time_ms: stamped,
+                        ..ProduceResult::error(errors::NONE)
                     }
                 }
                 Err(code) => fail(code),
             };
         }
-        match part.log.append(p.records).await {
+        // Checked (`Log::append_produced`: Kafka's log validator, in one pass) and appended.
+        match part.log.append_produced(p.records).await {
             Ok(info) => {
                 if info.duplicate {
                     // An idempotent producer's retry: answered with the original offsets.
@@ -104,21 +86,43 @@ impl Shard {
                     }
                 }
                 ProduceResult {
-                    error: errors::NONE,
                     base_offset: info.base_offset as i64,
                     log_start_offset: info.log_start_offset as i64,
-                    record_errors: Vec::new(),
+                    log_append_time_ms: info.log_append_time_ms,
+                    ..ProduceResult::error(errors::NONE)
                 }
             }
-            Err(e) => {
-                if e.is_storage_error() {
-                    part.log_io_error(&p.topic, p.partition, "append", &e);
-                } else {
-                    debug!(topic = %p.topic, partition = p.partition, error = %e, "append refused");
-                }
+            Err(e) if e.is_storage_error() => {
+                part.log_io_error(&p.topic, p.partition, "append", &e);
                 fail(storage_error_code(&e))
             }
+            Err(e) => self.refused(&p.topic, p.partition, &e),
         }
+    }
+
+    /// The answer to a record set the log refused: its Kafka error code, and for a record set
+    /// the validator refused, why and which records (KIP-467).
+    fn refused(&self, topic: &str, partition: i32, e: &weir_storage::Error) -> ProduceResult {
+        let code = storage_error_code(e);
+        self.metrics
+            .error(kafka_protocol::messages::ApiKey::Produce, code);
+        debug!(topic = %topic, partition, error = %e, "produce refused");
+        let mut r = ProduceResult::error(code);
+        match e {
+            weir_storage::Error::InvalidRecords {
+                message,
+                record_errors,
+                ..
+            } => {
+                r.error_message = Some(message.clone());
+                r.record_errors = record_errors.clone();
+            }
+            weir_storage::Error::InvalidBatch(_) | weir_storage::Error::BatchTooLarge { .. } => {
+                r.error_message = Some(e.to_string());
+            }
+            _ => {}
+        }
+        r
     }
 
     // ---- DescribeProducers ----
@@ -158,20 +162,4 @@ impl Shard {
         }
         out
     }
-}
-
-/// Whether a record set holds a control batch (its framing is checked later, by the log).
-fn has_control_batch(records: &[u8]) -> bool {
-    let mut at = 0;
-    while let Some(h) = weir_storage::batch::BatchHeader::parse(&records[at..]) {
-        if h.is_control() {
-            return true;
-        }
-        let n = h.total_bytes();
-        if n == 0 || at + n >= records.len() {
-            return false;
-        }
-        at += n;
-    }
-    false
 }

@@ -123,6 +123,26 @@ impl Shard {
             .map(|_| ())
     }
 
+    /// A record set the broker itself wrote (a transaction marker, a batch of an internal
+    /// topic), proposed in the same order and after the same check as a producer's (for the
+    /// broker's own batches: control batches allowed, timestamps not range-checked).
+    pub(super) async fn produce_replicated_internal(
+        &self,
+        g: Rc<Group>,
+        acks: i16,
+        records: bytes::Bytes,
+    ) -> Result<(u64, u64), i16> {
+        let order = g.clone();
+        let turn = order.check_order.lock().await;
+        let valid = g
+            .part
+            .log
+            .validate(records, weir_storage::batch::Origin::Internal)
+            .await
+            .map_err(|e| errors::storage_error_code(&e))?;
+        self.produce_replicated(g, acks, valid, turn).await
+    }
+
     /// Produce to a replicated partition on this core (docs/replication.md §3.4): refused
     /// unless this replica leads; the batches get their offsets and the term, are proposed,
     /// and the answer waits for the write (acks=1) or the commit (acks=-1).
@@ -130,7 +150,8 @@ impl Shard {
         &self,
         g: Rc<Group>,
         acks: i16,
-        records: Bytes,
+        valid: weir_storage::batch::ValidBatches,
+        check_turn: crate::broker::sync::FifoGuard<'_>,
     ) -> Result<(u64, u64), i16> {
         if g.failed.get() {
             return Err(errors::KAFKA_STORAGE_ERROR);
@@ -138,42 +159,34 @@ impl Shard {
         if !g.is_leader() || g.transferring() {
             return Err(errors::NOT_LEADER_OR_FOLLOWER);
         }
-        let infos = weir_storage::batch::validate_all(&records).map_err(|e| {
-            debug!(topic = %g.topic, partition = g.partition, error = ?e, "invalid batch");
-            errors::CORRUPT_MESSAGE
-        })?;
-        // Whether the batches carry a producer id (one pass over their headers). A
-        // transactional batch is an idempotent one here: its coordinator checked it
+        // A transactional batch is an idempotent one here: its coordinator checked it
         // (`kafka::txn::verify_produce`), and its markers come through this same path.
-        let mut idempotent = false;
-        let mut pos = 0usize;
-        for info in &infos {
-            if let Some(h) = weir_storage::batch::BatchHeader::parse(&records[pos..]) {
-                idempotent |= h.producer_id.get() >= 0;
-            }
-            pos += info.total_bytes;
-        }
+        let idempotent = valid.has_producer();
         // Idempotent requests are checked and proposed one at a time, in the order they
-        // reached this core (a place in line is taken now, in this call's first poll: a
-        // connection's pipelined requests must not overtake each other, or the later one is
-        // checked first and answered OUT_OF_ORDER_SEQUENCE_NUMBER). The turn is held until
-        // this request's batches are queued for proposal: the next is checked against them.
-        // The wait for the turn counts against the request's ACKS_WAIT: behind a leader that
-        // cannot write, queued requests time out together, not one after another.
+        // reached this core: the place in line is taken before the check turn (held since the
+        // request arrived) is given up, so a connection's pipelined requests cannot overtake
+        // each other (the later one would be checked first and answered
+        // OUT_OF_ORDER_SEQUENCE_NUMBER). The turn is held until this request's batches are
+        // queued for proposal: the next is checked against them. The wait for the turn counts
+        // against the request's ACKS_WAIT: behind a leader that cannot write, queued requests
+        // time out together, not one after another.
         let started = Instant::now();
+        let mut check_turn = Some(check_turn);
         let in_order = if idempotent {
-            let turn =
-                futures_lite::future::or(async { Some(g.idempotent_order.lock().await) }, async {
-                    glommio::timer::sleep(ACKS_WAIT).await;
-                    None
-                })
-                .await;
+            let place = g.idempotent_order.lock();
+            check_turn = None;
+            let turn = futures_lite::future::or(async { Some(place.await) }, async {
+                glommio::timer::sleep(ACKS_WAIT).await;
+                None
+            })
+            .await;
             Some(turn.ok_or(errors::REQUEST_TIMED_OUT)?)
         } else {
+            // Held until the batches are queued below (no await in between).
             None
         };
         if in_order.is_some() {
-            if let Some((base, last)) = self.retried_batch(&g, &records, started).await? {
+            if let Some((base, last)) = self.retried_batch(&g, &valid, started).await? {
                 drop(in_order);
                 if acks == -1 {
                     self.wait_committed(&g, last).await?;
@@ -189,17 +202,15 @@ impl Shard {
         let epoch = i32::try_from(term).map_err(|_| errors::NOT_LEADER_OR_FOLLOWER)?;
         let base = g.next_offset.get().unwrap_or_else(|| g.log_end());
         let mut next = base;
+        let infos = valid.infos().to_vec();
         let mut slots = Vec::with_capacity(infos.len());
-        let mut pos = 0;
-        for info in &infos {
-            let mut b = records[pos..pos + info.total_bytes].to_vec();
-            pos += info.total_bytes;
+        for (info, mut b) in infos.iter().zip(valid.split()) {
             weir_storage::batch::assign_offset(&mut b, next as i64, epoch);
             next += info.last_offset_delta as u64 + 1;
             let slot = Rc::new(Slot::default());
             g.proposals.borrow_mut().push(Proposal {
                 context: Vec::new(),
-                data: b,
+                data: b.to_vec(),
                 term,
                 slot: slot.clone(),
             });
@@ -207,6 +218,7 @@ impl Shard {
         }
         g.next_offset.set(Some(next));
         self.replica_work.notify();
+        drop(check_turn);
         // An idempotent request keeps its turn until the driver proposed its batches: the
         // next one's check then waits for exactly these to be written (`idem_index`), not
         // for a moment with nothing in flight on the partition.
@@ -248,7 +260,7 @@ impl Shard {
     async fn retried_batch(
         &self,
         g: &Group,
-        records: &[u8],
+        valid: &weir_storage::batch::ValidBatches,
         started: Instant,
     ) -> Result<Option<(u64, u64)>, i16> {
         loop {
@@ -270,7 +282,7 @@ impl Shard {
             }
             glommio::timer::sleep(Duration::from_micros(200)).await;
         }
-        match g.part.log.check_producers(records) {
+        match g.part.log.check_producers(valid) {
             Ok(found) => Ok(found),
             // A batch queued before this one may have been refused while this replica stayed
             // leader (a leadership transfer, a proposal of an older term): this one then

@@ -112,6 +112,8 @@ pub struct Group {
     /// On the leader: the offset the next produced batch gets (proposals in flight included);
     /// `None`: to be taken from the log's last entry.
     pub(super) next_offset: Cell<Option<u64>>,
+    /// Produce requests are checked (`Log::validate` may yield) and queued in arrival order.
+    pub(super) check_order: crate::broker::sync::FifoLock,
     /// Idempotent produces pass their producer check one at a time, in arrival order (a
     /// connection's pipelined requests must be checked and proposed in the order sent).
     pub(super) idempotent_order: crate::broker::sync::FifoLock,
@@ -366,6 +368,7 @@ impl Shard {
             inbox: RefCell::new(Vec::new()),
             proposals: RefCell::new(Vec::new()),
             next_offset: Cell::new(None),
+            check_order: Default::default(),
             idempotent_order: Default::default(),
             idem_index: Cell::new(0),
             idem_term: Cell::new(0),

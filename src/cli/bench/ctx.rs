@@ -88,6 +88,7 @@ impl Ctx {
             max_in_flight: self.args.max_in_flight,
             rate,
             stamp,
+            payload: self.args.payload,
         }
     }
 

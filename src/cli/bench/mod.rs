@@ -91,6 +91,16 @@ pub enum ClientKind {
     Rdkafka,
 }
 
+/// What the producers' record values hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Payload {
+    /// One byte repeated (with the send time in the first 8 bytes): compresses ~100:1.
+    Repeat,
+    /// JSON-like event text, different in every record of a pool of 4,096: compresses about
+    /// as log lines do (lz4 ~3:1), so compressed produce decompresses real work.
+    Text,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
     Produce,
@@ -204,6 +214,9 @@ pub struct BenchArgs {
     /// Client library of the producers and consumers (idle-polls: native only).
     #[arg(long, value_enum, default_value = "native")]
     pub client: ClientKind,
+    /// What record values hold: `repeat` (one byte) or `text` (JSON-like events, varied).
+    #[arg(long, value_enum, default_value = "repeat")]
+    pub payload: Payload,
     /// --client rdkafka: a librdkafka property for every producer and consumer
     /// (repeatable), e.g. --rd-set fetch.max.bytes=67108864 --rd-set debug=fetch.
     #[arg(long = "rd-set", value_name = "KEY=VALUE")]

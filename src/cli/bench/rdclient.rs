@@ -127,7 +127,7 @@ pub fn produce(
         .client()
         .fetch_metadata(Some(&spec.topic), Duration::from_secs(10))
         .map_err(|e| format!("librdkafka metadata: {e}"))?;
-    let mut value = vec![0x61u8; spec.record_size.max(8)];
+    let mut pool = super::workload::values(spec.payload, spec.record_size);
     let start = Instant::now();
     let mut sent = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -146,11 +146,14 @@ pub fn produce(
                 break;
             }
         }
+        let slot = sent as usize % pool.len();
+        let value = &mut pool[slot];
         if spec.stamp {
             value[..8].copy_from_slice(&clock_ns().to_le_bytes());
         }
         let mut record: BaseRecord<'_, (), [u8], Box<Instant>> =
-            BaseRecord::with_opaque_to(&spec.topic, Box::new(Instant::now())).payload(&value);
+            BaseRecord::with_opaque_to(&spec.topic, Box::new(Instant::now()))
+                .payload(value.as_slice());
         loop {
             match producer.send(record) {
                 Ok(()) => break,

@@ -50,6 +50,50 @@ pub struct ProduceSpec {
     pub rate: Option<f64>,
     /// Stamp `clock_ns()` into the first 8 bytes of each value.
     pub stamp: bool,
+    /// What the values hold.
+    pub payload: super::Payload,
+}
+
+/// The record values a producer cycles through: one for `Repeat`, 4,096 different JSON-like
+/// events of `size` bytes for `Text` (a fixed seed: every run sends the same bytes).
+pub fn values(payload: super::Payload, size: usize) -> Vec<Vec<u8>> {
+    let size = size.max(8);
+    match payload {
+        super::Payload::Repeat => vec![vec![0x61u8; size]],
+        super::Payload::Text => {
+            const WORDS: [&str; 16] = [
+                "click", "view", "purchase", "login", "logout", "search", "cart", "checkout",
+                "alice", "bob", "carol", "dave", "/home", "/item", "/cart", "/search",
+            ];
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            (0..4096)
+                .map(|_| {
+                    let mut v = Vec::with_capacity(size + 128);
+                    while v.len() < size {
+                        let r = next();
+                        let event = format!(
+                            "{{\"id\":{},\"user\":\"{}\",\"event\":\"{}\",\"path\":\"{}/{}\",\"ms\":{}}}\n",
+                            r % 1_000_000_007,
+                            WORDS[8 + (r >> 20) as usize % 4],
+                            WORDS[(r >> 24) as usize % 8],
+                            WORDS[12 + (r >> 28) as usize % 4],
+                            (r >> 32) % 10_000,
+                            (r >> 40) % 100_000,
+                        );
+                        v.extend_from_slice(event.as_bytes());
+                    }
+                    v.truncate(size);
+                    v
+                })
+                .collect()
+        }
+    }
 }
 
 /// Produces until `stop` (or until `budget` bytes are used up); returns the send→ack
@@ -96,7 +140,7 @@ pub async fn produce(
         }
         (hist, first_error)
     });
-    let mut value = vec![0x61u8; spec.record_size.max(8)];
+    let mut pool = values(spec.payload, spec.record_size);
     let start = Instant::now();
     let mut sent = 0u64;
     let mut result = Ok(());
@@ -113,14 +157,13 @@ pub async fn produce(
                 break;
             }
         }
+        let slot = sent as usize % pool.len();
+        let value = &mut pool[slot];
         if spec.stamp {
             value[..8].copy_from_slice(&clock_ns().to_le_bytes());
         }
         let t0 = Instant::now();
-        match producer
-            .send(ProducerRecord::new(&spec.topic, &value))
-            .await
-        {
+        match producer.send(ProducerRecord::new(&spec.topic, value)).await {
             Ok(d) => {
                 let _ = tx.try_send((t0, d));
             }

@@ -30,9 +30,14 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use crate::error::BatchError;
 
+pub mod compression;
+mod record_walk;
 pub mod records;
+mod rules;
+pub mod validate;
 
 pub use records::{decode_records, Record, RecordBatchBuilder};
+pub use validate::{Origin, Rules, TimestampType, ValidBatches};
 
 /// Size of the v2 batch header.
 pub const HEADER_BYTES: usize = 61;
@@ -53,6 +58,8 @@ pub const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
 pub const TRANSACTIONAL_FLAG: i16 = 0x10;
 /// `attributes` bit 5: a control batch (transaction markers), not user records.
 pub const CONTROL_FLAG: i16 = 0x20;
+/// `attributes` bit 6 (KIP-534): `base_timestamp` holds the delete horizon of a cleaned batch.
+pub const DELETE_HORIZON_FLAG: i16 = 0x40;
 
 /// The v2 record batch header, as it lies on the wire and on disk.
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
@@ -116,6 +123,25 @@ impl BatchHeader {
     pub fn is_control(&self) -> bool {
         self.attributes.get() & CONTROL_FLAG != 0
     }
+
+    /// True when the batch carries its append time (`LogAppendTime`): `max_timestamp` is then
+    /// every record's timestamp.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes.get() & TIMESTAMP_TYPE_LOG_APPEND != 0
+    }
+
+    /// Whether the header's `max_timestamp` can be believed: a `LogAppendTime` batch's always,
+    /// a CreateTime batch's unless it is below the first record's (`base_timestamp`). Batches
+    /// the validator took carry the true one; older ones from producers that wrote -1 (sarama
+    /// before 2025) or less than their records do not, and must not look older than they are
+    /// ([`max_timestamp`] reads their records instead).
+    /// (With KIP-534's delete horizon bit set, `base_timestamp` is the horizon, not a record's
+    /// timestamp, and the header is believed.)
+    pub fn max_timestamp_trusted(&self) -> bool {
+        self.is_log_append_time()
+            || self.attributes.get() & DELETE_HORIZON_FLAG != 0
+            || self.max_timestamp.get() >= self.base_timestamp.get()
+    }
 }
 
 /// The type of a transaction marker batch: `Some(true)` commit, `Some(false)` abort, `None`
@@ -156,6 +182,36 @@ pub fn marker_batch(
         .build()
 }
 
+/// The max timestamp of the whole `batch` to go by (retention, the time index, ListOffsets):
+/// the header's where it can be believed ([`BatchHeader::max_timestamp_trusted`]), else the
+/// largest of its records' timestamps (a compressed batch decompressed, bounded), at least its
+/// `base_timestamp`.
+pub fn max_timestamp(batch: &[u8]) -> i64 {
+    let Some(header) = BatchHeader::parse(batch) else {
+        return -1;
+    };
+    if header.max_timestamp_trusted() {
+        return header.max_timestamp.get();
+    }
+    let base = header.base_timestamp.get();
+    let Some(body) = batch.get(HEADER_BYTES..header.total_bytes()) else {
+        return base;
+    };
+    let inflated;
+    let records = match header.compression() {
+        0 => body,
+        codec => match compression::inflate(codec, body, MAX_BATCH_BYTES as u64) {
+            Ok(b) => {
+                inflated = b;
+                &inflated
+            }
+            Err(_) => return base,
+        },
+    };
+    records::max_record_timestamp(records, header.records_count.get(), base)
+        .map_or(base, |m| m.max(base))
+}
+
 /// What the log learns from a validated batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchInfo {
@@ -172,12 +228,18 @@ pub struct BatchInfo {
 }
 
 impl BatchInfo {
-    fn of(header: &BatchHeader, total_bytes: usize) -> BatchInfo {
+    /// `batch`: the whole batch, read only when its header's max timestamp is not to be
+    /// believed.
+    fn of(header: &BatchHeader, total_bytes: usize, batch: impl FnOnce() -> i64) -> BatchInfo {
         BatchInfo {
             base_offset: header.base_offset.get(),
             last_offset_delta: header.last_offset_delta.get(),
             total_bytes,
-            max_timestamp: header.max_timestamp.get(),
+            max_timestamp: if header.max_timestamp_trusted() {
+                header.max_timestamp.get()
+            } else {
+                batch()
+            },
             records_count: header.records_count.get(),
         }
     }
@@ -288,7 +350,10 @@ pub fn validate_pieces(pieces: &[Bytes]) -> Result<BatchInfo, BatchError> {
     if crc != expected {
         return Err(BatchError::ChecksumMismatch { expected, got: crc });
     }
-    Ok(BatchInfo::of(header, total))
+    Ok(BatchInfo::of(header, total, || {
+        let whole: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        max_timestamp(&whole[..total])
+    }))
 }
 
 /// Fully validates the batch at the front of `bytes` as a producer sent it: framing, magic,
@@ -297,7 +362,7 @@ pub fn validate(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
     validate_as(bytes, CountRule::Produced)
 }
 
-/// [`validate`] for a batch read back from a log, which compaction may have left with fewer
+/// [`validate()`] for a batch read back from a log, which compaction may have left with fewer
 /// records than offsets (recovery, reads).
 pub fn validate_stored(bytes: &[u8]) -> Result<BatchInfo, BatchError> {
     validate_as(bytes, CountRule::Stored)
@@ -311,7 +376,9 @@ fn validate_as(bytes: &[u8], rule: CountRule) -> Result<BatchInfo, BatchError> {
     if got != expected {
         return Err(BatchError::ChecksumMismatch { expected, got });
     }
-    Ok(BatchInfo::of(header, total))
+    Ok(BatchInfo::of(header, total, || {
+        max_timestamp(&bytes[..total])
+    }))
 }
 
 /// Validates every batch in `bytes` (a produce request's record set): they must tile it

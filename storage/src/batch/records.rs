@@ -1,4 +1,4 @@
-//! Records inside v2 batches: decoding them ([`decode_records`], [`RawRecords`] for the raw
+//! Records inside v2 batches: decoding them ([`decode_records`], [`RawRecord`] for the raw
 //! slices compaction filters), building uncompressed batches ([`RecordBatchBuilder`]), and
 //! rebuilding a stored batch with some of its records left out ([`rebuild_batch`]).
 //!
@@ -43,6 +43,10 @@ pub fn decode_records(batch: &[u8]) -> Option<Vec<Record>> {
     }
     let base_offset = header.base_offset.get();
     let base_ts = header.base_timestamp.get();
+    // A LogAppendTime batch's records all carry its append time, its max timestamp.
+    let append_time = header
+        .is_log_append_time()
+        .then(|| header.max_timestamp.get());
     let mut buf = &batch[HEADER_BYTES..header.total_bytes()];
     // A record takes at least 7 bytes: never reserve more than the bytes can hold.
     let plausible = (header.records_count.get().max(0) as usize).min(buf.len() / 7);
@@ -65,17 +69,39 @@ pub fn decode_records(batch: &[u8]) -> Option<Vec<Record>> {
         for _ in 0..n_headers.max(0) {
             let k = read_bytes(&mut rec)??;
             let v = read_bytes(&mut rec)?;
-            headers.push((String::from_utf8(k.to_vec()).ok()?, v));
+            // Kafka reads header keys as UTF-8 with replacement, never refusing them.
+            headers.push((String::from_utf8_lossy(&k).into_owned(), v));
         }
         out.push(Record {
             offset: base_offset.checked_add(i64::from(offset_delta))?,
-            timestamp: base_ts.checked_add(ts_delta)?,
+            timestamp: match append_time {
+                Some(t) => t,
+                None => base_ts.checked_add(ts_delta)?,
+            },
             key,
             value,
             headers,
         });
     }
     Some(out)
+}
+
+/// The largest record timestamp of an (uncompressed) records section of `count` records
+/// relative to `base_timestamp`; `None` if a record does not decode.
+pub fn max_record_timestamp(mut body: &[u8], count: i32, base_timestamp: i64) -> Option<i64> {
+    let mut max = None;
+    for _ in 0..count.max(0) {
+        let len = read_varint(&mut body)?;
+        if len < 0 || len as usize > body.len() {
+            return None;
+        }
+        let (rec, rest) = body.split_at(len as usize);
+        body = rest;
+        let mut rec = rec.get(1..)?; // attributes
+        let ts = base_timestamp.checked_add(read_varlong(&mut rec)?)?;
+        max = Some(max.map_or(ts, |m: i64| m.max(ts)));
+    }
+    max
 }
 
 fn read_varlong(buf: &mut &[u8]) -> Option<i64> {
@@ -150,10 +176,9 @@ impl RecordBatchBuilder {
         self
     }
 
-    /// Marks the batch as compressed with `codec` (1 gzip, 2 snappy, 3 lz4, 4 zstd) without
-    /// compressing anything: the engine stores compressed batches as they come, so tests
-    /// only need the flag.
-    pub fn compression_flag(mut self, codec: u8) -> Self {
+    /// Compresses the records with `codec` (1 gzip, 2 snappy, 3 lz4, 4 zstd) when the batch
+    /// is built.
+    pub fn compression(mut self, codec: u8) -> Self {
         self.attributes =
             (self.attributes & !COMPRESSION_MASK) | (i16::from(codec) & COMPRESSION_MASK);
         self
@@ -216,9 +241,20 @@ impl RecordBatchBuilder {
     }
 
     /// The encoded batch, base offset 0, CRC filled in.
+    ///
+    /// Panics if the codec set by [`RecordBatchBuilder::compression`] is unknown.
     pub fn build(self) -> Bytes {
-        let mut out = BytesMut::with_capacity(HEADER_BYTES + self.records.len());
-        let batch_length = (HEADER_BYTES - LOG_OVERHEAD + self.records.len()) as i32;
+        let codec = (self.attributes & COMPRESSION_MASK) as u8;
+        let compressed;
+        let body: &[u8] = if codec == 0 {
+            &self.records
+        } else {
+            compressed = super::compression::compress(codec, &self.records)
+                .unwrap_or_else(|e| panic!("RecordBatchBuilder: {e}"));
+            &compressed
+        };
+        let mut out = BytesMut::with_capacity(HEADER_BYTES + body.len());
+        let batch_length = (HEADER_BYTES - LOG_OVERHEAD + body.len()) as i32;
         out.put_i64(0);
         out.put_i32(batch_length);
         out.put_i32(-1);
@@ -232,7 +268,7 @@ impl RecordBatchBuilder {
         out.put_i16(self.producer_epoch);
         out.put_i32(self.base_sequence);
         out.put_i32(self.count);
-        out.put_slice(&self.records);
+        out.put_slice(body);
         let crc = crc32c::crc32c(&out[CRC_START..]);
         out[17..21].copy_from_slice(&crc.to_be_bytes());
         out.freeze()

@@ -13,11 +13,11 @@
 
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::{Inner, Listener, Log};
 use crate::appender::{Appender, WriteOp};
-use crate::batch;
+use crate::batch::{self, ValidBatches};
 use crate::error::{Error, Result};
 use crate::io::align_up;
 use crate::producer_state::{Check, ProducerBatch, SNAPSHOT_FILE};
@@ -35,6 +35,8 @@ pub struct AppendInfo {
     /// The batch was a retry of an idempotent producer's batch already in the log: nothing
     /// was written, the offsets are the original ones.
     pub duplicate: bool,
+    /// The append time the batches were stamped with on a `LogAppendTime` log, else -1.
+    pub log_append_time_ms: i64,
 }
 
 /// One direct write in flight (or done, waiting for the writes before it).
@@ -84,29 +86,61 @@ impl FlushStats {
 }
 
 impl Log {
-    /// Appends one or more v2 record batches (a produce request's record set). Assigns base
+    /// Appends one or more v2 record batches the program itself wrote (transaction markers,
+    /// internal logs: control batches allowed, timestamps taken as they are). They are checked
+    /// as [`Log::append_produced`] checks a producer's, but for those two rules. Assigns base
     /// offsets in place, and stamps the leader epoch [`Log::set_leader_epoch`] set (0 unless
-    /// set). Returns once the data has been written to the segment file (it
-    /// survives a crash of the process); see [`Log::flush`] for power loss.
+    /// set). Returns once the data has been written to the segment file (it survives a crash
+    /// of the process); see [`Log::flush`] for power loss.
     pub async fn append(&self, records: Bytes) -> Result<AppendInfo> {
+        self.append_from(records, batch::Origin::Internal).await
+    }
+
+    /// Appends a producer's record set: every batch and every record is checked as Kafka's log
+    /// validator does, by this log's config (`batch::validate`: counts, offsets, lengths,
+    /// timestamps, keys on a compacted log, bounded decompression), and nothing is written if
+    /// one fails. The check runs in this append's place in line, so a connection's pipelined
+    /// appends keep their order however long each takes to check.
+    pub async fn append_produced(&self, records: Bytes) -> Result<AppendInfo> {
+        self.append_from(records, batch::Origin::Client).await
+    }
+
+    async fn append_from(&self, records: Bytes, origin: batch::Origin) -> Result<AppendInfo> {
         let inner = &self.inner;
         inner.check_usable()?;
-        let max = inner.config.borrow().max_batch_bytes;
-        let infos = batch::validate_all(&records).map_err(Error::InvalidBatch)?;
-        if let Some(big) = infos.iter().find(|i| i.total_bytes > max) {
-            return Err(Error::BatchTooLarge {
-                size: big.total_bytes,
-                max,
-            });
-        }
-        let mut records = match records.try_into_mut() {
-            Ok(m) => m,
-            Err(shared) => BytesMut::from(&shared[..]),
-        };
+        // The place in line is taken now, in this call's first poll.
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         inner.check_usable()?;
-        // Idempotent producers: sequence checks and retries, under the append lock.
+        let valid = self.validate(records, origin).await?;
+        self.append_locked(permit, valid).await
+    }
+
+    /// Checks a record set by this log's config without appending it (a replicated partition's
+    /// leader checks before it proposes): [`Log::append_valid`] appends the result.
+    pub async fn validate(&self, records: Bytes, origin: batch::Origin) -> Result<ValidBatches> {
+        let rules = batch::Rules::of(&self.inner.config.borrow(), origin, now_ms());
+        batch::validate::check(records, &rules).await
+    }
+
+    /// Appends a record set [`Log::validate`] checked (see [`Log::append`]).
+    pub async fn append_valid(&self, valid: ValidBatches) -> Result<AppendInfo> {
+        let inner = &self.inner;
+        inner.check_usable()?;
+        let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
+        inner.check_usable()?;
+        self.append_locked(permit, valid).await
+    }
+
+    async fn append_locked(
+        &self,
+        permit: crate::watermark::FifoGuard<'_>,
+        valid: ValidBatches,
+    ) -> Result<AppendInfo> {
+        let inner = &self.inner;
+        let log_append_time_ms = valid.log_append_time_ms();
+        let (mut records, infos) = valid.into_parts();
         let from_producers = producer_batches(&records, &infos);
+        // Idempotent producers: sequence checks and retries, under the append lock.
         if let Some((base_offset, last_offset)) = inner.check_producers(&infos, &from_producers)? {
             drop(permit);
             // The original may still be on its way to the disk.
@@ -118,6 +152,7 @@ impl Log {
                 last_offset,
                 log_start_offset: inner.log_start.get(),
                 duplicate: true,
+                log_append_time_ms: -1,
             });
         }
         let offsets: u64 = infos.iter().map(|i| i.last_offset_delta as u64 + 1).sum();
@@ -149,6 +184,7 @@ impl Log {
             last_offset: end_offset - 1,
             log_start_offset: inner.log_start.get(),
             duplicate: false,
+            log_append_time_ms,
         })
     }
 
@@ -537,7 +573,7 @@ impl Inner {
 }
 
 /// The idempotent producers' batches of a validated record set: each one's index in `infos`
-/// and its producer fields.
+/// and its producer fields (from the headers).
 pub(super) fn producer_batches(
     records: &[u8],
     infos: &[batch::BatchInfo],

@@ -55,21 +55,9 @@ use crate::segment::{segment_path, Segment, SegmentState};
 /// Bytes of keys one cleaning's key map may hold.
 pub const MAP_BUDGET_BYTES: usize = 64 << 20;
 
-/// Compression codecs for compaction: the engine stores batches as producers compressed them
-/// and has no codecs of its own. `codec` is the batch's `attributes & 7` (1 gzip, 2 snappy,
-/// 3 lz4, 4 zstd). Without codecs, compressed batches are left as they are by a cleaning.
-pub trait Codecs {
-    /// The records section of a batch compressed with `codec`, decompressed.
-    fn decompress(&self, codec: u8, data: &[u8]) -> std::result::Result<Vec<u8>, String>;
-    /// `data` (a records section) compressed with `codec`.
-    fn compress(&self, codec: u8, data: &[u8]) -> std::result::Result<Vec<u8>, String>;
-}
-
 /// How [`Log::clean`] runs.
 #[derive(Clone, Copy, Default)]
-pub struct CleanOptions<'a> {
-    /// Codecs for compressed batches; without them compressed batches are left whole.
-    pub codecs: Option<&'a dyn Codecs>,
+pub struct CleanOptions {
     /// Caps the bytes the cleaning reads and writes per second (Kafka's
     /// `log.cleaner.io.max.bytes.per.second`): a cleaning then sleeps between batches so that
     /// it leaves the device (and the core) to appends and reads. `None`: no cap.
@@ -163,10 +151,11 @@ impl Log {
     }
 
     /// Cleans the log once (see the module docs), whether or not [`Log::dirty_info`] says it
-    /// is due; does nothing unless `cleanup_compact` is set. `options.codecs` lets it compact
-    /// compressed batches. Appends and reads go on meanwhile: only closed segments are
+    /// is due; does nothing unless `cleanup_compact` is set. Compressed batches are
+    /// decompressed (bounded by `LogConfig::inflated_max_bytes`; one that passes it, or does
+    /// not decode, is kept whole) and rewritten in their codec. Appends and reads go on meanwhile: only closed segments are
     /// rewritten, and readers holding an old segment finish reading it.
-    pub async fn clean(&self, now_ms: i64, options: &CleanOptions<'_>) -> Result<CleanStats> {
+    pub async fn clean(&self, now_ms: i64, options: &CleanOptions) -> Result<CleanStats> {
         let inner = &self.inner;
         inner.check_usable()?;
         let config = inner.config.borrow().clone();
@@ -210,14 +199,11 @@ impl Inner {
         &self,
         now_ms: i64,
         config: &crate::LogConfig,
-        options: &CleanOptions<'_>,
+        options: &CleanOptions,
         stats: &mut CleanStats,
     ) -> Result<()> {
-        let codecs = options.codecs;
         let mut throttle = Throttle::new(options.io_bytes_per_second);
-        let result = self
-            .clean_with(now_ms, config, codecs, &mut throttle, stats)
-            .await;
+        let result = self.clean_with(now_ms, config, &mut throttle, stats).await;
         stats.io_bytes = throttle.bytes;
         stats.io_sleeps = throttle.sleeps;
         result
@@ -227,7 +213,6 @@ impl Inner {
         &self,
         now_ms: i64,
         config: &crate::LogConfig,
-        codecs: Option<&dyn Codecs>,
         throttle: &mut Throttle,
         stats: &mut CleanStats,
     ) -> Result<()> {
@@ -260,7 +245,7 @@ impl Inner {
                 if header.is_control() || is_aborted(&aborted, &header) {
                     continue;
                 }
-                let Some(body) = records_body(&b, &header, codecs) else {
+                let Some(body) = records_body(&b, &header, config.inflated_max_bytes).await else {
                     continue;
                 };
                 let base = header.base_offset.get() as u64;
@@ -290,8 +275,8 @@ impl Inner {
             producers: &producers,
             first_dirty,
             tombstone_horizon: now_ms.saturating_sub(config.delete_retention_ms as i64),
-            codecs,
             keep_every_batch: config.keep_every_batch,
+            inflated_max_bytes: config.inflated_max_bytes,
         };
         for group in groups(&range, config.effective_segment_bytes()) {
             self.check_usable()?;
@@ -350,7 +335,8 @@ impl Inner {
                 throttle.account(b.len()).await;
                 let header = header_of(&b);
                 let is_group_last = last_seg && header.last_offset() as u64 + 1 == seg_end;
-                let kept = ctx.filter(&b, &header, is_group_last, stats, &mut oldest_tombstone);
+                let body = records_body(&b, &header, ctx.inflated_max_bytes).await;
+                let kept = ctx.filter(body, &header, is_group_last, stats, &mut oldest_tombstone);
                 let bytes = match kept {
                     Kept::Whole => b,
                     Kept::Rebuilt(nb) => nb,
@@ -441,15 +427,17 @@ struct Filter<'a> {
     first_dirty: u64,
     /// Tombstones in batches older than this (ms) may go.
     tombstone_horizon: i64,
-    codecs: Option<&'a dyn Codecs>,
     /// `LogConfig::keep_every_batch`: no batch is dropped.
     keep_every_batch: bool,
+    /// `LogConfig::inflated_max_bytes`: a compressed batch larger than this is kept whole.
+    inflated_max_bytes: u64,
 }
 
 impl Filter<'_> {
+    /// `body`: the batch's records section, decompressed (`None`: it does not decode).
     fn filter(
         &self,
-        b: &Bytes,
+        body: Option<Bytes>,
         header: &BatchHeader,
         is_group_last: bool,
         stats: &mut CleanStats,
@@ -459,7 +447,7 @@ impl Filter<'_> {
             return Kept::Whole;
         }
         let codec = header.compression();
-        let Some(body) = records_body(b, header, self.codecs) else {
+        let Some(body) = body else {
             stats.batches_kept_compressed += 1;
             return Kept::Whole;
         };
@@ -514,8 +502,8 @@ impl Filter<'_> {
         if codec == 0 {
             return Kept::Rebuilt(rebuild_batch(header, attributes, n, &kept));
         }
-        match self.codecs.map(|c| c.compress(codec, &kept)) {
-            Some(Ok(z)) => Kept::Rebuilt(rebuild_batch(header, attributes, n, &z)),
+        match crate::batch::compression::compress(codec, &kept) {
+            Ok(z) => Kept::Rebuilt(rebuild_batch(header, attributes, n, &z)),
             _ => {
                 stats.batches_kept_compressed += 1;
                 Kept::Whole
@@ -524,13 +512,28 @@ impl Filter<'_> {
     }
 }
 
-/// The batch's records section, decompressed if need be; `None` if it is compressed and
-/// cannot be decompressed here.
-fn records_body(b: &Bytes, header: &BatchHeader, codecs: Option<&dyn Codecs>) -> Option<Bytes> {
+/// The batch's records section, decompressed if need be, at most `limit` bytes of it;
+/// `None` if it does not decode or inflates past the limit (it is then kept whole). A long
+/// decompression lets the core's other tasks run between its slices.
+async fn records_body(b: &Bytes, header: &BatchHeader, limit: u64) -> Option<Bytes> {
     let raw = b.slice(HEADER_BYTES..);
-    match header.compression() {
-        0 => Some(raw),
-        c => codecs?.decompress(c, &raw).ok().map(Bytes::from),
+    let codec = header.compression();
+    if codec == 0 {
+        return Some(raw);
+    }
+    let mut inflater = crate::batch::compression::Inflater::new(codec, &raw, limit).ok()?;
+    let mut out = Vec::with_capacity(raw.len().saturating_mul(4).min(limit as usize));
+    let mut chunk = vec![0u8; 256 << 10];
+    loop {
+        match inflater.read_some(&mut chunk) {
+            Ok(0) => return Some(Bytes::from(out)),
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) => {
+                tracing::warn!(base_offset = header.base_offset.get(), error = %e, "cleaner: a compressed batch is kept whole");
+                return None;
+            }
+        }
+        glommio::yield_if_needed().await;
     }
 }
 

@@ -51,7 +51,7 @@ use crate::segment::Segment;
 use crate::watermark::{FifoLock, Watch, Watermarks};
 
 pub use append::{AppendInfo, FlushStats, FLUSH_BUCKETS};
-pub use clean::{CleanOptions, CleanStats, Codecs, DirtyInfo, MAP_BUDGET_BYTES};
+pub use clean::{CleanOptions, CleanStats, DirtyInfo, MAP_BUDGET_BYTES};
 pub use clean_files::CLEANER_CHECKPOINT_FILE;
 pub use epochs::{EpochHistory, LEADER_EPOCHS_FILE};
 pub use markers::{CLEAN_SHUTDOWN_FILE, LOG_START_FILE};

@@ -281,7 +281,13 @@ async fn recover_segments(
         let file_size = file.file_size().await?;
         let is_last = i + 1 == bases.len();
         let seg = match load_indexes(vfs, &path, base, file_size).await? {
-            Some((summary, oi, ti)) if clean || !is_last => {
+            // A summary without a max timestamp on a segment with data was written from
+            // headers that said -1 (sarama before 2025; the validator now computes it from
+            // the records): rescanned, so that retention goes by the records' age
+            // (`batch::max_timestamp`), not delete it at the next pass.
+            Some((summary, oi, ti))
+                if (clean || !is_last) && !(summary.max_timestamp < 0 && file_size > 0) =>
+            {
                 Segment::from_parts(base, file, path, interval, summary, oi, ti)
             }
             _ => {
@@ -326,6 +332,11 @@ async fn recover_segments(
                 }
                 if !is_last && valid < file_size {
                     cut = true;
+                }
+                if !is_last && valid == file_size {
+                    // A whole sealed segment whose indexes could not be trusted: written
+                    // anew, so that the next open loads them instead of scanning again.
+                    seg.seal(vfs).await?;
                 }
                 // Later segments no longer follow if this one was cut short.
                 seg

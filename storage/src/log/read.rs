@@ -243,11 +243,13 @@ impl Log {
     }
 
     /// First offset whose record timestamp is `>= timestamp_ms`, with that timestamp;
-    /// `None` if every record is older. For compressed batches the batch's base offset and
-    /// max timestamp are returned (the records are not decompressed).
+    /// `None` if every record is older. Compressed batches are decompressed (bounded by
+    /// `inflated_max_bytes`); one that does not decode answers with its base offset and max
+    /// timestamp.
     pub async fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(u64, i64)>> {
         let inner = &self.inner;
         let hw = inner.visible.get();
+        let inflate_max = inner.config.borrow().inflated_max_bytes;
         let segs: Vec<Rc<Segment>> = inner.segments.borrow().values().cloned().collect();
         for seg in segs {
             let (max_ts, limit, start_pos) = {
@@ -282,14 +284,20 @@ impl Log {
                 if base >= hw || pos + total > limit {
                     break;
                 }
-                if base >= inner.log_start.get() && header.max_timestamp.get() >= timestamp_ms {
+                let trusted = header.max_timestamp_trusted();
+                if base >= inner.log_start.get()
+                    && (!trusted || header.max_timestamp.get() >= timestamp_ms)
+                {
                     let whole = concat(inner.reader.bytes(&seg, pos, pos + total, limit).await?);
-                    if let Some(records) = batch::decode_records(&whole) {
-                        if let Some(r) = records.iter().find(|r| r.timestamp >= timestamp_ms) {
-                            return Ok(Some((r.offset as u64, r.timestamp)));
+                    let batch_max = batch::max_timestamp(&whole);
+                    if batch_max >= timestamp_ms {
+                        if let Some(records) = decode_any(&whole, inflate_max) {
+                            if let Some(r) = records.iter().find(|r| r.timestamp >= timestamp_ms) {
+                                return Ok(Some((r.offset as u64, r.timestamp)));
+                            }
                         }
+                        return Ok(Some((base, batch_max)));
                     }
-                    return Ok(Some((base, header.max_timestamp.get())));
                 }
                 pos += total;
             }
@@ -306,6 +314,7 @@ impl Log {
     pub async fn max_timestamp_offset(&self) -> Result<Option<(u64, i64)>> {
         let inner = &self.inner;
         let hw = inner.visible.get();
+        let inflate_max = inner.config.borrow().inflated_max_bytes;
         let start = inner.log_start.get();
         let mut segs: Vec<(i64, Rc<Segment>)> = inner
             .segments
@@ -353,14 +362,20 @@ impl Log {
                     break;
                 }
                 let last = base + header.last_offset_delta.get().max(0) as u64;
-                let batch_max = header.max_timestamp.get();
+                // A header whose max timestamp is not to be believed may hide the best one.
+                let header_max = if header.max_timestamp_trusted() {
+                    header.max_timestamp.get()
+                } else {
+                    i64::MAX
+                };
                 let beats = match best {
                     None => true,
-                    Some((off, ts)) => batch_max > ts || (batch_max == ts && base < off),
+                    Some((off, ts)) => header_max > ts || (header_max == ts && base < off),
                 };
                 if last >= start && beats {
                     let whole = concat(inner.reader.bytes(&seg, pos, pos + total, limit).await?);
-                    let found = batch::decode_records(&whole).and_then(|records| {
+                    let batch_max = batch::max_timestamp(&whole);
+                    let found = decode_any(&whole, inflate_max).and_then(|records| {
                         records
                             .iter()
                             .filter(|r| r.offset as u64 >= start && (r.offset as u64) < hw)
@@ -490,4 +505,10 @@ fn concat(parts: Vec<Bytes>) -> Bytes {
         b.extend_from_slice(&p);
     }
     b.freeze()
+}
+
+/// The records of a whole batch, a compressed one decompressed (at most `limit` bytes).
+fn decode_any(whole: &[u8], limit: u64) -> Option<Vec<batch::Record>> {
+    let plain = batch::compression::decompressed_batch(whole, limit).ok()?;
+    batch::decode_records(&plain)
 }

@@ -136,10 +136,11 @@ impl Log {
             last_offset: end_offset - 1,
             log_start_offset: inner.log_start.get(),
             duplicate: false,
+            log_append_time_ms: -1,
         })
     }
 
-    /// Checks the idempotent producers' batches of `records` against the producers' state as
+    /// Checks the idempotent producers' batches of `valid` against the producers' state as
     /// this log has it, as [`Log::append`] does before it assigns offsets: `Ok(Some((base,
     /// last)))` when the set is a retry of a batch the log holds at those offsets (nothing is
     /// to be appended), `Ok(None)` when it may be appended at the log end, else
@@ -147,11 +148,11 @@ impl Log {
     /// proposes (its entries are appended with [`Log::append_assigned`], which does not check),
     /// once every batch it proposed earlier is written here, so the state includes them
     /// (docs/replication.md §3.8).
-    pub fn check_producers(&self, records: &[u8]) -> Result<Option<(u64, u64)>> {
+    pub fn check_producers(&self, valid: &batch::ValidBatches) -> Result<Option<(u64, u64)>> {
         let inner = &self.inner;
         inner.check_usable()?;
-        let infos = batch::validate_all(records).map_err(Error::InvalidBatch)?;
-        inner.check_producers(&infos, &super::append::producer_batches(records, &infos))
+        let producers = super::append::producer_batches(valid.bytes(), valid.infos());
+        inner.check_producers(valid.infos(), &producers)
     }
 
     /// Removes every batch at or above `offset`, which must be a batch boundary (the base
