@@ -67,7 +67,8 @@ def main() -> None:
 
     ports = free_ports(3)
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
-    cluster = [Broker(f"b{i + 1}", data, a.cores, ["--node-id", str(i + 1), "--peers", voters])
+    cluster = [Broker(f"b{i + 1}", data, a.cores, ["--node-id", str(i + 1), "--peers", voters,
+                                                  "--set", "security.inter.broker.protocol=PLAINTEXT"])
                for i in range(3)]
     results = []
     try:

@@ -518,7 +518,8 @@ def main() -> int:
     ports = free_ports(3)
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
     single = Broker("single", data, a.cores, [])
-    cluster = [Broker(f"b{i + 1}", data, a.cores, ["--node-id", str(i + 1), "--peers", voters])
+    cluster = [Broker(f"b{i + 1}", data, a.cores, ["--node-id", str(i + 1), "--peers", voters,
+                                                  "--set", "security.inter.broker.protocol=PLAINTEXT"])
                for i in range(3)]
     runner = Runner(a, data, a.out)
     runner.all_brokers = cluster + [single]

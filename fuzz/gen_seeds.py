@@ -159,6 +159,26 @@ def main():
         write("inflate", "round-trip-%d" % (codec + 1), bytes([0x20 | 0x0C | codec]) + text)
         write("inflate", "garbage-%d" % (codec + 1), bytes([0x0C | codec]) + text[:300])
 
+    # peer_frames: frames as they arrive on a peer port.
+    import json
+
+    def peer(kind, body):
+        return struct.pack(">I", len(body) + 1) + bytes([kind]) + body
+    ping = peer(7, struct.pack(">Q", 2))
+    forward = peer(2, json.dumps({"from": 2, "req": 7, "records": [
+        {"type": "AlterUser", "user": "mallory", "mechanism": "SCRAM-SHA-256",
+         "credential": {"salt": "c2FsdA==", "iterations": 4096, "stored_key": "a2V5",
+                        "server_key": "a2V5"}}]}).encode())
+    reply = peer(3, json.dumps({"req": 7, "result": {"Ok": 12}}).encode())
+    call = peer(5, json.dumps({"from": 2, "req": 9, "call": {"GroupTxnEnd": {
+        "group": "g", "producer_id": 5, "commit": True}}}).encode())
+    partition = peer(4, bytes(range(16)) + struct.pack(">I", 3) + b"\x08\x03\x10\x01\x18\x02")
+    write("peer_frames", "ping", ping)
+    write("peer_frames", "forward", forward)
+    write("peer_frames", "stream", ping + reply + call + partition + forward)
+    write("peer_frames", "huge-length", struct.pack(">I", 0xFFFFFFF0) + b"\x02")
+    write("peer_frames", "raft", peer(1, b"\x08\x03\x10\x01\x18\x02\x20\x05"))
+
 
 if __name__ == "__main__":
     main()

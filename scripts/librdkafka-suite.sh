@@ -148,6 +148,7 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')"
     done
     for i in 1 2 3; do
         start_weir "$name-$i" --set node.id="$i" --set controller.quorum.voters="$voters" \
+            --set security.inter.broker.protocol=PLAINTEXT \
             --set listeners.per.core=false "$@"
         addrs="${addrs:+$addrs,}$(sed -n 's/^bootstrap.servers=//p' "$WORK/$name-$i.conf")"
     done

@@ -81,6 +81,10 @@ command -v cmake >/dev/null 2>&1 || apt_install cmake
 command -v cc >/dev/null 2>&1 && command -v make >/dev/null 2>&1 || apt_install build-essential
 dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || apt_install libcurl4-openssl-dev
 
+# Go: tests/test_sarama.py builds a producer with sarama (IBM/sarama, from the Go module proxy).
+command -v go >/dev/null 2>&1 || apt_install golang-go
+echo "go: $(go version)"
+
 command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH (install a Rust toolchain first)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing: rustup component add rustfmt"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing: rustup component add clippy"
@@ -115,7 +119,7 @@ then
         "$PYTHON" -m pip install -q --root-user-action=ignore -r "$REQS" \
         || die "pip install -r $REQS"
 fi
-"$PYTHON" -c 'import confluent_kafka, kafka, pytest, snappy, lz4, zstandard, prometheus_client
+"$PYTHON" -c 'import confluent_kafka, kafka, pytest, snappy, lz4, zstandard, prometheus_client, crc32c
 print("confluent-kafka", confluent_kafka.__version__, "librdkafka", confluent_kafka.libversion()[0],
       "| kafka-python", kafka.__version__, "| pytest", pytest.__version__)'
 

@@ -27,7 +27,8 @@ import subprocess
 
 import pytest
 
-from conftest import Broker, _new_workdir, close_brokers
+from conftest import TMP_ROOT, Broker, _new_workdir, close_brokers
+from tls_certs import peer_tls_settings
 from test_cluster_metadata import CORES, NODE_ID_STRIDE, metadata_v1, wait_until
 
 RULE_TAG = f"weir-test-{os.getpid()}"
@@ -51,9 +52,12 @@ def free_ports_on(hosts: list[str]) -> list[int]:
             s.close()
 
 
-def start_cluster(request, n: int, own_addresses: bool) -> list[Broker]:
+def start_cluster(request, n: int, own_addresses: bool, peer_tls: bool = True) -> list[Broker]:
     """n brokers, ids 1..n, each with its own inter-broker port named in every one's voters
-    list; on 127.0.0.2.. with `own_addresses`, else all on 127.0.0.1. Returns once every
+    list; on 127.0.0.2.. with `own_addresses`, else all on 127.0.0.1. The brokers talk to each
+    other over mutual TLS (`security.inter.broker.protocol=SSL`), each with a certificate for
+    its inter-broker host from the test's cluster CA (`peer_tls=False`: PLAINTEXT, set
+    explicitly). Returns once every
     broker has registered (partitions are placed on registered brokers only). The caller's
     fixture must call `close_brokers(request, brokers)` at teardown."""
     hosts = [host_of(i + 1) if own_addresses else "127.0.0.1" for i in range(n)]
@@ -62,8 +66,11 @@ def start_cluster(request, n: int, own_addresses: bool) -> list[Broker]:
     brokers: list[Broker] = []
     request.node._weir_brokers = brokers
     for i in range(n):
-        brokers.append(Broker(_new_workdir(f"{request.node.name}-{i + 1}"),
-                              {"node.id": str(i + 1), "controller.quorum.voters": voters}, cores=CORES))
+        workdir = _new_workdir(f"{request.node.name}-{i + 1}")
+        security = (peer_tls_settings(TMP_ROOT, f"broker-{i + 1}-{workdir.name}", hosts[i]) if peer_tls
+                    else {"security.inter.broker.protocol": "PLAINTEXT"})
+        brokers.append(Broker(workdir, {"node.id": str(i + 1), "controller.quorum.voters": voters, **security},
+                              cores=CORES))
     for b in brokers:
         b.start()
     every_node = sorted(bid * NODE_ID_STRIDE + c for bid in range(1, n + 1) for c in range(CORES))

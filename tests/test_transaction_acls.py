@@ -218,3 +218,55 @@ def test_send_offsets_to_transaction_needs_read_on_the_group(broker_factory, top
     finally:
         c.close()
     broker.check_alive()
+
+
+def test_transactions_and_topic_partitions_are_described_only_to_who_may(broker_factory, topic_name):
+    """Issue 35 item 4: with the authorizer on, a principal with no ACLs saw every transaction
+    (ListTransactions, DescribeTransactions: another's transactional id, producer id, epoch,
+    timeout and partitions) and every topic in DescribeTopicPartitions (name, error 29 and the
+    real topic id). Now, as Kafka: transactions need DESCRIBE on their TRANSACTIONAL_ID, and
+    DescribeTopicPartitions leaves out of "all topics" what the principal may not DESCRIBE and
+    answers a named one TOPIC_AUTHORIZATION_FAILED without its id (as Metadata does)."""
+    broker = broker_factory(settings=SETTINGS, cores=2)
+    sasl = setup(broker, "alice")
+    secret, public = topic_name + "-secret", topic_name + "-public"
+    rd_create_topic(broker.bootstrap, secret, 1)
+    rd_create_topic(broker.bootstrap, public, 1)
+    acl_add(broker, "--principal", "User:alice", "--operation", "describe", "--topic", public)
+    # The super user (PLAINTEXT, ANONYMOUS) runs a transaction on the secret topic.
+    p = rd_producer(broker.bootstrap, acks="all", **{"transactional.id": "tx-secret", "enable.idempotence": True})
+    p.init_transactions(TXN_CALL_S)
+    p.begin_transaction()
+    p.produce(secret, value=b"s", partition=0)
+    p.commit_transaction(TXN_CALL_S)
+
+    def alice_admin():
+        return kafka.KafkaAdminClient(bootstrap_servers=sasl, security_protocol="SASL_PLAINTEXT",
+                                      sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice",
+                                      sasl_plain_password="alice-pw", request_timeout_ms=10000)
+
+    admin = alice_admin()
+    try:
+        listed = admin.list_transactions()
+        assert "tx-secret" not in repr(listed), f"alice may not see tx-secret: {listed}"
+        with pytest.raises(kafka.errors.TransactionalIdAuthorizationFailedError):
+            admin.describe_transactions(["tx-secret"])
+        named = admin.describe_topic_partitions([secret, public])
+        by_name = {t["name"]: t for t in named["topics"]}
+        assert by_name[secret]["error_code"] == 29, by_name[secret]
+        assert not by_name[secret]["partitions"], by_name[secret]
+        leaked = by_name[secret]["topic_id"]
+        assert leaked is None or str(leaked).strip("0-") == "", f"the secret topic's id leaked: {by_name[secret]}"
+        assert by_name[public]["error_code"] == 0 and by_name[public]["partitions"], by_name[public]
+        every = admin.describe_topic_partitions([])
+        assert [t["name"] for t in every["topics"]] == [public], every
+    finally:
+        admin.close()
+    # DESCRIBE on the transactional id: now alice sees it.
+    acl_add(broker, "--principal", "User:alice", "--operation", "describe", "--transactional-id", "tx-secret")
+    admin = alice_admin()
+    try:
+        assert "tx-secret" in repr(admin.list_transactions())
+        assert "tx-secret" in repr(admin.describe_transactions(["tx-secret"]))
+    finally:
+        admin.close()

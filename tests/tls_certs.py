@@ -90,3 +90,44 @@ class Ca:
             b = b.add_extension(x509.SubjectAlternativeName([
                 x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
         return _write(self.dir, name, b.sign(self.key, hashes.SHA256()), key)
+
+    def issue_broker(self, name: str, host: str) -> Pem:
+        """A broker's certificate for the peer port (mutual TLS between brokers): valid for
+        `host` (an IP or DNS subject alternative name), for both TLS ends (serverAuth and
+        clientAuth)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        try:
+            san = x509.IPAddress(ipaddress.ip_address(host))
+        except ValueError:
+            san = x509.DNSName(host)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name[:64])]))
+            .issuer_name(self.name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_now() - datetime.timedelta(days=1))
+            .not_valid_after(_now() + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
+                           critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([san]), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        return _write(self.dir, name, cert, key)
+
+
+_PEER_CA: Ca | None = None
+
+
+def peer_tls_settings(dir: Path, name: str, host: str) -> dict[str, str]:
+    """Settings for a cluster broker on `host` to talk to its peers over mutual TLS: a
+    certificate for `host` from the test process's cluster CA (made once, under `dir`)."""
+    global _PEER_CA
+    if _PEER_CA is None:
+        _PEER_CA = Ca(dir / "peer-ca", "weir-test-cluster-ca")
+    pem = _PEER_CA.issue_broker(name, host)
+    return {"security.inter.broker.protocol": "SSL", "ssl.certificate.location": str(pem.cert),
+            "ssl.key.location": str(pem.key), "ssl.truststore.location": str(_PEER_CA.pem)}

@@ -17,12 +17,15 @@ mod errors;
 mod group;
 mod kafka;
 mod listen;
+mod log_limit;
+mod login_failures;
 mod metrics;
 mod metrics_endpoint;
 mod replica;
 mod sasl;
 mod server;
 mod shard;
+mod sockets;
 mod streaming;
 mod sync;
 mod tls;
@@ -193,8 +196,64 @@ fn cluster_addresses(
     Ok(Some((listen, peers)))
 }
 
+/// The broker's own secret (`DATA_DIR/weir-secret`, 32 random bytes made at the first start,
+/// readable by the broker's user only): what unknown SASL users' challenges are derived from,
+/// so that they stay the same across restarts as a real user's do.
+fn broker_secret(data_dir: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join("weir-secret");
+    match std::fs::read(&path) {
+        Ok(s) if s.len() == 32 => return Ok(s),
+        Ok(_) => return Err(format!("{}: not 32 bytes", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    let secret = weir::sasl::scram::random_bytes(32);
+    let tmp = data_dir.join("weir-secret.tmp");
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&secret)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(data_dir)?.sync_all()
+    };
+    write().map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(secret)
+}
+
+/// Raises the soft open-file limit to the hard one: each partition holds a file descriptor,
+/// each connection one (`max.partitions`, `max.connections`), and the usual soft default of
+/// 1,024 is far below either.
+fn raise_open_file_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let from = lim.rlim_cur;
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                info!(
+                    from,
+                    to = lim.rlim_max,
+                    "raised the open-file limit to the hard limit"
+                );
+            }
+        }
+    }
+}
+
 pub fn serve(args: ServeArgs) -> Result<(), String> {
     check_io_uring()?;
+    raise_open_file_limit();
     let mut config = build_config(&args)?;
     config.check_listeners()?;
     // TcpListener::bind panics on an unresolvable address: check it here, with a message.
@@ -301,6 +360,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         );
     }
     meta.save(&config.data_dir)?;
+    weir::sasl::scram::set_fake_secret(&broker_secret(&config.data_dir)?);
     // Overrides stored by an older weir (or edited by hand) that today's bounds refuse are
     // ignored for that topic: say so, once per override, with what is used instead.
     for (topic, t) in &meta.topics {
@@ -340,6 +400,20 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             log: cluster::store::load(&config.data_dir)?,
             applied: meta.applied_index,
             caught_up: Default::default(),
+            tls: match config.inter_broker_protocol {
+                Some(weir::config::SecurityProtocol::Ssl) => Some(
+                    cluster::peer_tls::PeerTls::load(&config.ssl, &config.voters)
+                        .map_err(|e| format!("security.inter.broker.protocol=SSL: {e}"))?,
+                ),
+                _ => {
+                    tracing::warn!(
+                        "security.inter.broker.protocol=PLAINTEXT: the peer port is neither \
+                         authenticated nor encrypted; anyone who reaches it can change the \
+                         cluster's metadata (trusted networks only)"
+                    );
+                    None
+                }
+            },
         }),
     };
     let meta = Arc::new(meta);

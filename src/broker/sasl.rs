@@ -25,6 +25,7 @@ use weir::sasl::{plain, Mechanism};
 
 use crate::broker::errors;
 use crate::broker::kafka::{encode_response, Body, ProtocolError, Request};
+use crate::broker::log_limit::LogLimit;
 use crate::broker::metrics::CoreMetrics;
 use crate::broker::shard::Shard;
 
@@ -211,6 +212,12 @@ impl ConnAuth {
                 Ok(Admit::Answer(encode(&resp)?))
             }
             Exchange::Failed(m, why) => {
+                // Kafka's `connection.failed.authentication.delay.ms`: a failed login is
+                // answered late, so that guessing costs the guesser time too.
+                let delay = shard.config.failed_authentication_delay_ms;
+                if delay > 0 {
+                    glommio::timer::sleep(Duration::from_millis(delay)).await;
+                }
                 resp.error_code = errors::SASL_AUTHENTICATION_FAILED;
                 resp.error_message = Some(StrBytes::from_string(failure_message(m)));
                 Ok(Admit::AnswerAndClose(
@@ -238,7 +245,9 @@ impl ConnAuth {
             State::Handshake | State::Done => return Exchange::OutOfOrder,
             State::Token(Mechanism::Plain) => (
                 Mechanism::Plain,
-                check_plain(shard, &token).await.map(|u| (u, Bytes::new())),
+                check_plain(shard, &token, peer)
+                    .await
+                    .map(|u| (u, Bytes::new())),
             ),
             State::Token(m) => {
                 let server = ScramServer::new(m.scram().expect("a SCRAM mechanism"));
@@ -286,8 +295,11 @@ impl ConnAuth {
             }
             Err(why) => {
                 CoreMetrics::bump(&shard.metrics.sasl_authentication_failures);
-                tracing::warn!(core = shard.id, %peer, mechanism = m.name(), reason = %why,
-                    "SASL authentication failed; closing connection");
+                shard.login_failures.failed(peer_ip(peer));
+                if let Some(left_out) = FAILED_LOG.with(LogLimit::allow) {
+                    tracing::warn!(core = shard.id, %peer, mechanism = m.name(), reason = %why,
+                        left_out, "SASL authentication failed; closing connection");
+                }
                 Exchange::Failed(m, why)
             }
         }
@@ -327,8 +339,13 @@ enum Exchange {
 
 /// PLAIN: the password checked against the user's stored SCRAM credential (SHA-512 if the
 /// user has one, else SHA-256). PBKDF2 takes milliseconds, so it runs off this core's reactor.
-async fn check_plain(shard: &Rc<Shard>, token: &[u8]) -> Result<String, String> {
+async fn check_plain(shard: &Rc<Shard>, token: &[u8], peer: &str) -> Result<String, String> {
     let auth = plain::parse(token)?;
+    if shard.login_failures.throttled(peer_ip(peer)) {
+        return Err(format!(
+            "too many failed logins from {peer} (no password checked: throttled)"
+        ));
+    }
     let meta = shard.metadata();
     let cred = [Mechanism::ScramSha512, Mechanism::ScramSha256]
         .into_iter()
@@ -338,15 +355,30 @@ async fn check_plain(shard: &Rc<Shard>, token: &[u8]) -> Result<String, String> 
                 meta.scram_credential(&auth.username, m)?.clone(),
             ))
         });
-    let Some((hash, cred)) = cred else {
-        return Err(format!("unknown user {}", auth.username));
-    };
+    // An unknown user's password is checked against a made-up credential, at the same cost
+    // as a real one's: the answer's timing does not tell whether the user exists.
+    let known = cred.is_some();
+    let (hash, cred) = cred.unwrap_or_else(|| {
+        let hash = Mechanism::ScramSha512.scram().expect("a SCRAM mechanism");
+        (hash, scram::fake_credential(hash, &auth.username))
+    });
     let password = auth.password;
     let ok =
         weir_storage::io::off_reactor(move || scram::check_password(hash, &cred, &password)).await;
-    if ok {
-        Ok(auth.username)
-    } else {
-        Err(format!("wrong password for user {}", auth.username))
+    match (known, ok) {
+        (true, true) => Ok(auth.username),
+        (true, false) => Err(format!("wrong password for user {}", auth.username)),
+        (false, _) => Err(format!("unknown user {}", auth.username)),
     }
+}
+
+thread_local! {
+    /// Failed logins are logged at most once a second per core (a brute force made two lines
+    /// each).
+    static FAILED_LOG: LogLimit = const { LogLimit::new(Duration::from_secs(1)) };
+}
+
+/// The address part of a peer's `ip:port`.
+fn peer_ip(peer: &str) -> &str {
+    peer.rsplit_once(':').map_or(peer, |(ip, _)| ip)
 }

@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 pub use crate::broker::kafka::Listener;
 use crate::broker::kafka::{self, ProtocolError, Response};
 use crate::broker::shard::Shard;
+use crate::broker::sync::ByteBudget;
 
 /// What a listener's connections need to know: which listener (its index in `listeners`,
 /// for the endpoints Metadata answers with) and, on an SSL listener, this core's TLS acceptor.
@@ -41,6 +42,7 @@ pub struct Endpoint {
 pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, endpoint: Endpoint) {
     let per_core_limit = shard.config.max_connections.div_ceil(shard.cores).max(1);
     let mut refused: u64 = 0;
+    let accept_failed = crate::broker::log_limit::LogLimit::new(Duration::from_secs(10));
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shard.shutdown.wait().await;
@@ -69,8 +71,12 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, endpoint: Endp
                 glommio::spawn_local(async move { serve_tcp(sh, stream, ep).await }).detach();
             }
             Some(Err(e)) => {
-                warn!(core = shard.id, error = %e, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                // At the open-file limit every accept fails at once: logged at most every 10 s
+                // (it was ~200 lines a second), and the loop backs off.
+                if let Some(left_out) = accept_failed.allow() {
+                    warn!(core = shard.id, error = %e, left_out, "accept failed");
+                }
+                glommio::timer::sleep(Duration::from_millis(100)).await;
             }
         }
     }
@@ -90,6 +96,8 @@ enum Frame {
 /// is zeroed once per allocation instead of before every read.
 struct ReadBuf {
     buf: BytesMut,
+    /// The capacity counted against the core's `Shard::reading` budget.
+    held: usize,
     /// Bytes from `buf.as_ptr()` known initialized (`>= buf.len()`).
     init: usize,
     /// How much to read at once beyond the current frame: small for idle or chatty
@@ -105,6 +113,7 @@ impl ReadBuf {
     fn new(capacity: usize) -> ReadBuf {
         ReadBuf {
             buf: BytesMut::with_capacity(capacity),
+            held: 0,
             init: 0,
             read_hint: READ_MIN,
         }
@@ -133,6 +142,13 @@ impl ReadBuf {
         start
     }
 
+    /// Counts the buffer's capacity against the core's budget.
+    fn account(&mut self, budget: &ByteBudget) {
+        let cap = self.buf.capacity();
+        budget.change(cap as isize - self.held as isize);
+        self.held = cap;
+    }
+
     fn split_frame(&mut self, size: usize) -> Bytes {
         self.buf.advance(4);
         let frame = self.buf.split_to(size).freeze();
@@ -145,6 +161,7 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     rd: &mut R,
     rb: &mut ReadBuf,
     max: usize,
+    budget: &ByteBudget,
 ) -> std::io::Result<Frame> {
     loop {
         let mut need = 4;
@@ -153,19 +170,28 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
             let size = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
             if size < 0 || size as usize > max {
                 return Ok(Frame::Bad(ProtocolError(format!(
-                    "request size {size} is outside 0..={max} (socket.request.max.bytes)"
+                    "request size {size} is outside 0..={max} (socket.request.max.bytes; \
+                     sasl.server.max.receive.size before a SASL login)"
                 ))));
             }
             let size = size as usize;
             if rb.buf.len() >= 4 + size {
-                return Ok(Frame::Request(rb.split_frame(size)));
+                let frame = rb.split_frame(size);
+                rb.account(budget);
+                return Ok(Frame::Request(frame));
             }
             need = 4 + size;
         }
-        // Memory follows the bytes that actually arrive: a peer announcing a large frame
-        // and then trickling does not get the whole frame allocated up front.
-        let want = (need - rb.buf.len()).clamp(rb.read_hint, 4 << 20);
+        // Memory follows the bytes that actually arrive: at most as much again as the frame
+        // holds so far (or the read hint), never the size its prefix announces — a peer
+        // announcing a large frame and then trickling, or sending nothing, holds a few KiB.
+        let have = rb.buf.len();
+        let want = (need - have).min(rb.read_hint.max(have)).clamp(1, 4 << 20);
+        if rb.buf.capacity() < have + want {
+            budget.room_for(want).await;
+        }
         let start = rb.grow(want);
+        rb.account(budget);
         let n = match rd.read(&mut rb.buf[start..]).await {
             Ok(n) => n,
             Err(e) => {
@@ -204,8 +230,18 @@ async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
         None => serve_connection(&shard, stream, &peer, &endpoint, None).await,
         Some(tls) => {
             let acceptor = tls.acceptor();
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
             let handshake = futures_lite::future::or(
-                async { Some(acceptor.accept(stream).await) },
+                async {
+                    Some(match acceptor.accept(stream).into_fallible().await {
+                        Ok(s) => Ok(s),
+                        Err((e, io)) => {
+                            // Else the socket stays open until the client sends more.
+                            let _ = io.shutdown(std::net::Shutdown::Both).await;
+                            Err(e)
+                        }
+                    })
+                },
                 futures_lite::future::or(
                     async {
                         shard.shutdown.wait().await;
@@ -213,6 +249,8 @@ async fn serve_tcp(shard: Rc<Shard>, stream: TcpStream, endpoint: Endpoint) {
                     },
                     async {
                         glommio::timer::sleep(crate::broker::tls::HANDSHAKE_TIMEOUT).await;
+                        // While the handshake still holds the socket.
+                        crate::broker::sockets::hang_up(fd);
                         Some(Err(std::io::Error::new(
                             std::io::ErrorKind::TimedOut,
                             "no TLS handshake within 10 s",
@@ -361,11 +399,19 @@ async fn serve_connection<S>(
     });
 
     let max = shard.config.socket_request_max_bytes;
+    // Before a SASL login only the exchange's small requests are taken
+    // (`sasl.server.max.receive.size`, Kafka's rule).
+    let pre_login_max = shard.config.sasl_max_receive_bytes.min(max);
     let idle = Duration::from_millis(shard.config.connections_max_idle_ms);
     let mut buf = ReadBuf::new(READ_MIN);
     loop {
+        let limit = if auth.as_ref().is_some_and(|a| a.user().is_none()) {
+            pre_login_max
+        } else {
+            max
+        };
         let frame = futures_lite::future::or(
-            async { Some(read_frame(&mut rd, &mut buf, max).await) },
+            async { Some(read_frame(&mut rd, &mut buf, limit, &shard.reading).await) },
             futures_lite::future::or(
                 async {
                     shard.shutdown.wait().await;
@@ -438,7 +484,11 @@ async fn serve_connection<S>(
             }
         }
         if let Some(why) = close {
-            info!(core = shard.id, %peer, reason = %why, "closing connection");
+            // What a client that never logs in can make happen over and over: at most one
+            // line a second per core.
+            if let Some(left_out) = CLOSING_LOG.with(crate::broker::log_limit::LogLimit::allow) {
+                info!(core = shard.id, %peer, reason = %why, left_out, "closing connection");
+            }
             break;
         }
         if let Some(user) = auth.as_ref().and_then(|a| a.user()) {
@@ -471,8 +521,16 @@ async fn serve_connection<S>(
     }
     streams.cancel_all();
     drop(streams);
+    // The read buffer goes: its memory no longer counts against the core's budget.
+    shard.reading.change(-(buf.held as isize));
+    drop(buf);
     drop(tx);
     writer.await;
+}
+
+thread_local! {
+    static CLOSING_LOG: crate::broker::log_limit::LogLimit =
+        const { crate::broker::log_limit::LogLimit::new(Duration::from_secs(1)) };
 }
 
 /// Resolves once the connection has had no request in flight and no traffic for `idle`

@@ -132,6 +132,37 @@ impl Notify {
     }
 }
 
+/// A per-core budget of bytes (the memory of requests still being read, `queued.max.request.bytes`):
+/// holders add what they take and give it back; a reader that would pass the limit waits until
+/// others gave enough back. Single-core, no lock.
+pub struct ByteBudget {
+    used: Cell<usize>,
+    limit: usize,
+}
+
+impl ByteBudget {
+    pub fn new(limit: usize) -> ByteBudget {
+        ByteBudget {
+            used: Cell::new(0),
+            limit,
+        }
+    }
+
+    /// Moves the bytes held by `delta` (gives back when negative).
+    pub fn change(&self, delta: isize) {
+        self.used.set(self.used.get().saturating_add_signed(delta));
+    }
+
+    /// Waits until `extra` more bytes fit (or nothing is held: one reader is never stopped by
+    /// the others' absence), checking every millisecond: the budget is full only under
+    /// overload, where a wake-up list is not worth its cost on every read.
+    pub async fn room_for(&self, extra: usize) {
+        while self.used.get() > 0 && self.used.get() + extra > self.limit {
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+}
+
 /// A lock granted in the order [`FifoLock::lock`] is *called* (glommio's `Semaphore` is not
 /// FIFO): `Shard::call` takes its place in line for a destination core at once, so
 /// pipelined calls leave in the order they were made. A waiter dropped before its turn gives

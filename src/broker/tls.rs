@@ -29,11 +29,11 @@ use weir::config::{ClientAuth, SslConfig};
 /// past it).
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn read_certs(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn read_certs(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs: Vec<_> = CertificateDer::pem_file_iter(path)
         .map_err(|e| format!("{what} {}: {e}", path.display()))?
         .collect::<Result<_, _>>()
@@ -50,6 +50,40 @@ fn read_certs(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, S
 /// The server's TLS configuration from the `ssl.*` settings (checked by
 /// `BrokerConfig::check_listeners`: certificate and key are set).
 pub fn server_config(ssl: &SslConfig) -> Result<Arc<ServerConfig>, String> {
+    let (certs, key) = identity(ssl)?;
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let client_auth = ssl.client_auth.unwrap_or(ClientAuth::None);
+    let builder = match client_auth {
+        ClientAuth::None => builder.with_no_client_auth(),
+        ClientAuth::Requested | ClientAuth::Required => {
+            if ssl.truststore.is_none() {
+                return Err("ssl.client.auth needs ssl.truststore.location".into());
+            }
+            let v = WebPkiClientVerifier::builder_with_provider(trust_roots(ssl)?, provider());
+            let v = if client_auth == ClientAuth::Requested {
+                v.allow_unauthenticated()
+            } else {
+                v
+            };
+            builder.with_client_cert_verifier(
+                v.build()
+                    .map_err(|e| format!("ssl.truststore.location: {e}"))?,
+            )
+        }
+    };
+    let config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("ssl.certificate.location / ssl.key.location: {e}"))?;
+    Ok(Arc::new(config))
+}
+
+/// This broker's certificate chain and private key (`ssl.certificate.location`,
+/// `ssl.key.location`).
+pub(crate) fn identity(
+    ssl: &SslConfig,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
     let cert_path = ssl
         .certificate
         .as_deref()
@@ -63,39 +97,22 @@ pub fn server_config(ssl: &SslConfig) -> Result<Arc<ServerConfig>, String> {
             key_path.display()
         )
     })?;
-    let builder = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
-    let client_auth = ssl.client_auth.unwrap_or(ClientAuth::None);
-    let builder = match client_auth {
-        ClientAuth::None => builder.with_no_client_auth(),
-        ClientAuth::Requested | ClientAuth::Required => {
-            let path = ssl
-                .truststore
-                .as_deref()
-                .ok_or("ssl.client.auth needs ssl.truststore.location")?;
-            let mut roots = RootCertStore::empty();
-            for c in read_certs("ssl.truststore.location", path)? {
-                roots
-                    .add(c)
-                    .map_err(|e| format!("ssl.truststore.location {}: {e}", path.display()))?;
-            }
-            let v = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
-            let v = if client_auth == ClientAuth::Requested {
-                v.allow_unauthenticated()
-            } else {
-                v
-            };
-            builder.with_client_cert_verifier(
-                v.build()
-                    .map_err(|e| format!("ssl.truststore.location {}: {e}", path.display()))?,
-            )
-        }
-    };
-    let config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("ssl.certificate.location / ssl.key.location: {e}"))?;
-    Ok(Arc::new(config))
+    Ok((certs, key))
+}
+
+/// The CAs of `ssl.truststore.location`.
+pub(crate) fn trust_roots(ssl: &SslConfig) -> Result<Arc<RootCertStore>, String> {
+    let path = ssl
+        .truststore
+        .as_deref()
+        .ok_or("ssl.truststore.location is not set")?;
+    let mut roots = RootCertStore::empty();
+    for c in read_certs("ssl.truststore.location", path)? {
+        roots
+            .add(c)
+            .map_err(|e| format!("ssl.truststore.location {}: {e}", path.display()))?;
+    }
+    Ok(Arc::new(roots))
 }
 
 /// One core's acceptor: the shared configuration with a session cache of its own (so

@@ -271,6 +271,30 @@ impl super::BrokerConfig {
                 );
             }
         }
+        if !self.voters.is_empty() {
+            match self.inter_broker_protocol {
+                None => {
+                    return Err("a cluster (controller.quorum.voters) needs \
+                         security.inter.broker.protocol: SSL (mutual TLS between brokers, with \
+                         ssl.certificate.location, ssl.key.location and the cluster's CA in \
+                         ssl.truststore.location) or, on a trusted network only, PLAINTEXT \
+                         (docs/security.md, \"Between brokers\")"
+                        .into())
+                }
+                Some(SecurityProtocol::Ssl)
+                    if self.ssl.certificate.is_none()
+                        || self.ssl.key.is_none()
+                        || self.ssl.truststore.is_none() =>
+                {
+                    return Err("security.inter.broker.protocol=SSL needs \
+                         ssl.certificate.location, ssl.key.location (this broker's certificate \
+                         and key) and ssl.truststore.location (the CA that signs every \
+                         broker's certificate)"
+                        .into())
+                }
+                _ => {}
+            }
+        }
         Ok(())
     }
 }

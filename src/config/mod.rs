@@ -88,11 +88,13 @@ pub const SETTINGS: &[Setting] = &[
     setting("advertised.listeners", "the bound addresses", "NAME://host:port,...", None,
         "Addresses given to clients in Metadata responses, per listener (`SSL://host:port`); a bare `host:port` is the first listener's (flag `--advertised-listener`)."),
     setting("ssl.certificate.location", "none", "path", None,
-        "PEM file of the SSL listener's certificate chain, the server's certificate first (read at start-up; a change needs a restart)."),
+        "PEM file of the SSL listeners' certificate chain, the server's certificate first, also the broker's own certificate on the peer port with `security.inter.broker.protocol=SSL` (read at start-up; SIGHUP reloads it for SSL listeners, docs/security.md)."),
     setting("ssl.key.location", "none", "path", None,
         "PEM file of the private key of `ssl.certificate.location` (PKCS#8, PKCS#1 or SEC1; not encrypted)."),
     setting("ssl.truststore.location", "none", "path", None,
-        "PEM file of the CA certificates that sign client certificates (for `ssl.client.auth`)."),
+        "PEM file of the CA certificates that sign client certificates (for `ssl.client.auth`), and, with `security.inter.broker.protocol=SSL`, the cluster's CA that signs every broker's certificate."),
+    setting("security.inter.broker.protocol", "none", "", None,
+        "In a cluster: how brokers talk to each other on the peer port (`controller.quorum.voters`). `SSL`: mutual TLS — each broker presents `ssl.certificate.location`, signed by a CA of `ssl.truststore.location`, and valid for its host in `controller.quorum.voters` (extended key usage serverAuth and clientAuth); a connection without such a certificate is refused, and a peer is known by its certificate, never by what its messages say. `PLAINTEXT`: no authentication, no encryption — anyone who reaches the peer port can change the cluster's metadata; for a trusted network or loopback development only. A cluster does not start until one of the two is set (docs/security.md)."),
     setting("ssl.client.auth", "none", "", None,
         "`required`: SSL clients must present a certificate signed by a CA of `ssl.truststore.location`, others are refused in the handshake; `requested`: a certificate is asked for and checked if given; `none`: not asked for."),
     setting("sasl.enabled.mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN", "list", None,
@@ -173,6 +175,14 @@ pub const SETTINGS: &[Setting] = &[
         "How often each core applies retention (at least 10)."),
     setting("socket.request.max.bytes", "104857600", "bytes", None,
         "Largest request frame; a larger one closes the connection, with a log line."),
+    setting("sasl.server.max.receive.size", "524288", "bytes", None,
+        "On a SASL listener, the largest request a client may send before it has logged in (the SASL exchange needs little); a larger one closes the connection (Kafka's setting)."),
+    setting("connection.failed.authentication.delay.ms", "100", "ms", None,
+        "A failed SASL login is answered (and its connection closed) this long after it failed, as Kafka does; 10 failures from one address within 10 s make its next logins fail unchecked until then."),
+    setting("queued.max.request.bytes", "-1", "bytes per core", None,
+        "Memory of requests still being read on one core; past it, reading waits until requests complete (a connection's buffer grows only as its bytes arrive). -1: 256 MiB, at least `socket.request.max.bytes`."),
+    setting("max.partitions", "20000", "partitions", None,
+        "Partition replicas this broker may hold (in a cluster: this many times the registered brokers, all topics together); CreateTopics and CreatePartitions past it are refused with POLICY_VIOLATION. Each partition holds a file descriptor: raise the process's open-file limit with it (weir raises its soft limit to the hard one at start)."),
     setting("max.connections", "100000", "connections", None,
         "Open client connections per broker; past it new connections are closed at once, with a warning."),
     setting("connections.max.idle.ms", "600000", "ms", None,
@@ -207,6 +217,8 @@ pub struct BrokerConfig {
     pub advertised_listeners: Vec<(Option<SecurityProtocol>, String)>,
     /// The `ssl.*` settings of SSL listeners.
     pub ssl: SslConfig,
+    /// `security.inter.broker.protocol` (`None`: not set; a cluster then refuses to start).
+    pub inter_broker_protocol: Option<SecurityProtocol>,
     /// `sasl.enabled.mechanisms`: what SASL listeners accept.
     pub sasl_mechanisms: Vec<crate::sasl::Mechanism>,
     /// `connections.max.reauth.ms`: SASL session lifetime (0: none).
@@ -252,6 +264,14 @@ pub struct BrokerConfig {
     /// `controller.quorum.voters`: every broker of the cluster (empty: standalone).
     pub voters: Vec<crate::cluster::Voter>,
     pub socket_request_max_bytes: usize,
+    /// `sasl.server.max.receive.size`.
+    pub sasl_max_receive_bytes: usize,
+    /// `max.partitions`.
+    pub max_partitions: usize,
+    /// `connection.failed.authentication.delay.ms`.
+    pub failed_authentication_delay_ms: u64,
+    /// `queued.max.request.bytes` (`None`: the default).
+    pub queued_max_request_bytes: Option<usize>,
     /// How often each core applies retention.
     pub retention_check_interval_ms: u64,
     /// Upper bound on parked fetches per core; past it a fetch is answered at once.
@@ -307,6 +327,7 @@ impl Default for BrokerConfig {
             }],
             advertised_listeners: Vec::new(),
             ssl: SslConfig::default(),
+            inter_broker_protocol: None,
             sasl_mechanisms: vec![
                 crate::sasl::Mechanism::ScramSha256,
                 crate::sasl::Mechanism::ScramSha512,
@@ -337,6 +358,10 @@ impl Default for BrokerConfig {
             node_id: None,
             voters: Vec::new(),
             socket_request_max_bytes: 100 << 20,
+            sasl_max_receive_bytes: 512 << 10,
+            max_partitions: 20_000,
+            failed_authentication_delay_ms: 100,
+            queued_max_request_bytes: None,
             retention_check_interval_ms: 30_000,
             max_parked_fetches: 100_000,
             fetch_max_wait_ms: 30_000,
@@ -533,6 +558,20 @@ impl BrokerConfig {
                 // A frame's size prefix is an i32.
                 self.socket_request_max_bytes = parse_bounded(key, value, 1, i32::MAX as usize)?
             }
+            "sasl.server.max.receive.size" => {
+                self.sasl_max_receive_bytes = parse_bounded(key, value, 1, i32::MAX as usize)?
+            }
+            "connection.failed.authentication.delay.ms" => {
+                self.failed_authentication_delay_ms = parse_bounded(key, value, 0, 60_000)?
+            }
+            "max.partitions" => self.max_partitions = parse_bounded(key, value, 1, 10_000_000)?,
+            "queued.max.request.bytes" => {
+                self.queued_max_request_bytes = match parse_num::<i64>(key, value)? {
+                    -1 => None,
+                    n if n >= 1 => Some(n as usize),
+                    _ => return Err(format!("{key}: at least 1, or -1")),
+                }
+            }
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_num::<u64>(key, value)?.max(10)
             }
@@ -553,6 +592,9 @@ impl BrokerConfig {
             "ssl.certificate.location" => self.ssl.certificate = path_or_none(value),
             "ssl.key.location" => self.ssl.key = path_or_none(value),
             "ssl.truststore.location" => self.ssl.truststore = path_or_none(value),
+            "security.inter.broker.protocol" => {
+                self.inter_broker_protocol = parse_inter_broker_protocol(key, value)?
+            }
             "ssl.client.auth" => self.ssl.client_auth = Some(ClientAuth::parse(key, value)?),
             "sasl.enabled.mechanisms" => {
                 self.sasl_mechanisms = listeners::parse_mechanisms(key, value)?
@@ -642,6 +684,10 @@ impl BrokerConfig {
             "ssl.certificate.location" => show_path(&self.ssl.certificate),
             "ssl.key.location" => show_path(&self.ssl.key),
             "ssl.truststore.location" => show_path(&self.ssl.truststore),
+            "security.inter.broker.protocol" => self
+                .inter_broker_protocol
+                .map_or("none", SecurityProtocol::name)
+                .into(),
             "ssl.client.auth" => self
                 .ssl
                 .client_auth
@@ -695,6 +741,14 @@ impl BrokerConfig {
             "log.message.timestamp.after.max.ms" => self.timestamp_after_max_ms.to_string(),
             "log.retention.check.interval.ms" => self.retention_check_interval_ms.to_string(),
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
+            "sasl.server.max.receive.size" => self.sasl_max_receive_bytes.to_string(),
+            "max.partitions" => self.max_partitions.to_string(),
+            "connection.failed.authentication.delay.ms" => {
+                self.failed_authentication_delay_ms.to_string()
+            }
+            "queued.max.request.bytes" => self
+                .queued_max_request_bytes
+                .map_or("-1".into(), |n| n.to_string()),
             "max.connections" => self.max_connections.to_string(),
             "connections.max.idle.ms" => self.connections_max_idle_ms.to_string(),
             "connections.max.reauth.ms" => self.connections_max_reauth_ms.to_string(),
@@ -727,6 +781,13 @@ impl BrokerConfig {
                 .unwrap_or_else(|| "off".to_string()),
             _ => return None,
         })
+    }
+
+    /// `queued.max.request.bytes` as applied: never below one largest request.
+    pub fn queued_max_request_bytes(&self) -> usize {
+        self.queued_max_request_bytes
+            .unwrap_or(256 << 20)
+            .max(self.socket_request_max_bytes)
     }
 
     /// The broker default of a topic config, as a string (DescribeConfigs).
@@ -791,6 +852,22 @@ fn address_or_off(v: &str) -> Option<String> {
         None
     } else {
         Some(strip_scheme(v))
+    }
+}
+
+/// `security.inter.broker.protocol`: SSL, PLAINTEXT, or unset (none / empty).
+fn parse_inter_broker_protocol(key: &str, value: &str) -> Result<Option<SecurityProtocol>, String> {
+    let v = value.trim();
+    if v.is_empty() || v.eq_ignore_ascii_case("none") {
+        Ok(None)
+    } else if v.eq_ignore_ascii_case("PLAINTEXT") {
+        Ok(Some(SecurityProtocol::Plaintext))
+    } else if v.eq_ignore_ascii_case("SSL") {
+        Ok(Some(SecurityProtocol::Ssl))
+    } else {
+        Err(format!(
+            "{key}: '{v}' is not SSL or PLAINTEXT (brokers authenticate each other with mutual TLS)"
+        ))
     }
 }
 

@@ -28,6 +28,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "ssl.certificate.location"
         | "ssl.key.location"
         | "ssl.truststore.location"
+        | "security.inter.broker.protocol"
         | "ssl.client.auth"
         | "authorizer.class.name"
         | "super.users" => String,
@@ -46,6 +47,8 @@ pub fn config_type(name: &str) -> ConfigType {
         | "log.retention.hours"
         | "message.max.bytes"
         | "socket.request.max.bytes"
+        | "sasl.server.max.receive.size"
+        | "max.partitions"
         | "max.connections"
         | "fetch.max.parked"
         | "transaction.max.timeout.ms"
@@ -69,7 +72,9 @@ pub fn config_type(name: &str) -> ConfigType {
         | "log.cleaner.delete.retention.ms" => Long,
         "log.message.timestamp.before.max.ms"
         | "log.message.timestamp.after.max.ms"
-        | "message.max.decompressed.bytes" => Long,
+        | "message.max.decompressed.bytes"
+        | "queued.max.request.bytes"
+        | "connection.failed.authentication.delay.ms" => Long,
         "log.message.timestamp.type" => String,
         "log.cleaner.io.max.bytes.per.second" | "log.cleaner.min.cleanable.ratio" => Double,
         "log.cleanup.policy" | "sasl.enabled.mechanisms" => List,

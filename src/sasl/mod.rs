@@ -58,13 +58,23 @@ impl Mechanism {
 
 /// One user's stored SCRAM credential for one mechanism: what RFC 5802 calls the
 /// authentication information — salt, iteration count, StoredKey and ServerKey (base64 in the
-/// metadata file). The password cannot be recovered from it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// metadata file). The password cannot be recovered from it, but it is an offline
+/// dictionary attack's input and, StoredKey with a captured exchange, a login: its `Debug`
+/// (what log lines show, e.g. an applied metadata record) names the iteration count only.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ScramCredential {
     pub salt: String,
     pub iterations: u32,
     pub stored_key: String,
     pub server_key: String,
+}
+
+impl std::fmt::Debug for ScramCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredential")
+            .field("iterations", &self.iterations)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ScramCredential {
@@ -126,5 +136,27 @@ mod tests {
         assert!(!valid_user_name(""));
         assert!(!valid_user_name("a\nb"));
         assert!(!valid_user_name(&"x".repeat(MAX_USER_NAME + 1)));
+    }
+}
+
+#[cfg(test)]
+mod credential_debug_tests {
+    use super::*;
+
+    /// Regression (issue 35): AlterUser metadata records were logged at INFO with the salt,
+    /// StoredKey and ServerKey of the credential.
+    #[test]
+    fn debug_shows_no_secret_field() {
+        let c = ScramCredential {
+            salt: "c2FsdHNhbHQ=".into(),
+            iterations: 4096,
+            stored_key: "c3RvcmVka2V5".into(),
+            server_key: "c2VydmVya2V5".into(),
+        };
+        let shown = format!("{c:?}");
+        assert!(shown.contains("4096"), "{shown}");
+        for secret in [&c.salt, &c.stored_key, &c.server_key] {
+            assert!(!shown.contains(secret.as_str()), "{shown}");
+        }
     }
 }

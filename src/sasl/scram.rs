@@ -151,15 +151,23 @@ pub fn check_password(hash: Hash, cred: &ScramCredential, password: &[u8]) -> bo
     same_bytes(&hash.digest(&hash.hmac(&salted, b"Client Key")), &stored)
 }
 
-/// A secret of this process, for the challenges of unknown users.
-fn fake_secret() -> &'static [u8] {
-    static SECRET: OnceLock<Vec<u8>> = OnceLock::new();
-    SECRET.get_or_init(|| random_bytes(32))
+static FAKE_SECRET: OnceLock<Vec<u8>> = OnceLock::new();
+
+/// Sets the secret unknown users' challenges are derived from (the broker's, kept in its data
+/// directory, so that an unknown user's salt is as stable across restarts as a real one's).
+/// Only the first call counts; without one a random secret of this process is used.
+pub fn set_fake_secret(secret: &[u8]) {
+    let _ = FAKE_SECRET.set(secret.to_vec());
 }
 
-/// The credential an unknown user is challenged with: the same salt for the same name every
-/// time (within this process), keys no password matches.
-fn fake_credential(hash: Hash, username: &str) -> ScramCredential {
+fn fake_secret() -> &'static [u8] {
+    FAKE_SECRET.get_or_init(|| random_bytes(32))
+}
+
+/// The credential an unknown user is challenged with (SCRAM), and checked against (PLAIN, at
+/// the cost of a real check): the same salt for the same name every time, the default
+/// iteration count and salt length of new users, keys no password matches.
+pub fn fake_credential(hash: Hash, username: &str) -> ScramCredential {
     let salt = hash.hmac(fake_secret(), username.as_bytes());
     ScramCredential {
         salt: b64(&salt[..SALT_BYTES.min(salt.len())]),

@@ -48,8 +48,9 @@ pub struct LogConfig {
     /// How many direct writes one log keeps in flight before `append` waits.
     pub writes_in_flight: usize,
     /// Smallest step by which a segment file's preallocated (fallocated) room grows ahead of
-    /// the write position; steps double with the reservation, up to the segment size. A new
-    /// or reopened segment reserves only one write chunk, so idle partitions reserve little.
+    /// the write position; steps double with the reservation, up to the segment size. An
+    /// empty log reserves nothing until its first append, then one write chunk, so idle
+    /// partitions reserve little.
     pub preallocate_bytes: u64,
     /// Size of one direct read of old data.
     pub read_chunk_bytes: usize,

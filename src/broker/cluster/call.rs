@@ -1,58 +1,7 @@
 //! Requests one broker makes of another for a transaction (Kafka's inter-broker
 //! `WriteTxnMarkers`, and the checks a partition leader and a group coordinator need from a
-//! transaction coordinator on another broker). They travel as peer frames (`net`, kinds 5
-//! and 6) between the brokers' cores 0; the receiving core 0 hands each to the core that
-//! serves it (`Shard::serve_peer_call`) and sends the answer back.
+//! transaction coordinator on another broker): their wire form is `weir::protocol::peer`'s
+//! (frame kinds 5 and 6); the receiving core 0 hands each to the core that serves it
+//! (`Shard::serve_peer_call`) and sends the answer back.
 
-use serde::{Deserialize, Serialize};
-
-/// A request for another broker.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum PeerCall {
-    /// To the coordinator of `txn_id`: are these partitions in its open transaction, with
-    /// this producer id and epoch (a transactional produce's check, KIP-890)?
-    /// Answered `Code`.
-    Verify {
-        txn_id: String,
-        producer_id: i64,
-        epoch: i16,
-        parts: Vec<(String, i32)>,
-    },
-    /// To the leader of these partitions: append a commit or abort marker on each, through
-    /// its Raft group (answered once committed). Answered `Codes`, one per partition.
-    Markers {
-        producer_id: i64,
-        epoch: i16,
-        commit: bool,
-        parts: Vec<(String, i32)>,
-    },
-    /// To the coordinator of `group`: apply (commit) or drop (abort) the offsets the
-    /// producer's transaction sent. Answered `Code`.
-    GroupTxnEnd {
-        group: String,
-        producer_id: i64,
-        commit: bool,
-    },
-}
-
-/// The answer to a [`PeerCall`]: a Kafka error code, or one per partition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum PeerAnswer {
-    Code(i16),
-    Codes(Vec<i16>),
-}
-
-/// A call as it travels: the caller's broker and its request id.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CallFrame {
-    pub from: u64,
-    pub req: u64,
-    pub call: PeerCall,
-}
-
-/// An answer as it travels back, by request id.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AnswerFrame {
-    pub req: u64,
-    pub answer: PeerAnswer,
-}
+pub use weir::protocol::peer::{AnswerFrame, CallFrame, PeerAnswer, PeerCall};

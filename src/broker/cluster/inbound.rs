@@ -1,9 +1,11 @@
-//! Connections from peer brokers (`Node::accept`): each read by a task of its own, frame
-//! after frame through a read buffer (`net::PEER_READ_BUFFER`), each frame noting that its
+//! Connections from peer brokers (`Node::accept`): with `security.inter.broker.protocol=SSL`
+//! a TLS handshake first that only certificates of the cluster's CA pass, naming the peer
+//! (`peer_tls`); each read by a task of its own, frame after frame through a read buffer (`net::PEER_READ_BUFFER`), each frame noting that its
 //! sender is alive (`liveness`) and then handled (`Node::on_frame`): Raft messages to the
 //! metadata group's inbox, partition messages to their replica's core, forwarded admin
 //! requests proposed, calls served.
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -11,10 +13,30 @@ use tracing::{debug, warn};
 
 use super::call::AnswerFrame;
 use super::net::{self, Frame, Reply};
+use super::peer_tls::{self, PeerIdentity, PeerTls};
 use super::Node;
+use crate::broker::log_limit::LogLimit;
+use crate::broker::sockets::hang_up;
+
+/// Refused peer connections are logged at most once a second (an attacker can open many).
+static REFUSED_LOG_EVERY: Duration = Duration::from_secs(1);
+
+thread_local! {
+    static REFUSED: LogLimit = const { LogLimit::new(REFUSED_LOG_EVERY) };
+}
+
+fn refused(peer: Option<std::net::SocketAddr>, why: &str) {
+    if let Some(left_out) = REFUSED.with(LogLimit::allow) {
+        warn!(peer = ?peer, left_out, "refused a peer connection: {why}");
+    }
+}
 
 impl Node {
-    pub(super) async fn accept(self: Rc<Self>, listener: glommio::net::TcpListener) {
+    pub(super) async fn accept(
+        self: Rc<Self>,
+        listener: glommio::net::TcpListener,
+        tls: Option<PeerTls>,
+    ) {
         loop {
             let stream = match listener.accept().await {
                 Ok(s) => s,
@@ -24,14 +46,66 @@ impl Node {
                     continue;
                 }
             };
-            glommio::spawn_local(self.clone().serve_peer(stream)).detach();
+            let node = self.clone();
+            let tls = tls.clone();
+            glommio::spawn_local(async move {
+                let peer = stream.peer_addr().ok();
+                let fd = stream.as_raw_fd();
+                match tls {
+                    None => node.serve_peer(stream, fd, peer, None).await,
+                    Some(tls) => {
+                        let handshake = futures_lite::future::or(
+                            async { Some(tls.acceptor.accept(stream).into_fallible().await) },
+                            async {
+                                glommio::timer::sleep(peer_tls::HANDSHAKE_TIMEOUT).await;
+                                // The socket is still the handshake's: hang up before it goes.
+                                hang_up(fd);
+                                None
+                            },
+                        )
+                        .await;
+                        let stream = match handshake {
+                            Some(Ok(s)) => s,
+                            Some(Err((e, io))) => {
+                                let _ = io.shutdown(std::net::Shutdown::Both).await;
+                                return refused(peer, &format!("TLS: {e}"));
+                            }
+                            None => return refused(peer, "TLS handshake timed out"),
+                        };
+                        let cert = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
+                        let who = cert.map(|c| tls.identify(c, node.id));
+                        match who {
+                            Some(who) if !who.0.is_empty() => {
+                                debug!(peer = ?peer, brokers = ?who.0, "peer connection authenticated");
+                                node.serve_peer(stream, fd, peer, Some(who)).await
+                            }
+                            _ => {
+                                let _ = stream.get_ref().0.shutdown(std::net::Shutdown::Both).await;
+                                refused(
+                                    peer,
+                                    "its certificate is valid for no other broker's host in \
+                                     controller.quorum.voters",
+                                )
+                            }
+                        }
+                    }
+                }
+            })
+            .detach();
         }
     }
 
     /// Reads a peer's frames until it closes or sends something that does not decode (that
-    /// closes this connection only).
-    async fn serve_peer(self: Rc<Self>, stream: glommio::net::TcpStream) {
-        let peer = stream.peer_addr().ok();
+    /// closes this connection only). With TLS, `who` says which brokers the certificate
+    /// proves the peer may be: the first frame naming its sender fixes which one, and a frame
+    /// naming any other closes the connection, nothing of it handled.
+    async fn serve_peer<S: futures_lite::AsyncRead + Unpin>(
+        self: Rc<Self>,
+        stream: S,
+        fd: RawFd,
+        peer: Option<std::net::SocketAddr>,
+        who: Option<PeerIdentity>,
+    ) {
         let mut stream = futures_lite::io::BufReader::with_capacity(net::PEER_READ_BUFFER, stream);
         // The peer this connection comes from, once a frame named it.
         let mut from = None;
@@ -40,6 +114,19 @@ impl Node {
             glommio::yield_if_needed().await;
             match net::read_frame(&mut stream).await {
                 Ok(Some(frame)) => {
+                    if let (Some(who), Some(sender)) = (&who, frame.sender()) {
+                        if !who.may_be(sender) || from.is_some_and(|f| f != sender) {
+                            hang_up(fd);
+                            return refused(
+                                peer,
+                                &format!(
+                                    "a frame from broker {sender} on a connection authenticated \
+                                     as {:?}",
+                                    from.map_or(who.0.clone(), |f| vec![f])
+                                ),
+                            );
+                        }
+                    }
                     from = frame.sender().or(from);
                     if let Some(peer) = from {
                         self.heard_from(peer);

@@ -17,10 +17,12 @@
 
 pub mod call;
 mod catch_up;
+mod dial;
 mod inbound;
 mod liveness;
 mod log;
 pub mod net;
+pub mod peer_tls;
 pub mod store;
 
 use std::cell::{Cell, RefCell};
@@ -91,6 +93,8 @@ pub struct Boot {
     pub applied: u64,
     /// Set once this broker's metadata caught up with the leader's (`Node::catch_up`).
     pub caught_up: Arc<std::sync::atomic::AtomicBool>,
+    /// Mutual TLS with the peers (`security.inter.broker.protocol=SSL`); `None`: PLAINTEXT.
+    pub tls: Option<peer_tls::PeerTls>,
 }
 
 pub struct Node {
@@ -130,6 +134,7 @@ impl Node {
             log,
             applied,
             caught_up,
+            tls,
         } = boot;
         let voters: Vec<u64> = peers.iter().map(|p| p.0).chain([id]).collect();
         let mem = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
@@ -175,7 +180,12 @@ impl Node {
             outcomes: RefCell::new(BTreeMap::new()),
             peers: peers
                 .iter()
-                .map(|&(p, addr)| (p, Peer::new(p, addr, listen, id)))
+                .map(|&(p, addr)| {
+                    let tls = tls
+                        .as_ref()
+                        .and_then(|t| Some((t.connector.clone(), t.server_name(p)?)));
+                    (p, Peer::new(p, addr, listen, id, tls))
+                })
                 .collect(),
             forwards: RefCell::new(HashMap::new()),
             calls: RefCell::new(HashMap::new()),
@@ -198,7 +208,7 @@ impl Node {
         for p in node.peers.values() {
             glommio::spawn_local(p.clone().run()).detach();
         }
-        glommio::spawn_local(node.clone().accept(listener)).detach();
+        glommio::spawn_local(node.clone().accept(listener, tls)).detach();
         glommio::spawn_local(node.clone().watch_peers()).detach();
         glommio::spawn_local(node.clone().catch_up(caught_up)).detach();
         let q = glommio::executor().create_task_queue(

@@ -28,11 +28,17 @@ const BROKER: i8 = 4;
 pub(super) fn describe_topic_partitions(
     shard: &Rc<Shard>,
     req: &DescribeTopicPartitionsRequest,
+    may_describe: impl Fn(&str) -> bool,
 ) -> DescribeTopicPartitionsResponse {
     let meta = shard.metadata();
-    // Kafka answers topics in name order; an empty list means every topic.
+    // Kafka answers topics in name order; an empty list means every topic (that the
+    // principal may describe: the others are not paged over either).
     let mut names: Vec<String> = if req.topics.is_empty() {
-        meta.topics.keys().cloned().collect()
+        meta.topics
+            .keys()
+            .filter(|n| may_describe(n))
+            .cloned()
+            .collect()
     } else {
         req.topics.iter().map(|t| t.name.to_string()).collect()
     };
@@ -52,6 +58,11 @@ pub(super) fn describe_topic_partitions(
         let mut t = DescribeTopicPartitionsResponseTopic::default();
         t.name = Some(TopicName(s(&name)));
         t.topic_authorized_operations = i32::MIN;
+        if !may_describe(&name) {
+            t.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+            r.topics.push(t);
+            continue;
+        }
         let Some(tm) = meta.topics.get(&name) else {
             t.error_code = if valid_topic_name(&name) {
                 errors::UNKNOWN_TOPIC_OR_PARTITION

@@ -297,6 +297,7 @@ async fn all_states(shard: &Rc<Shard>) -> Vec<(String, TxnMeta)> {
 pub(super) async fn describe_transactions(
     shard: &Rc<Shard>,
     d: &DescribeTransactionsRequest,
+    may_describe: impl Fn(&str) -> bool,
 ) -> DescribeTransactionsResponse {
     let states = all_states(shard).await;
     let mut r = DescribeTransactionsResponse::default();
@@ -306,6 +307,10 @@ pub(super) async fn describe_transactions(
         .map(|id| {
             let mut s = TransactionState::default();
             s.transactional_id = id.clone();
+            if !may_describe(id.as_str()) {
+                s.error_code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+                return s;
+            }
             match states.iter().find(|(k, _)| k.as_str() == id.as_str()) {
                 None => s.error_code = errors::TRANSACTIONAL_ID_NOT_FOUND,
                 Some((_, m)) => {
@@ -338,6 +343,7 @@ pub(super) async fn describe_transactions(
 pub(super) async fn list_transactions(
     shard: &Rc<Shard>,
     l: &ListTransactionsRequest,
+    may_describe: impl Fn(&str) -> bool,
 ) -> ListTransactionsResponse {
     const KNOWN: [&str; 6] = [
         "Empty",
@@ -360,9 +366,10 @@ pub(super) async fn list_transactions(
     r.transaction_states = all_states(shard)
         .await
         .into_iter()
-        .filter(|(_, m)| {
-            (l.state_filters.is_empty()
-                || l.state_filters.iter().any(|f| f.as_str() == m.state.name()))
+        .filter(|(id, m)| {
+            may_describe(id)
+                && (l.state_filters.is_empty()
+                    || l.state_filters.iter().any(|f| f.as_str() == m.state.name()))
                 && (l.producer_id_filters.is_empty()
                     || l.producer_id_filters.iter().any(|p| p.0 == m.producer_id))
                 && (l.duration_filter < 0

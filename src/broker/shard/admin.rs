@@ -158,6 +158,8 @@ impl Shard {
                         errors::INVALID_PARTITIONS,
                         format!("invalid partition count {new}"),
                     );
+                } else if let Err((code, why)) = self.check_partition_room(&meta, new - current) {
+                    fail(&mut r, code, why);
                 } else {
                     let mut owners = meta.place_new(new - current);
                     if let Some(a) = &t.assignments {

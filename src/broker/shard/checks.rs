@@ -12,6 +12,46 @@ use weir::metadata::{valid_topic_name, Metadata, TopicMeta};
 pub(super) type CheckedTopic = (i32, usize, std::collections::BTreeMap<String, String>);
 
 impl Shard {
+    /// `max.partitions`: whether `adding` more partition replicas fit what this broker (in a
+    /// cluster: the registered brokers together) may hold; POLICY_VIOLATION and why if not.
+    /// Each partition costs a directory, a file descriptor and, once written, a reservation of
+    /// disk: a request for 100,000 of them must not be taken on faith.
+    pub(super) fn check_partition_room(
+        &self,
+        meta: &Metadata,
+        adding: usize,
+    ) -> Result<(), (i16, String)> {
+        let hosted: usize = meta
+            .topics
+            .values()
+            .map(|t| {
+                t.replicas
+                    .iter()
+                    .map(|r| r.len().max(1))
+                    .sum::<usize>()
+                    .max(t.owners.len())
+            })
+            .sum();
+        let brokers = if meta.local_broker.is_some() {
+            meta.brokers.len().max(1)
+        } else {
+            1
+        };
+        let limit = self.config.max_partitions.saturating_mul(brokers);
+        if hosted.saturating_add(adding) > limit {
+            return Err((
+                errors::POLICY_VIOLATION,
+                format!(
+                    "{adding} more partition replicas would make {} (max.partitions: {} per \
+                     broker, {brokers} broker(s))",
+                    hosted + adding,
+                    self.config.max_partitions
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The partitions a new topic asks for (-1: `num.partitions`).
     pub(super) fn partition_count(&self, t: &NewTopic) -> i32 {
         if t.partitions == -1 {
@@ -92,6 +132,7 @@ impl Shard {
         } else if let Some(e) = bad_config {
             Err((errors::INVALID_CONFIG, e))
         } else {
+            self.check_partition_room(meta, count as usize * rf as usize)?;
             Ok((count, rf as usize, configs))
         }
     }

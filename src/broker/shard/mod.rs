@@ -214,6 +214,11 @@ pub struct Shard {
     txns: RefCell<Option<Rc<txn::TxnCoordinator>>>,
     pub shutdown: Event,
     pub connections: Cell<usize>,
+    /// Memory of the requests this core's connections are still reading
+    /// (`queued.max.request.bytes`): past it, reads wait (`server::read_frame`).
+    pub reading: crate::broker::sync::ByteBudget,
+    /// Failed SASL logins by client address (`sasl.rs`: throttling).
+    pub login_failures: crate::broker::login_failures::LoginFailures,
     /// This core's counters for the metrics endpoint.
     pub metrics: crate::broker::metrics::CoreMetrics,
     /// Transaction endings under way whose markers are written in part (`shard::markers`),
@@ -264,6 +269,7 @@ impl Shard {
         resp_tx: Option<Senders<RespMsg>>,
     ) -> Rc<Shard> {
         let depth = config.mesh_queue_depth;
+        let reading = crate::broker::sync::ByteBudget::new(config.queued_max_request_bytes());
         Rc::new(Shard {
             id,
             cores,
@@ -305,6 +311,8 @@ impl Shard {
             txns: RefCell::new(None),
             shutdown: Event::default(),
             connections: Cell::new(0),
+            reading,
+            login_failures: crate::broker::login_failures::LoginFailures::new(),
             markers_written: RefCell::new(HashMap::new()),
             last_producer_tick: Cell::new(0),
             creating_internal_topics: RefCell::new(HashSet::new()),

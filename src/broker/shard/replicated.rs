@@ -255,6 +255,10 @@ impl Shard {
                     format!("topic '{}' is named twice", t.name),
                 )
             } else if let Some(current) = current {
+                let rf = meta.topics[&t.name]
+                    .replicas
+                    .first()
+                    .map_or(1, |r| r.len().max(1));
                 if t.count <= 0 || t.count as usize <= current || t.count > 100_000 {
                     fail(
                         errors::INVALID_PARTITIONS,
@@ -263,6 +267,10 @@ impl Shard {
                             t.name, t.count
                         ),
                     )
+                } else if let Err((code, why)) =
+                    self.check_partition_room(&meta, (t.count as usize - current) * rf)
+                {
+                    fail(code, why)
                 } else {
                     (errors::NONE, None)
                 }

@@ -283,7 +283,13 @@ impl Inner {
             )
         };
         let cap = align_up(segment_bytes + (1 << 20));
-        let target = align_up(need.max((need + step).max(have * 2).min(cap)));
+        // A log's first reservation is the chunk it writes into (created and opened logs
+        // reserve nothing: thousands of idle partitions cost no disk); then steps.
+        let target = if have == 0 {
+            need
+        } else {
+            align_up(need.max((need + step).max(have * 2).min(cap)))
+        };
         file.pre_allocate(target).await?;
         self.appender.borrow_mut().preallocated_to = target;
         Ok(())

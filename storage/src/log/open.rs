@@ -145,12 +145,24 @@ impl Log {
         // small disk) must not reserve more than a segment's worth on open.
         // Only the next chunk's room: an idle log (of thousands) reserves little; appends grow
         // the reservation in steps (`ensure_preallocated`).
-        let prealloc = align_up(size + config.write_chunk_bytes as u64)
-            .min(align_up(config.effective_segment_bytes() + (1 << 20)).max(align_up(size)));
+        // An empty log reserves nothing until its first append: creating thousands of
+        // partitions must not reserve a chunk of disk each (issue 35: 2,000 new partitions
+        // took 2 GB).
+        let prealloc = if size == 0 {
+            0
+        } else {
+            align_up(size + config.write_chunk_bytes as u64)
+                .min(align_up(config.effective_segment_bytes() + (1 << 20)).max(align_up(size)))
+        };
         // On a full disk the log still opens: what it holds stays readable, and appends
         // preallocate before writing (`ensure_preallocated`), so they fail with ENOSPC, and
         // succeed again once space is freed, without a reopen.
-        let prealloc = match active.file.pre_allocate(prealloc).await {
+        let reserved = if prealloc == 0 {
+            Ok(())
+        } else {
+            active.file.pre_allocate(prealloc).await
+        };
+        let prealloc = match reserved {
             Ok(()) => prealloc,
             Err(e) if e.is_no_space() => {
                 tracing::warn!(dir = %dir.display(), error = %e, "disk full: log opened without preallocated room");

@@ -377,22 +377,3 @@ pub(crate) fn patch_describe_producers(
         }
     }
 }
-
-pub(crate) fn patch_describe_topic_partitions(
-    shard: &Shard,
-    session: &Session,
-    r: &mut DescribeTopicPartitionsResponse,
-) {
-    if !on(shard) {
-        return;
-    }
-    r.topics.retain_mut(|t| {
-        let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
-        if topic(shard, session, Operation::Describe, &name) {
-            return true;
-        }
-        t.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
-        t.partitions.clear();
-        true
-    });
-}

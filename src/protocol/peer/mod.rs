@@ -1,0 +1,223 @@
+//! The frames brokers exchange on their peer port (`controller.quorum.voters`), as bytes: the
+//! broker's transport (`broker::cluster::net`) sends and reads them, and the fuzz target
+//! `peer_frames` feeds them arbitrary bytes, as whoever reaches the port can.
+//!
+//! A frame is `length (u32 BE) | kind (u8) | body`, the length counting kind and body:
+//! - kind 1: a raft-rs `Message` (protobuf);
+//! - kind 2: `Forward` (JSON): an admin request's records for the metadata leader;
+//! - kind 3: `Reply` (JSON): the Raft index the leader proposed them at, or why not;
+//! - kind 4: a partition group's Raft message (`PartitionMessage`);
+//! - kind 5: `CallFrame` (JSON): a transaction request for another broker;
+//! - kind 6: `AnswerFrame` (JSON): its answer;
+//! - kind 7: a keepalive (the sender's broker id, u64 BE).
+//!
+//! A frame that does not decode is an error for its connection only.
+
+mod call;
+mod partition;
+
+use futures_lite::AsyncReadExt;
+use protobuf::Message as _;
+use raft::prelude::Message;
+use serde::{Deserialize, Serialize};
+
+pub use call::{AnswerFrame, CallFrame, PeerAnswer, PeerCall};
+pub use partition::PartitionMessage;
+
+use crate::cluster::Record;
+
+/// Largest frame accepted from a peer.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+const KIND_RAFT: u8 = 1;
+const KIND_FORWARD: u8 = 2;
+const KIND_REPLY: u8 = 3;
+const KIND_PARTITION: u8 = 4;
+const KIND_CALL: u8 = 5;
+const KIND_ANSWER: u8 = 6;
+const KIND_PING: u8 = 7;
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Forward {
+    pub from: u64,
+    pub req: u64,
+    pub records: Vec<Record>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    pub req: u64,
+    /// The Raft index of the proposed entry, or why it was not proposed.
+    pub result: Result<u64, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Raft(Message),
+    Forward(Forward),
+    Reply(Reply),
+    Partition(PartitionMessage),
+    Call(CallFrame),
+    Answer(AnswerFrame),
+    /// A keepalive from the broker with this id.
+    Ping(u64),
+}
+
+impl Frame {
+    /// The broker that sent the frame, for the kinds that name it.
+    pub fn sender(&self) -> Option<u64> {
+        match self {
+            Frame::Raft(m) => Some(m.from),
+            Frame::Forward(f) => Some(f.from),
+            Frame::Partition(p) => Some(p.msg.from),
+            Frame::Call(c) => Some(c.from),
+            Frame::Ping(from) => Some(*from),
+            Frame::Reply(_) | Frame::Answer(_) => None,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let (kind, body) = match self {
+            Frame::Raft(m) => (KIND_RAFT, m.write_to_bytes().expect("a message encodes")),
+            Frame::Forward(f) => (KIND_FORWARD, serde_json::to_vec(f).expect("encodes")),
+            Frame::Reply(r) => (KIND_REPLY, serde_json::to_vec(r).expect("encodes")),
+            Frame::Partition(p) => (
+                KIND_PARTITION,
+                p.encode_body()
+                    .expect("a partition message of a known topic encodes"),
+            ),
+            Frame::Call(c) => (KIND_CALL, serde_json::to_vec(c).expect("encodes")),
+            Frame::Answer(a) => (KIND_ANSWER, serde_json::to_vec(a).expect("encodes")),
+            Frame::Ping(from) => (KIND_PING, from.to_be_bytes().to_vec()),
+        };
+        let mut out = Vec::with_capacity(5 + body.len());
+        out.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
+        out.push(kind);
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Decodes a frame's kind and body (after the length).
+    pub fn decode(kind_and_body: &[u8]) -> Result<Frame, String> {
+        let (&kind, body) = kind_and_body.split_first().ok_or("empty frame")?;
+        match kind {
+            KIND_RAFT => Message::parse_from_bytes(body)
+                .map(Frame::Raft)
+                .map_err(|e| format!("bad Raft message: {e}")),
+            KIND_FORWARD => serde_json::from_slice(body)
+                .map(Frame::Forward)
+                .map_err(|e| format!("bad forward: {e}")),
+            KIND_REPLY => serde_json::from_slice(body)
+                .map(Frame::Reply)
+                .map_err(|e| format!("bad reply: {e}")),
+            KIND_PARTITION => PartitionMessage::decode_body(body).map(Frame::Partition),
+            KIND_CALL => serde_json::from_slice(body)
+                .map(Frame::Call)
+                .map_err(|e| format!("bad call: {e}")),
+            KIND_ANSWER => serde_json::from_slice(body)
+                .map(Frame::Answer)
+                .map_err(|e| format!("bad answer: {e}")),
+            KIND_PING => body
+                .try_into()
+                .map(|b| Frame::Ping(u64::from_be_bytes(b)))
+                .map_err(|_| format!("bad keepalive of {} bytes", body.len())),
+            k => Err(format!("unknown frame kind {k}")),
+        }
+    }
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of the stream. Peers' connections are read
+/// through a `BufReader` (`PEER_READ_BUFFER`): the frames of one write arrive in one read.
+pub async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
+    stream: &mut R,
+) -> Result<Option<Frame>, String> {
+    let mut len = [0u8; 4];
+    match stream.read_exact(&mut len).await {
+        Ok(()) => {}
+        // Closed between frames: cleanly, or reset (a peer that reconnects drops its old
+        // connection; over TLS without a close_notify).
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(e.to_string()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME_BYTES {
+        return Err(format!("frame of {len} bytes"));
+    }
+    let mut buf = vec![0u8; len];
+    stream
+        .read_exact(&mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    Frame::decode(&buf).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_roundtrip_and_garbage_is_an_error() {
+        let m = Message {
+            from: 1,
+            to: 2,
+            term: 7,
+            ..Default::default()
+        };
+        let frames = [
+            Frame::Raft(m),
+            Frame::Forward(Forward {
+                from: 2,
+                req: 9,
+                records: vec![Record::DeleteTopic { name: "t".into() }],
+            }),
+            Frame::Reply(Reply {
+                req: 9,
+                result: Err("not the leader".into()),
+            }),
+            Frame::Partition(PartitionMessage {
+                topic_id: "0123456789abcdef0123456789abcdef".into(),
+                partition: 3,
+                msg: Message {
+                    from: 2,
+                    to: 1,
+                    term: 4,
+                    ..Default::default()
+                },
+            }),
+            Frame::Call(CallFrame {
+                from: 2,
+                req: 10,
+                call: PeerCall::Markers {
+                    producer_id: 5,
+                    epoch: 1,
+                    commit: true,
+                    parts: vec![("t".into(), 0)],
+                },
+            }),
+            Frame::Answer(AnswerFrame {
+                req: 10,
+                answer: PeerAnswer::Codes(vec![0, 6]),
+            }),
+            Frame::Ping(3),
+        ];
+        for f in frames {
+            let bytes = f.encode();
+            let len = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+            assert_eq!(len, bytes.len() - 4);
+            assert_eq!(Frame::decode(&bytes[4..]).unwrap(), f);
+        }
+        assert!(Frame::decode(&[]).is_err());
+        assert!(Frame::decode(&[9, 1, 2]).is_err());
+        assert!(Frame::decode(&[KIND_FORWARD, b'{']).is_err());
+        assert!(Frame::decode(&[KIND_RAFT, 0xff, 0xff, 0xff]).is_err());
+        assert!(Frame::decode(&[KIND_PARTITION, 1, 2, 3]).is_err());
+        assert!(Frame::decode(&[KIND_CALL, b'[']).is_err());
+        assert!(Frame::decode(&[KIND_ANSWER, b'{', b'}']).is_err());
+        assert!(Frame::decode(&[KIND_PING, 0, 0, 1]).is_err());
+    }
+}

@@ -1,0 +1,61 @@
+"""Creating partitions costs little until they are written, and is bounded (issue 35, item 3).
+
+Before: each new partition reserved ~1 MB of real disk (its first write chunk, fallocated at
+open) and a file descriptor: one CreateTopics of 2,000 partitions took +2 GB and 2,000 fds in
+8 s, and the accepted maximum of 100,000 partitions would have been ~98 GB. Now a partition
+reserves disk at its first append, and `max.partitions` (20,000 by default) refuses a request
+that would pass it with POLICY_VIOLATION, creating nothing. Figures printed with `-s`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from confluent_kafka.admin import NewPartitions, NewTopic
+
+from clients import CLIENT_TIMEOUT_S, Msg, rd_admin, rd_consume, rd_create_topic, rd_produce, rd_producer
+
+MiB = 1 << 20
+
+
+def disk_bytes(path) -> int:
+    out = subprocess.run(["du", "-s", "--block-size=1", str(path)], capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[0])
+
+
+def fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_new_partitions_reserve_no_disk_and_a_limit_refuses_too_many(broker_factory, topic_name):
+    b = broker_factory(settings={"max.partitions": "5000"}, cores=2)
+    disk0, fds0 = disk_bytes(b.data_dir), fds(b.pid)
+    rd_create_topic(b.bootstrap, topic_name, 2000)
+    disk, opened = disk_bytes(b.data_dir) - disk0, fds(b.pid) - fds0
+    print(f"\n2,000 new partitions: disk +{disk / MiB:.1f} MiB, {opened} more file descriptors")
+    assert disk < 64 * MiB, f"2,000 empty partitions took {disk / MiB:.0f} MiB of disk"
+    # Written partitions reserve as they grow, and work as before.
+    p = rd_producer(b.bootstrap)
+    rd_produce(p, topic_name, [Msg(b"k", b"v%d" % i, (), None, i % 4) for i in range(4)])
+    assert len(rd_consume(b.bootstrap, topic_name, range(4), 4)) == 4
+
+    admin = rd_admin(b.bootstrap)
+    # 2,000 + 4,000 > 5,000: refused, nothing created.
+    f = admin.create_topics([NewTopic(topic_name + "-big", num_partitions=4000, replication_factor=1)],
+                            request_timeout=CLIENT_TIMEOUT_S)[topic_name + "-big"]
+    try:
+        f.result(CLIENT_TIMEOUT_S)
+        raise AssertionError("4,000 more partitions past max.partitions=5000 were created")
+    except Exception as e:  # noqa: BLE001 - KafkaException carries the code
+        assert "POLICY_VIOLATION" in str(e) and "max.partitions" in str(e), e
+    f = admin.create_partitions([NewPartitions(topic_name, 6000)], request_timeout=CLIENT_TIMEOUT_S)[topic_name]
+    try:
+        f.result(CLIENT_TIMEOUT_S)
+        raise AssertionError("growing past max.partitions was accepted")
+    except Exception as e:  # noqa: BLE001
+        assert "POLICY_VIOLATION" in str(e), e
+    md = admin.list_topics(timeout=10)
+    assert topic_name + "-big" not in md.topics
+    assert len(md.topics[topic_name].partitions) == 2000
+    b.check_alive()
