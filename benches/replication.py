@@ -26,6 +26,11 @@ of three (--node-id 1-3, --peers on free ports), all on 127.0.0.1, port 0, data 
      silently failed is worthless;
   5. the topics are deleted (replicated partitions have no retention yet).
 
+`--configs ...,rf3tls` adds a second cluster of three whose brokers talk over mutual TLS
+(`security.inter.broker.protocol=SSL`, certificates from tests/tls_certs.py; the first cluster
+uses PLAINTEXT between brokers), with its own RF 3 topic, run in the same rounds: the summary
+then gives what TLS between brokers costs (throughput ratio, broker CPU s/GB, latency).
+
 Where the time goes, per run: CPU of each broker and of the load generator (utime + stime from
 /proc; the generator's from wait4), of everything else on the machine and idle (/proc/stat), as %
 of one CPU (the machine has `nproc` of them); the device's MB written and cache flushes per second
@@ -66,7 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WEIR = Path(os.environ.get("WEIR_BIN", ROOT / "target" / "release" / "weir"))
 TICKS = os.sysconf("SC_CLK_TCK")
 NODE_ID_STRIDE = 1024  # node id = broker * 1024 + core with listeners.per.core
-CONFIGS = ("single", "rf1", "rf3")
+CONFIGS = ("single", "rf1", "rf3", "rf3tls")
+DEFAULT_CONFIGS = ("single", "rf1", "rf3")
 
 
 def log(msg: str) -> None:
@@ -371,7 +377,7 @@ class Runner:
         grown = sum(hw) - sum(before_hw)
         if grown != acked:
             problems.append(f"high watermarks grew by {grown}, {acked} records acknowledged")
-        if config == "rf3":
+        if config.startswith("rf3"):
             def replicas_agree():
                 ends = {b.name: b.metrics(topic).get("weir_partition_log_end_offset", {}) for b in brokers}
                 bad = {n: e for n, e in ends.items() if [int(e.get(p, -1)) for p in range(parts)] != hw}
@@ -387,7 +393,7 @@ class Runner:
             msg = f"{config} {topic}: " + "; ".join(problems)
             self.failures.append(msg)
             return "FAILED: " + "; ".join(problems)
-        return (f"ok (hw +{grown} = acked; 3 replicas at hw {hw})" if config == "rf3"
+        return (f"ok (hw +{grown} = acked; 3 replicas at hw {hw})" if config.startswith("rf3")
                 else f"ok (hw +{grown} = acked)")
 
     def print_run(self, r: dict) -> None:
@@ -433,7 +439,7 @@ def summary(a: argparse.Namespace, runs: list[dict], raws: list[dict], cmd: str,
             if not rs:
                 continue
             cpu = {k: statistics.median([r["cpu_pct"][k] for r in rs]) for k in rs[0]["cpu_pct"]}
-            brokers = "+".join(f"{cpu[k]:.0f}" for k in ("b1", "b2", "b3", "single"))
+            brokers = "+".join(f"{v:.0f}" for k, v in cpu.items() if k not in ("bench", "others", "idle"))
             log(f"{config:<8} {load:<9} {mm([r['mb_s'] for r in rs]):<22} "
                 f"{mm([r['rec_s'] for r in rs], '{:.0f}'):<26} {mm([r['p50_ms'] for r in rs], '{:.2f}'):<22} "
                 f"{mm([r['p99_ms'] for r in rs], '{:.2f}'):<22} {mm([r['p999_ms'] for r in rs], '{:.2f}'):<22} "
@@ -471,12 +477,25 @@ def summary(a: argparse.Namespace, runs: list[dict], raws: list[dict], cmd: str,
         + ", ".join(f"{cfg} {mm([r['produce_req_ms'] for r in sel(cfg, 'full')], '{:.1f}')} ms "
                     f"({mm([r['produce_req_kib'] for r in sel(cfg, 'full')], '{:.0f}')} KiB each)"
                     for cfg in CONFIGS if sel(cfg, "full")))
-    full3 = sel("rf3", "full")
-    if full3:
-        log("rf3 full speed: fdatasyncs/s per broker "
-            + ", ".join(f"{b} {mm([r['fsyncs_s'][b] for r in full3], '{:.0f}')}" for b in ("b1", "b2", "b3"))
-            + f"; device {mm([r['disk_mb_s'] for r in full3], '{:.0f}')} MB/s written, "
-            f"{mm([r['disk_flushes_s'] for r in full3], '{:.0f}')} cache flushes/s")
+    for cfg in ("rf3", "rf3tls"):
+        full3 = sel(cfg, "full")
+        if full3:
+            log(f"{cfg} full speed: fdatasyncs/s per broker "
+                + ", ".join(f"{b} {mm([r['fsyncs_s'][b] for r in full3], '{:.0f}')}" for b in full3[0]["fsyncs_s"])
+                + f"; device {mm([r['disk_mb_s'] for r in full3], '{:.0f}')} MB/s written, "
+                f"{mm([r['disk_flushes_s'] for r in full3], '{:.0f}')} cache flushes/s")
+    if sel("rf3tls", "full"):
+        def cpu_per_gb(r, names):
+            gb = r["mb_s"] * r["wall_s"] / 1000
+            return sum(r["cpu_pct"][n] for n in names) / 100 * r["wall_s"] / gb if gb else float("nan")
+        log("mutual TLS between brokers (rf3tls) over PLAINTEXT (rf3), paired per round: full-speed "
+            f"throughput {mm(paired('full', 'mb_s', 'rf3tls', 'rf3', ratio), '{:.2f}')} x, broker CPU s/GB "
+            f"{mm([cpu_per_gb(r, ('t1', 't2', 't3')) for r in sel('rf3tls', 'full')], '{:.2f}')} vs "
+            f"{mm([cpu_per_gb(r, ('b1', 'b2', 'b3')) for r in sel('rf3', 'full')], '{:.2f}')}")
+        for load in loads[1:]:
+            log(f"  at {load}: p50 {mm(paired(load, 'p50_ms', 'rf3tls', 'rf3', diff), '{:+.2f}')} ms, p99 "
+                f"{mm(paired(load, 'p99_ms', 'rf3tls', 'rf3', diff), '{:+.2f}')} ms, p999 "
+                f"{mm(paired(load, 'p999_ms', 'rf3tls', 'rf3', diff), '{:+.2f}')} ms (rf3tls - rf3)")
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -499,7 +518,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep --data after the run")
     ap.add_argument("--client", default="rdkafka", choices=["rdkafka", "native"],
                     help="load generator's client (both follow leaders across brokers)")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="which of single,rf1,rf3 to run")
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                    help="which of single,rf1,rf3,rf3tls to run (rf3tls: a second cluster of three "
+                         "whose brokers talk over mutual TLS; the others use PLAINTEXT between brokers)")
     ap.add_argument("--smoke", action="store_true", help="one round, 2 s runs, one rate")
     a = ap.parse_args()
     if a.smoke:
@@ -521,11 +542,24 @@ def main() -> int:
     cluster = [Broker(f"b{i + 1}", data, a.cores, ["--node-id", str(i + 1), "--peers", voters,
                                                   "--set", "security.inter.broker.protocol=PLAINTEXT"])
                for i in range(3)]
+    tls_cluster: list[Broker] = []
+    if "rf3tls" in a.configs.split(","):
+        sys.path.insert(0, str(ROOT / "tests"))
+        from tls_certs import peer_tls_settings  # noqa: E402 - the tests' certificate helper
+        tls_ports = free_ports(3)
+        tls_voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(tls_ports))
+        for i in range(3):
+            sets = peer_tls_settings(data / "certs", f"t{i + 1}", "127.0.0.1")
+            tls_cluster.append(Broker(f"t{i + 1}", data, a.cores,
+                                      ["--node-id", str(i + 1), "--peers", tls_voters]
+                                      + [x for k, v in sets.items() for x in ("--set", f"{k}={v}")]))
     runner = Runner(a, data, a.out)
-    runner.all_brokers = cluster + [single]
+    runner.all_brokers = cluster + [single] + tls_cluster
     raws: list[dict] = []
-    shared = (f"shared: {os.cpu_count()} CPUs for 4 weir serve processes of --cores {a.cores} (the "
-              f"standalone one and the cluster's three, all running throughout) and the load generator "
+    shared = (f"shared: {os.cpu_count()} CPUs for {len(runner.all_brokers)} weir serve processes of --cores "
+              f"{a.cores} (the standalone one and the cluster's three"
+              f"{', and the TLS cluster' + chr(39) + 's three' if tls_cluster else ''}, all running throughout) "
+              f"and the load generator "
               f"({a.client}); one disk ({runner.dev or 'unknown device'}, data under {data}) for every "
               f"replica; loopback TCP between the brokers and to the client")
     clients = []
@@ -535,6 +569,13 @@ def main() -> int:
         clients += [c_all, c_single]
         every_node = {b * NODE_ID_STRIDE + core for b in (1, 2, 3) for core in range(a.cores)}
         wait_for("every broker registered", lambda: every_node <= set(c_all.list_topics(timeout=10).brokers))
+        c_tls = admin_t = None
+        if tls_cluster:
+            c_tls = consumer(",".join(b.bootstrap for b in tls_cluster))
+            clients.append(c_tls)
+            wait_for("every TLS-cluster broker registered",
+                     lambda: every_node <= set(c_tls.list_topics(timeout=10).brokers))
+            admin_t = AdminClient({"bootstrap.servers": tls_cluster[0].bootstrap})
         admin_c = AdminClient({"bootstrap.servers": cluster[0].bootstrap})
         admin_s = AdminClient({"bootstrap.servers": single.bootstrap})
         log(f"brokers: single {single.bootstrap}, cluster "
@@ -547,27 +588,32 @@ def main() -> int:
             raws.append(sample)
             log(f"round {rnd}: yardsticks: raw write {sample['disk_write_bps'] / 1e6:.0f} MB/s, raw read "
                 f"{sample['disk_read_bps'] / 1e6:.0f} MB/s, loopback TCP {sample['tcp_bps'] / 1e6:.0f} MB/s")
-            topics = {"single": f"single-r{rnd}", "rf1": f"rf1-r{rnd}", "rf3": f"rf3-r{rnd}"}
+            topics = {"single": f"single-r{rnd}", "rf1": f"rf1-r{rnd}", "rf3": f"rf3-r{rnd}",
+                      "rf3tls": f"rf3tls-r{rnd}"}
             spread = a.partitions == 3
             led = {
                 "single": create_topic(admin_s, c_single, topics["single"], a.partitions, 1, False),
                 "rf1": create_topic(admin_c, c_all, topics["rf1"], a.partitions, 1, spread),
                 "rf3": create_topic(admin_c, c_all, topics["rf3"], a.partitions, 3, spread),
             }
+            if tls_cluster:
+                led["rf3tls"] = create_topic(admin_t, c_tls, topics["rf3tls"], a.partitions, 3, spread)
             log(f"  leaders (broker of each partition): rf1 "
                 f"{[n // NODE_ID_STRIDE for _, n in sorted(led['rf1'].items())]}, rf3 "
                 f"{[n // NODE_ID_STRIDE for _, n in sorted(led['rf3'].items())]}")
             chosen = [x for x in CONFIGS if x in a.configs.split(",")]
             order = chosen if rnd % 2 else list(reversed(chosen))
             for config in order:
-                brokers = [single] if config == "single" else cluster
-                c = c_single if config == "single" else c_all
+                brokers, c = {"single": ([single], c_single), "rf3tls": (tls_cluster, c_tls)}.get(
+                    config, (cluster, c_all))
                 runner.run(rnd, config, "full", topics[config], brokers, c, None)
                 for rate in a.rate_list:
                     runner.run(rnd, config, f"{rate}/s", topics[config], brokers, c, rate)
             delete_topic(admin_s, c_single, topics["single"])
             delete_topic(admin_c, c_all, topics["rf1"])
             delete_topic(admin_c, c_all, topics["rf3"])
+            if tls_cluster:
+                delete_topic(admin_t, c_tls, topics["rf3tls"])
         summary(a, runner.runs, raws, cmd, shared)
         (a.out / "replication.json").write_text(json.dumps(
             {"command": cmd, "shared": shared, "rounds": a.rounds, "raw": raws, "runs": runner.runs,
@@ -576,7 +622,7 @@ def main() -> int:
     finally:
         for c in clients:
             c.close()
-        for b in [single, *cluster]:
+        for b in [single, *cluster, *tls_cluster]:
             b.stop()
         if not a.keep:
             shutil.rmtree(data, ignore_errors=True)

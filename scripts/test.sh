@@ -4,7 +4,8 @@
 # On a fresh Debian machine (as root) it installs what it needs first — kcat, node and npm from
 # Debian's packages, the pinned Python clients from scripts/requirements-test.txt — and then runs:
 #   cargo fmt --check, cargo clippy -D warnings, a check that the default build needs only Rust,
-#   cargo build --release --features rdkafka, cargo test --workspace,
+#   cargo build --release --features rdkafka, cargo test --workspace (and the storage tests
+#   again with WEIR_TEST_OPEN_FILE_LIMIT=1),
 #   pytest tests/ (the real `weir` binary driven by kcat, confluent-kafka, kafka-python and KafkaJS).
 # Any failure stops it with a non-zero exit. Nothing is skipped: a missing tool is installed.
 # When everything is already installed the install step costs about a second.
@@ -152,6 +153,9 @@ if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
     # A deadline, so that a hung test fails the run instead of eating CI's whole budget.
     timeout -k 30 "${WEIR_CARGO_TEST_TIMEOUT_S:-2400}" cargo test --workspace \
         || die "cargo test --workspace (exit $?; 124 = timed out)"
+    step "storage tests again with one open file per thread (WEIR_TEST_OPEN_FILE_LIMIT=1)"
+    WEIR_TEST_OPEN_FILE_LIMIT=1 timeout -k 30 900 cargo test -p weir-storage --tests \
+        || die "storage tests with one open file per thread (exit $?)"
     step "cargo test --bench broker_path (a smoke run of the broker-path benchmark)"
     timeout -k 30 600 cargo test --bench broker_path || die "benches/broker_path.rs smoke run"
 fi

@@ -59,3 +59,33 @@ def test_new_partitions_reserve_no_disk_and_a_limit_refuses_too_many(broker_fact
     assert topic_name + "-big" not in md.topics
     assert len(md.topics[topic_name].partitions) == 2000
     b.check_alive()
+
+
+def test_segment_files_share_a_bounded_number_of_descriptors(broker_factory, topic_name):
+    """1,000 partitions written twice and read back with `log.open.segment.files.max=200`: the
+    broker holds at most ~200 segment-file descriptors (before: one per partition, 1,000), and
+    every record comes back — the active segments the limit closed were reopened for the
+    second round of appends and for the reads."""
+    b = broker_factory(settings={"log.open.segment.files.max": "200"}, cores=2)
+    fds0 = fds(b.pid)
+    n = 1000
+    rd_create_topic(b.bootstrap, topic_name, n)
+    p = rd_producer(b.bootstrap, **{"linger.ms": 20})
+    for rnd in range(2):
+        rd_produce(p, topic_name, [Msg(b"k%d" % i, b"round %d partition %d" % (rnd, i), (), None, i)
+                                   for i in range(n)])
+    got = rd_consume(b.bootstrap, topic_name, range(n), 2 * n, timeout=60)
+    by_partition: dict[int, list[bytes]] = {}
+    for r in got:
+        by_partition.setdefault(r.partition, []).append(r.value)
+    assert len(by_partition) == n
+    for i, values in by_partition.items():
+        assert values == [b"round 0 partition %d" % i, b"round 1 partition %d" % i], (i, values)
+    data = str(b.data_dir.resolve())
+    segment_fds = sum(1 for fd in os.listdir(f"/proc/{b.pid}/fd")
+                      if os.readlink(f"/proc/{b.pid}/fd/{fd}").startswith(data)
+                      and os.readlink(f"/proc/{b.pid}/fd/{fd}").endswith(".log"))
+    opened = fds(b.pid) - fds0
+    print(f"\n1,000 written partitions, limit 200: {segment_fds} segment files open, {opened} more descriptors")
+    assert segment_fds <= 200, f"{segment_fds} segment files open with log.open.segment.files.max=200"
+    b.check_alive()

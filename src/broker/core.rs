@@ -62,6 +62,7 @@ pub(super) async fn core_main(
     weir_storage::io::prime_dma_probe(&config.data_dir)
         .await
         .map_err(|e| format!("priming direct I/O in {}: {e}", config.data_dir.display()))?;
+    weir_storage::io::set_open_file_limit(super::open_segment_files_per_core(&config, cores));
     let (shard, receivers) = if cores > 1 {
         let (req_tx, req_rx) = req_mesh
             .join()

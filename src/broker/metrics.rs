@@ -114,6 +114,10 @@ pub struct CoreSnapshot {
     pub cache_misses: u64,
     pub cache_used_bytes: usize,
     pub read_cache_used_bytes: usize,
+    /// Segment files open on the core (`log.open.segment.files.max`), and how many were
+    /// opened again after that limit closed them.
+    pub open_segment_files: usize,
+    pub segment_file_reopens: u64,
     /// This core's replicas of replicated partitions (Raft groups), and how many of them
     /// hibernate.
     pub raft_groups: usize,
@@ -450,11 +454,28 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             c.read_cache_used_bytes,
         );
     }
+    o.head(
+        "weir_segment_file_reopens_total",
+        "counter",
+        "Segment files opened again after log.open.segment.files.max had closed them.",
+    );
+    for c in cores {
+        o.line(
+            "weir_segment_file_reopens_total",
+            &format!("core=\"{}\"", c.core),
+            c.segment_file_reopens,
+        );
+    }
     for (name, help, f) in [
+        (
+            "weir_open_segment_files",
+            "Segment files the core holds open (bounded by log.open.segment.files.max, split between cores).",
+            (|c| c.open_segment_files) as fn(&CoreSnapshot) -> usize,
+        ),
         (
             "weir_raft_groups",
             "Replicas of replicated partitions on the core (one Raft group each).",
-            (|c| c.raft_groups) as fn(&CoreSnapshot) -> usize,
+            |c| c.raft_groups,
         ),
         (
             "weir_raft_groups_asleep",

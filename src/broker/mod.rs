@@ -227,9 +227,9 @@ fn broker_secret(data_dir: &std::path::Path) -> Result<Vec<u8>, String> {
     Ok(secret)
 }
 
-/// Raises the soft open-file limit to the hard one: each partition holds a file descriptor,
-/// each connection one (`max.partitions`, `max.connections`), and the usual soft default of
-/// 1,024 is far below either.
+/// Raises the soft open-file limit to the hard one: segment files (up to
+/// `log.open.segment.files.max`) and connections (`max.connections`) each hold a descriptor,
+/// and the usual soft default of 1,024 is far below either.
 fn raise_open_file_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -249,6 +249,25 @@ fn raise_open_file_limit() {
             }
         }
     }
+}
+
+/// The segment files one core keeps open: `log.open.segment.files.max` (by default half the
+/// open-file limit) split between the cores, at least 16 each.
+pub(crate) fn open_segment_files_per_core(config: &BrokerConfig, cores: usize) -> usize {
+    let total = config.open_segment_files_max.unwrap_or_else(|| {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit with a valid pointer to a local rlimit.
+        let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+            lim.rlim_cur
+        } else {
+            1024
+        };
+        usize::try_from(soft / 2).unwrap_or(usize::MAX)
+    });
+    (total / cores.max(1)).max(16)
 }
 
 pub fn serve(args: ServeArgs) -> Result<(), String> {

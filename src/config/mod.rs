@@ -182,7 +182,9 @@ pub const SETTINGS: &[Setting] = &[
     setting("queued.max.request.bytes", "-1", "bytes per core", None,
         "Memory of requests still being read on one core; past it, reading waits until requests complete (a connection's buffer grows only as its bytes arrive). -1: 256 MiB, at least `socket.request.max.bytes`."),
     setting("max.partitions", "20000", "partitions", None,
-        "Partition replicas this broker may hold (in a cluster: this many times the registered brokers, all topics together); CreateTopics and CreatePartitions past it are refused with POLICY_VIOLATION. Each partition holds a file descriptor: raise the process's open-file limit with it (weir raises its soft limit to the hard one at start)."),
+        "Partition replicas this broker may hold (in a cluster: this many times the registered brokers, all topics together); CreateTopics and CreatePartitions past it are refused with POLICY_VIOLATION. Their segment files share `log.open.segment.files.max` descriptors."),
+    setting("log.open.segment.files.max", "-1", "files", None,
+        "Segment files the broker keeps open, split evenly between its cores (at least 16 each); past it the least recently used are closed and opened again when next read or written. -1: half the process's open-file limit (weir raises its soft limit to the hard one at start), the rest left for connections."),
     setting("max.connections", "100000", "connections", None,
         "Open client connections per broker; past it new connections are closed at once, with a warning."),
     setting("connections.max.idle.ms", "600000", "ms", None,
@@ -268,6 +270,8 @@ pub struct BrokerConfig {
     pub sasl_max_receive_bytes: usize,
     /// `max.partitions`.
     pub max_partitions: usize,
+    /// `log.open.segment.files.max` (`None`: half the open-file limit).
+    pub open_segment_files_max: Option<usize>,
     /// `connection.failed.authentication.delay.ms`.
     pub failed_authentication_delay_ms: u64,
     /// `queued.max.request.bytes` (`None`: the default).
@@ -360,6 +364,7 @@ impl Default for BrokerConfig {
             socket_request_max_bytes: 100 << 20,
             sasl_max_receive_bytes: 512 << 10,
             max_partitions: 20_000,
+            open_segment_files_max: None,
             failed_authentication_delay_ms: 100,
             queued_max_request_bytes: None,
             retention_check_interval_ms: 30_000,
@@ -565,6 +570,12 @@ impl BrokerConfig {
                 self.failed_authentication_delay_ms = parse_bounded(key, value, 0, 60_000)?
             }
             "max.partitions" => self.max_partitions = parse_bounded(key, value, 1, 10_000_000)?,
+            "log.open.segment.files.max" => {
+                self.open_segment_files_max = match value.trim() {
+                    "-1" => None,
+                    _ => Some(parse_bounded(key, value.trim(), 1, 100_000_000)?),
+                }
+            }
             "queued.max.request.bytes" => {
                 self.queued_max_request_bytes = match parse_num::<i64>(key, value)? {
                     -1 => None,
@@ -743,6 +754,9 @@ impl BrokerConfig {
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
             "sasl.server.max.receive.size" => self.sasl_max_receive_bytes.to_string(),
             "max.partitions" => self.max_partitions.to_string(),
+            "log.open.segment.files.max" => self
+                .open_segment_files_max
+                .map_or("-1".into(), |n| n.to_string()),
             "connection.failed.authentication.delay.ms" => {
                 self.failed_authentication_delay_ms.to_string()
             }

@@ -49,6 +49,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "socket.request.max.bytes"
         | "sasl.server.max.receive.size"
         | "max.partitions"
+        | "log.open.segment.files.max"
         | "max.connections"
         | "fetch.max.parked"
         | "transaction.max.timeout.ms"

@@ -397,6 +397,9 @@ impl Shard {
         snap.cache_misses = cache.misses;
         snap.cache_used_bytes = cache.used_bytes;
         snap.read_cache_used_bytes = cache.read_used_bytes;
+        let files = weir_storage::io::open_file_stats();
+        snap.open_segment_files = files.open;
+        snap.segment_file_reopens = files.reopened;
         snap.raft_groups = self.replicas.borrow().len();
         snap.raft_groups_asleep = self
             .replicas

@@ -2,15 +2,18 @@
 //! real filesystem, or (with the `sim` feature) on the simulated disk of `sim.rs`, to which
 //! the `Sim` arms delegate.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "sim")]
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
+use glommio::io::DmaBuffer;
 
+use super::open_files::{self, Handle};
 #[cfg(feature = "sim")]
 use super::sim::{SimDisk, SimFile};
-use super::{absolute, align_up, dma_probe, off_reactor, BLOCK};
+use super::{absolute, align_up, off_reactor, BLOCK};
 use crate::error::{Error, Result};
 
 /// Where files live: the real filesystem, or a simulated disk.
@@ -60,23 +63,11 @@ impl Vfs {
 
     /// Opens `path` for direct reads and writes, creating it when `create`. On the real
     /// filesystem, the first open on a device on this thread primes glommio's IOPOLL probe
-    /// first (`dma_probe.rs`).
+    /// first (`dma_probe.rs`), and the file is one of the thread's LRU of open files
+    /// (`open_files.rs`): closed when the limit needs it, opened again by path when used.
     pub async fn open(&self, path: &Path, create: bool) -> Result<IoFile> {
         match self {
-            Vfs::Real => {
-                let abs = absolute(path)?;
-                if let Some(dir) = abs.parent() {
-                    dma_probe::prime_once(dir).await;
-                }
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(create)
-                    .dma_open(abs)
-                    .await
-                    .map_err(|e| Error::io("open", path, None, e))?;
-                Ok(IoFile::Dma(Rc::new(f), Rc::new(path.to_owned())))
-            }
+            Vfs::Real => Ok(IoFile::Dma(Handle::open(path, create).await?)),
             #[cfg(feature = "sim")]
             Vfs::Sim(disk) => disk.open(path, create),
         }
@@ -94,16 +85,15 @@ impl Vfs {
     /// Removes the file `path` (on the blocking pool); a missing file is not an error.
     pub async fn remove(&self, path: &Path) -> Result<()> {
         match self {
-            Vfs::Real => match off_reactor({
+            Vfs::Real => {
+                open_files::forget(path, false)?;
                 let owned = path.to_owned();
-                move || std::fs::remove_file(owned)
-            })
-            .await
-            {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(Error::io("remove", path, None, e)),
-            },
+                match off_reactor(move || std::fs::remove_file(owned)).await {
+                    Ok(()) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    Err(e) => Err(Error::io("remove", path, None, e)),
+                }
+            }
             #[cfg(feature = "sim")]
             Vfs::Sim(disk) => disk.remove(path),
         }
@@ -114,10 +104,13 @@ impl Vfs {
     pub async fn rename(&self, from: &Path, to: &Path) -> Result<()> {
         match self {
             Vfs::Real => {
+                // Handles of `to` keep the replaced file or none; `from`'s follow their file.
+                open_files::forget(to, false)?;
+                let held = open_files::hold(from).await?;
                 let (f, t) = (from.to_owned(), to.to_owned());
-                off_reactor(move || std::fs::rename(f, t))
-                    .await
-                    .map_err(|e| Error::io("rename", from, None, e))
+                let r = off_reactor(move || std::fs::rename(f, t)).await;
+                open_files::moved(held, r.is_ok().then_some(to))?;
+                r.map_err(|e| Error::io("rename", from, None, e))
             }
             #[cfg(feature = "sim")]
             Vfs::Sim(disk) => disk.rename(from, to),
@@ -128,6 +121,7 @@ impl Vfs {
     pub async fn remove_dir_all(&self, dir: &Path) -> Result<()> {
         match self {
             Vfs::Real => {
+                open_files::forget(dir, true)?;
                 let owned = dir.to_owned();
                 off_reactor(move || std::fs::remove_dir_all(owned))
                     .await
@@ -228,11 +222,12 @@ impl AsMut<[u8]> for IoBuf {
     }
 }
 
-/// An open file: a glommio DMA file, or a simulated one. Cloning shares the file.
+/// An open file: a glommio DMA file (through the thread's LRU of open files), or a simulated
+/// one. Cloning shares the file.
 #[derive(Clone)]
 pub enum IoFile {
-    /// A glommio DMA file and its path.
-    Dma(Rc<DmaFile>, Rc<PathBuf>),
+    /// A glommio DMA file, opened again by its path when the LRU closed it.
+    Dma(Rc<Handle>),
     /// A file of a simulated disk, the disk, and the file's path.
     #[cfg(feature = "sim")]
     Sim(Rc<SimFile>, Rc<SimDisk>, Rc<PathBuf>),
@@ -242,7 +237,7 @@ impl IoFile {
     /// An aligned buffer of `size` bytes (a multiple of [`BLOCK`]).
     pub fn alloc(&self, size: usize) -> IoBuf {
         match self {
-            IoFile::Dma(f, _) => IoBuf::Dma(f.alloc_dma_buffer(size)),
+            IoFile::Dma(_) => IoBuf::Dma(glommio::allocate_dma_buffer(size)),
             #[cfg(feature = "sim")]
             IoFile::Sim(..) => IoBuf::Heap(vec![0; size]),
         }
@@ -258,16 +253,17 @@ impl IoFile {
             buf.len()
         );
         match (self, buf) {
-            (IoFile::Dma(f, p), IoBuf::Dma(b)) => {
+            (IoFile::Dma(h), IoBuf::Dma(b)) => {
+                let f = h.file("write").await?;
                 let want = b.len();
                 let n = f
                     .write_at(b, pos)
                     .await
-                    .map_err(|e| Error::io("write", &**p, Some(pos), e))?;
+                    .map_err(|e| Error::io("write", &**h.path(), Some(pos), e))?;
                 if n != want {
                     return Err(Error::io(
                         "write",
-                        &**p,
+                        &**h.path(),
                         Some(pos),
                         std::io::Error::new(
                             std::io::ErrorKind::WriteZero,
@@ -280,9 +276,9 @@ impl IoFile {
             #[cfg(feature = "sim")]
             (IoFile::Sim(f, disk, p), b) => disk.write_at(f, p, b.as_ref(), pos).await,
             #[cfg(feature = "sim")]
-            (IoFile::Dma(_, p), IoBuf::Heap(_)) => Err(Error::io(
+            (IoFile::Dma(h), IoBuf::Heap(_)) => Err(Error::io(
                 "write",
-                &**p,
+                &**h.path(),
                 Some(pos),
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -295,11 +291,12 @@ impl IoFile {
     /// Reads up to `len` bytes at `pos` (any alignment); fewer at end of file.
     pub async fn read_at(&self, pos: u64, len: usize) -> Result<Bytes> {
         match self {
-            IoFile::Dma(f, p) => {
+            IoFile::Dma(h) => {
+                let f = h.file("read").await?;
                 let r = f
                     .read_at(pos, len)
                     .await
-                    .map_err(|e| Error::io("read", &**p, Some(pos), e))?;
+                    .map_err(|e| Error::io("read", &**h.path(), Some(pos), e))?;
                 Ok(Bytes::copy_from_slice(&r[..r.len().min(len)]))
             }
             #[cfg(feature = "sim")]
@@ -310,10 +307,12 @@ impl IoFile {
     /// Makes the data written so far durable.
     pub async fn fdatasync(&self) -> Result<()> {
         match self {
-            IoFile::Dma(f, p) => f
+            IoFile::Dma(h) => h
+                .file("fdatasync")
+                .await?
                 .fdatasync()
                 .await
-                .map_err(|e| Error::io("fdatasync", &**p, None, e)),
+                .map_err(|e| Error::io("fdatasync", &**h.path(), None, e)),
             #[cfg(feature = "sim")]
             IoFile::Sim(f, disk, p) => disk.fdatasync(f, p).await,
         }
@@ -322,10 +321,12 @@ impl IoFile {
     /// Reserves space up to `size` bytes (the file's size becomes at least `size`).
     pub async fn pre_allocate(&self, size: u64) -> Result<()> {
         match self {
-            IoFile::Dma(f, p) => f
+            IoFile::Dma(h) => h
+                .file("fallocate")
+                .await?
                 .pre_allocate(size, false)
                 .await
-                .map_err(|e| Error::io("fallocate", &**p, Some(size), e)),
+                .map_err(|e| Error::io("fallocate", &**h.path(), Some(size), e)),
             #[cfg(feature = "sim")]
             IoFile::Sim(f, disk, p) => disk.pre_allocate(f, p, size),
         }
@@ -334,10 +335,12 @@ impl IoFile {
     /// Sets the file's size to `size` bytes.
     pub async fn truncate(&self, size: u64) -> Result<()> {
         match self {
-            IoFile::Dma(f, p) => f
+            IoFile::Dma(h) => h
+                .file("truncate")
+                .await?
                 .truncate(size)
                 .await
-                .map_err(|e| Error::io("truncate", &**p, Some(size), e)),
+                .map_err(|e| Error::io("truncate", &**h.path(), Some(size), e)),
             #[cfg(feature = "sim")]
             IoFile::Sim(f, _, _) => {
                 f.truncate(size);
@@ -349,10 +352,12 @@ impl IoFile {
     /// The file's size in bytes.
     pub async fn file_size(&self) -> Result<u64> {
         match self {
-            IoFile::Dma(f, p) => f
+            IoFile::Dma(h) => h
+                .file("stat")
+                .await?
                 .file_size()
                 .await
-                .map_err(|e| Error::io("stat", &**p, None, e)),
+                .map_err(|e| Error::io("stat", &**h.path(), None, e)),
             #[cfg(feature = "sim")]
             IoFile::Sim(f, _, _) => Ok(f.len()),
         }
@@ -361,13 +366,7 @@ impl IoFile {
     /// Closes the file, unless another clone still holds it (then it closes on drop).
     pub async fn close(self) -> Result<()> {
         match self {
-            IoFile::Dma(f, p) => match Rc::try_unwrap(f) {
-                Ok(f) => f
-                    .close()
-                    .await
-                    .map_err(|e| Error::io("close", &*p, None, e)),
-                Err(_) => Ok(()), // another task still holds it; it closes on drop
-            },
+            IoFile::Dma(h) => h.close().await,
             #[cfg(feature = "sim")]
             IoFile::Sim(..) => Ok(()),
         }

@@ -12,6 +12,8 @@
 //! - [`absolute`]: paths handed to glommio must be absolute.
 //! - [`off_reactor`]: runs a blocking filesystem call on glommio's blocking thread pool.
 //! - [`BLOCK`]: the alignment of every direct read and write.
+//! - [`set_open_file_limit`], [`open_file_stats`]: the most segment files a thread keeps open
+//!   (an LRU; `open_files.rs`), and how many it has open.
 //!
 //! With the `sim` feature also `Vfs`, `IoFile`, `IoBuf` (so a test can write files on the
 //! simulated disk and open a log on it with `Log::open_in`), and the simulated disk itself:
@@ -19,6 +21,7 @@
 
 mod dma_probe;
 mod file;
+mod open_files;
 #[cfg(feature = "sim")]
 mod sim;
 
@@ -31,6 +34,7 @@ pub use dma_probe::prime_dma_probe;
 pub(crate) use file::{IoBuf, IoFile, Vfs};
 #[cfg(feature = "sim")]
 pub use file::{IoBuf, IoFile, Vfs};
+pub use open_files::{set_open_file_limit, stats as open_file_stats, OpenFileStats};
 #[cfg(feature = "sim")]
 pub use sim::{CrashFate, SimDisk, SimFault, SimFile, SimOp, SECTOR};
 

@@ -13,16 +13,26 @@ use weir_storage::{BatchCache, Log, LogConfig};
 
 /// Runs `f` on a fresh glommio executor thread. `dir` is where the test's files live; the
 /// engine primes glommio's IOPOLL probe there itself (`io/dma_probe.rs`), so nothing is done
-/// with it first.
+/// with it first. `WEIR_TEST_OPEN_FILE_LIMIT=n` runs every test with at most `n` files open
+/// per thread (`io::set_open_file_limit`): each file closed and reopened all the time.
 pub fn run<F, Fut>(dir: &Path, f: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     let _ = dir;
+    let limit = std::env::var("WEIR_TEST_OPEN_FILE_LIMIT").ok().map(|v| {
+        v.parse::<usize>()
+            .expect("WEIR_TEST_OPEN_FILE_LIMIT: a number")
+    });
     glommio::LocalExecutorBuilder::default()
         .io_memory(1 << 20)
-        .spawn(move || async move { f().await })
+        .spawn(move || async move {
+            if let Some(n) = limit {
+                weir_storage::io::set_open_file_limit(n);
+            }
+            f().await
+        })
         .expect("spawn executor")
         .join()
         .expect("executor thread");
