@@ -240,7 +240,10 @@ impl Peer {
 }
 
 /// Writes frames in order: the small ones gathered into writes of up to `COALESCE_BYTES`, a
-/// larger one on its own.
+/// larger one on its own; then flushes. A TLS stream's `write` returns once its plaintext is
+/// taken, with ciphertext the socket would not take yet still buffered in the session: without
+/// the flush it went out only with the next write — after the next frame, or the keepalive
+/// ping 100 ms later.
 async fn write_frames<W: futures_lite::AsyncWrite + Unpin>(
     out: &mut W,
     frames: Vec<Vec<u8>>,
@@ -260,7 +263,7 @@ async fn write_frames<W: futures_lite::AsyncWrite + Unpin>(
     if !gathered.is_empty() {
         out.write_all(&gathered).await?;
     }
-    Ok(())
+    out.flush().await
 }
 
 #[cfg(test)]
