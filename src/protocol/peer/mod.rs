@@ -148,11 +148,21 @@ pub async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     if len == 0 || len > MAX_FRAME_BYTES {
         return Err(format!("frame of {len} bytes"));
     }
-    let mut buf = vec![0u8; len];
-    stream
-        .read_exact(&mut buf)
+    // Memory follows the bytes that arrive (`read_to_end` grows the buffer as they do), never
+    // the size the prefix announces: on a port where the peer has not proven who it is yet, a
+    // connection announcing 16 MiB and sending nothing holds a few KiB.
+    let mut buf = Vec::with_capacity(len.min(64 << 10));
+    (&mut *stream)
+        .take(len as u64)
+        .read_to_end(&mut buf)
         .await
         .map_err(|e| e.to_string())?;
+    if buf.len() < len {
+        return Err(format!(
+            "connection closed inside a frame ({} of {len} bytes)",
+            buf.len()
+        ));
+    }
     Frame::decode(&buf).map(Some)
 }
 
@@ -219,5 +229,25 @@ mod tests {
         assert!(Frame::decode(&[KIND_CALL, b'[']).is_err());
         assert!(Frame::decode(&[KIND_ANSWER, b'{', b'}']).is_err());
         assert!(Frame::decode(&[KIND_PING, 0, 0, 1]).is_err());
+    }
+
+    #[test]
+    fn a_frame_cut_short_is_an_error_and_a_whole_one_reads_back() {
+        futures_lite::future::block_on(async {
+            // Announces the largest frame allowed, then the stream ends after 10 bytes.
+            let mut cut = (MAX_FRAME_BYTES as u32).to_be_bytes().to_vec();
+            cut.extend_from_slice(&[KIND_PING; 10]);
+            let err = read_frame(&mut futures_lite::io::Cursor::new(cut))
+                .await
+                .unwrap_err();
+            assert!(err.contains("closed inside a frame (10 of"), "{err}");
+
+            let mut two = Frame::Ping(7).encode();
+            two.extend(Frame::Ping(8).encode());
+            let mut rd = futures_lite::io::Cursor::new(two);
+            assert_eq!(read_frame(&mut rd).await.unwrap(), Some(Frame::Ping(7)));
+            assert_eq!(read_frame(&mut rd).await.unwrap(), Some(Frame::Ping(8)));
+            assert_eq!(read_frame(&mut rd).await.unwrap(), None);
+        });
     }
 }
