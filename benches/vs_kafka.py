@@ -10,34 +10,43 @@ and one `weir serve` (target/release/weir; WEIR_BIN overrides) with its defaults
 throughout; the data of both is under --data (default target/bench/vs-kafka, the same
 filesystem).
 
-Every round, for each partition count of --partitions (default 16,100) and each load (full
-speed with --producers producers for --duration s, then each fixed rate of --rates records/s
-with one producer for --rate-duration s), the systems run one after another on fresh topics, in
-an order that alternates from round to round:
+Every round, for each partition count of --partitions (default 16,100), the workloads of
+--workloads run on fresh topics, each system one after another, in an order that alternates
+from round to round. The systems:
 
   weir          acks=all: acknowledged once fdatasync'ed on weir (its default durability)
   kafka         acks=all, Kafka's defaults: acknowledged once in the page cache, never fsync'ed
   kafka-flush1  acks=all on a topic with flush.messages=1: Kafka fsyncs every message set
                 (the durability weir gives)
+  weir-acks1, kafka-acks1   acks=1 (the acks1 workload)
 
-all through the same load generator: `weir bench produce --client rdkafka` (librdkafka),
-1 KiB records (--record-size). Figures per run: MB/s and records/s acknowledged, send→ack
-latency p50/p99/p999/max, broker CPU seconds per GB (utime+stime of the broker process from
-/proc, as `weir bench --broker-pid` reports it), broker RSS after the run, and device bytes
-written per byte acknowledged (/proc/diskstats of the --data device).
+The workloads (see WORKLOADS below): produce (librdkafka, `weir bench produce --client
+rdkafka`: full speed with --producers producers for --duration s, then each fixed rate of
+--rates records/s with one producer for --rate-duration s), acks1 (full speed, acks=1), java
+(Kafka's ProducerPerformance, the Java producer with its defaults, acks=all), e2e (librdkafka
+producer and consumer at each fixed rate, `weir bench consume-tail`; then Kafka's
+EndToEndLatency tool, one record at a time) and catchup (--dataset written, the page cache
+dropped, then read from offset 0 by librdkafka; dropped again and read by Kafka's
+ConsumerPerformance). 1 KiB records (--record-size).
 
-Output: one line per run, then medians [min-max] over the rounds and the ratios weir/kafka and
-weir/kafka-flush1 paired per round; everything in --out/vs_kafka.json.
+Figures per run, where they apply: MB/s and records/s (acknowledged, or read), latency
+p50/p99/p999/max (send→ack, or end to end), broker CPU seconds per GB (utime+stime of the
+broker process from /proc), broker RSS after the run, and device bytes written per byte
+acknowledged (/proc/diskstats of the --data device).
+
+Output: one line per run, then per workload medians [min-max] over the rounds and the ratios
+weir/kafka and weir/kafka-flush1 paired per round; a latency CDF (SVG, every round's curve per
+system) per workload and fixed rate, cdf-*.svg; everything in --out/vs_kafka.json.
 
     cargo build --release --features rdkafka && python3 benches/vs_kafka.py [--rounds 3]
         [--partitions 16,100] [--rates 2000,20000,200000] [--duration 10] [--rate-duration 8]
-        [--producers 2] [--systems weir,kafka,kafka-flush1] [--kafka-version 4.4.0] [--smoke]
+        [--producers 2] [--systems weir,kafka,kafka-flush1] [--workloads produce,acks1,java,e2e,catchup]
+        [--dataset 4GiB] [--kafka-version 4.4.0] [--smoke]
 
---smoke: one round, 16 partitions, 3 s runs, one rate (about a minute after Kafka is resolved).
+--smoke: one round, 16 partitions, 3 s runs, one rate, a 256 MiB dataset (a few minutes).
+The catch-up read drops the page cache, so it needs root.
 
-Not yet here (issue 37 asks for them): consume throughput and a catch-up read larger than the
-page cache, end-to-end latency, Kafka's own Java tools as a second client, three-node RF 3,
-acks=1 rows, latency CDF plots.
+Not yet here (issue 37 asks for it): three-node RF 3 clusters of both.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -166,6 +176,196 @@ def drop_topic(bootstrap: str, topic: str) -> None:
     admin.delete_topics([topic], request_timeout=30)[topic].result(60)
 
 
+# Workloads, each run for every system that applies to it (--workloads picks some):
+#   produce   librdkafka producers (`weir bench produce --client rdkafka`), acks=all: full speed
+#             and each fixed rate; systems weir, kafka, kafka-flush1
+#   acks1     the same at full speed with acks=1: weir-acks1 against kafka-acks1
+#   java      Kafka's ProducerPerformance (kafka-tools, the Java client with its defaults),
+#             acks=all, full speed and each fixed rate; weir, kafka, kafka-flush1
+#   e2e       end-to-end latency at each fixed rate: librdkafka producer and consumer
+#             (`weir bench consume-tail --client rdkafka`, acks=all), then Kafka's
+#             EndToEndLatency tool (one record at a time, --e2e-records of them)
+#   catchup   a catch-up read of --dataset bytes written beforehand, with the page cache
+#             dropped before the read (sync; echo 3 > /proc/sys/vm/drop_caches: needs root):
+#             librdkafka (`weir bench consume-disk --drop-caches`), then Kafka's
+#             ConsumerPerformance over the same data after a second drop; weir, kafka
+WORKLOADS = ("produce", "acks1", "java", "e2e", "catchup")
+
+
+class Bench:
+    def __init__(self, a, lib: Path, data: Path, weir: rep.Broker, kafka: Kafka):
+        self.a, self.lib, self.data, self.weir, self.kafka = a, lib, data, weir, kafka
+        self.dev = rep.device_of(data)
+        self.runs: list[dict] = []
+
+    def broker(self, system: str):
+        return self.weir if system.startswith("weir") else self.kafka
+
+    def topic(self, system: str, workload: str, p: int, load, rnd: int) -> str:
+        b = self.broker(system)
+        t = f"{system}-{workload}-p{p}-{load or 'max'}-r{rnd}"
+        make_topic(b.bootstrap, t, p, {"flush.messages": "1"} if system == "kafka-flush1" else {})
+        return t
+
+    def record(self, r: dict) -> None:
+        self.runs.append(r)
+        keys = [("mb_s", "{:7.1f} MB/s"), ("rec_s", "{:9.0f} rec/s"), ("p50_ms", "p50 {:8.2f}"),
+                ("p99_ms", "p99 {:8.2f}"), ("p999_ms", "p999 {:8.2f}"), ("max_ms", "max {:8.2f} ms"),
+                ("cpu_s_per_gb", "| CPU {:.2f} s/GB"), ("rss_mib", "| RSS {:.0f} MiB"),
+                ("disk_per_acked", "| disk {:.2f} x acked")]
+        text = " ".join(f.format(r[k]) for k, f in keys if r.get(k) is not None)
+        log(f"  r{r['round']} {r['workload']:<16} {r['system']:<12} p{r['partitions']:<4} {str(r['load']):<7} {text}"
+            + (f" | {r['errors']:.0f} ERRORS" if r.get("errors") else ""))
+        self.weir.check_alive()
+        self.kafka.check_alive()
+
+    def base(self, rnd, workload, system, p, load) -> dict:
+        return {"round": rnd, "workload": workload, "system": system, "partitions": p, "load": load or "max"}
+
+    def rd_produce(self, rnd: int, workload: str, system: str, p: int, load, acks: str) -> None:
+        a, b = self.a, self.broker(system)
+        topic = self.topic(system, workload, p, load, rnd)
+        args = ["produce", "--bootstrap", b.bootstrap, "--broker-pid", str(b.proc.pid), "--topic", topic,
+                "--partitions", str(p), "--client", "rdkafka", "--acks", acks, "--record-size", str(a.record_size),
+                "--raw-secs", "0", "--work-dir", str(self.data / "bench-work")]
+        args += (["--producers", str(a.producers), "--duration", str(a.duration)] if load is None
+                 else ["--producers", "1", "--duration", str(a.rate_duration), "--rate", str(load)])
+        d0 = rep.disk_counters(self.dev)
+        report, _ = rep.run_bench(topic, a.out, args)
+        d1 = rep.disk_counters(self.dev)
+        lat = report["latency"][0]
+        acked = rep.figure(report, "records acknowledged", "records")
+        r = self.base(rnd, workload, system, p, load)
+        r.update({"mb_s": rep.figure(report, "weir produce", "MB/s"),
+                  "rec_s": rep.figure(report, "weir produce", "records/s"),
+                  "errors": rep.figure(report, "produce errors", "records"),
+                  "cpu_s_per_gb": rep.figure(report, "broker CPU per GB produced", "s/GB"),
+                  **latencies(lat), "cdf": lat.get("distribution"),
+                  "rss_mib": rss_mib(b.proc.pid),
+                  "disk_per_acked": (d1[0] - d0[0]) / max(1.0, acked * a.record_size)})
+        self.record(r)
+        drop_topic(b.bootstrap, topic)
+
+    def java_produce(self, rnd: int, system: str, p: int, load) -> None:
+        """ProducerPerformance: Kafka's own load generator, the Java producer's defaults, acks=all."""
+        a, b = self.a, self.broker(system)
+        topic = self.topic(system, "java-produce", p, load, rnd)
+        n = a.java_records if load is None else load * a.rate_duration
+        cmd = ["java", "-Xmx1g", "-cp", f"{self.lib}/*", "org.apache.kafka.tools.ProducerPerformance",
+               "--topic", topic, "--num-records", str(n), "--record-size", str(a.record_size),
+               "--throughput", str(load or -1), "--bootstrap-server", b.bootstrap, "--producer-props", "acks=all"]
+        d0, c0 = rep.disk_counters(self.dev), rep.proc_cpu(b.proc.pid)
+        out = run_tool(cmd, a.out / f"{topic}.txt")
+        c1, d1 = rep.proc_cpu(b.proc.pid), rep.disk_counters(self.dev)
+        # "N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency,
+        #  a ms 50th, b ms 95th, c ms 99th, d ms 99.9th."
+        m = re.search(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+                      r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th, (\d+) ms 99.9th", out)
+        if not m:
+            raise RuntimeError(f"ProducerPerformance printed no summary:\n{out[-3000:]}")
+        sent = int(m.group(1))
+        r = self.base(rnd, "java-produce", system, p, load)
+        r.update({"rec_s": float(m.group(2)), "mb_s": float(m.group(3)) * 1.048576,
+                  "p50_ms": float(m.group(6)), "p99_ms": float(m.group(8)), "p999_ms": float(m.group(9)),
+                  "max_ms": float(m.group(5)), "errors": float(n - sent),
+                  "cpu_s_per_gb": (c1 - c0) / max(1e-9, sent * a.record_size / 1e9),
+                  "rss_mib": rss_mib(b.proc.pid),
+                  "disk_per_acked": (d1[0] - d0[0]) / max(1.0, sent * a.record_size)})
+        self.record(r)
+        drop_topic(b.bootstrap, topic)
+
+    def rd_e2e(self, rnd: int, system: str, p: int, rate: int) -> None:
+        a, b = self.a, self.broker(system)
+        topic = self.topic(system, "e2e", p, rate, rnd)
+        args = ["consume-tail", "--bootstrap", b.bootstrap, "--broker-pid", str(b.proc.pid), "--topic", topic,
+                "--partitions", str(p), "--client", "rdkafka", "--acks", "-1", "--record-size", str(a.record_size),
+                "--raw-secs", "0", "--producers", "1", "--consumers", "1", "--duration", str(a.rate_duration),
+                "--rate", str(rate), "--work-dir", str(self.data / "bench-work")]
+        report, _ = rep.run_bench(topic, a.out, args)
+        e2e = next(x for x in report["latency"] if x["name"].startswith("end-to-end"))
+        r = self.base(rnd, "e2e-rdkafka", system, p, rate)
+        r.update({**latencies(e2e), "cdf": e2e.get("distribution"), "rss_mib": rss_mib(b.proc.pid)})
+        self.record(r)
+        drop_topic(b.bootstrap, topic)
+
+    def java_e2e(self, rnd: int, system: str) -> None:
+        """EndToEndLatency: one record produced (acks=all), consumed, then the next."""
+        a, b = self.a, self.broker(system)
+        topic = self.topic(system, "java-e2e", 1, None, rnd)
+        cmd = ["java", "-Xmx512m", "-cp", f"{self.lib}/*", "org.apache.kafka.tools.EndToEndLatency",
+               b.bootstrap, topic, str(a.e2e_records), "all", str(a.record_size)]
+        out = run_tool(cmd, a.out / f"{topic}.txt")
+        avg = re.search(r"Avg latency: ([\d.]+) ms", out)
+        pct = re.search(r"Percentiles: 50th = ([\d.]+), 99th = ([\d.]+), 99.9th = ([\d.]+)", out)
+        if not (avg and pct):
+            raise RuntimeError(f"EndToEndLatency printed no summary:\n{out[-3000:]}")
+        r = self.base(rnd, "e2e-java", system, 1, "serial")
+        r.update({"avg_ms": float(avg.group(1)), "p50_ms": float(pct.group(1)), "p99_ms": float(pct.group(2)),
+                  "p999_ms": float(pct.group(3)), "rss_mib": rss_mib(b.proc.pid)})
+        self.record(r)
+        drop_topic(b.bootstrap, topic)
+
+    def catchup(self, rnd: int, system: str, p: int) -> None:
+        """Writes --dataset, drops the page cache, reads it all from offset 0 (librdkafka); drops
+        the cache again and reads it once more with ConsumerPerformance."""
+        a, b = self.a, self.broker(system)
+        topic = self.topic(system, "catchup", p, None, rnd)
+        args = ["consume-disk", "--bootstrap", b.bootstrap, "--broker-pid", str(b.proc.pid), "--topic", topic,
+                "--partitions", str(p), "--client", "rdkafka", "--acks", "1", "--record-size", str(a.record_size),
+                "--raw-secs", "0", "--producers", str(a.producers), "--consumers", "1",
+                "--dataset", str(a.dataset), "--drop-caches", "--work-dir", str(self.data / "bench-work")]
+        report, _ = rep.run_bench(topic, a.out, args)
+        r = self.base(rnd, "catchup-rdkafka", system, p, "dataset")
+        read = rep.figure(report, "dataset read", "MB")
+        r.update({"mb_s": rep.figure(report, "weir catch-up read", "MB/s"),
+                  "rec_s": rep.figure(report, "weir catch-up read", "records/s"),
+                  "cpu_s_per_gb": rep.figure(report, "broker CPU per GB read", "s/GB"),
+                  "read_mb": read, "rss_mib": rss_mib(b.proc.pid)})
+        self.record(r)
+        drop_caches()
+        n = sum(rep.high_watermarks(rep.consumer(b.bootstrap), topic, p))
+        cmd = ["java", "-Xmx1g", "-cp", f"{self.lib}/*", "org.apache.kafka.tools.ConsumerPerformance",
+               "--bootstrap-server", b.bootstrap, "--topic", topic, "--num-records", str(n),
+               "--group", f"perf-{topic}", "--timeout", "60000"]
+        c0 = rep.proc_cpu(b.proc.pid)
+        out = run_tool(cmd, a.out / f"{topic}-java.txt")
+        c1 = rep.proc_cpu(b.proc.pid)
+        # start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec,
+        # rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
+        row = [line for line in out.splitlines() if re.match(r"\d{4}-\d\d-\d\d", line.strip())]
+        if not row:
+            raise RuntimeError(f"ConsumerPerformance printed no summary:\n{out[-3000:]}")
+        f = [x.strip() for x in row[-1].split(",")]
+        mb, msgs = float(f[2]) * 1.048576, int(float(f[4]))
+        r = self.base(rnd, "catchup-java", system, p, "dataset")
+        # fetch.MB.sec / fetch.nMsg.sec: over the fetching time, without the group join.
+        r.update({"mb_s": float(f[8]) * 1.048576, "rec_s": float(f[9]),
+                  "cpu_s_per_gb": (c1 - c0) / max(1e-9, mb / 1e3), "read_mb": mb,
+                  "errors": float(max(0, n - msgs)), "rss_mib": rss_mib(b.proc.pid)})
+        self.record(r)
+        drop_topic(b.bootstrap, topic)
+
+
+def latencies(lat: dict) -> dict:
+    pc = lat["percentiles"]
+    return {"p50_ms": pc["p50"] / 1000, "p99_ms": pc["p99"] / 1000, "p999_ms": pc["p999"] / 1000,
+            "max_ms": pc["max"] / 1000}
+
+
+def run_tool(cmd: list[str], log_path: Path, timeout: float = 900) -> str:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    out = p.stdout + p.stderr
+    log_path.write_text(" ".join(cmd) + "\n" + out)
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd[4]} failed ({p.returncode}):\n{out[-3000:]}")
+    return out
+
+
+def drop_caches() -> None:
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
@@ -175,7 +375,12 @@ def main() -> int:
     ap.add_argument("--rate-duration", type=int, default=8)
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--record-size", type=int, default=1024)
-    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help="of weir,kafka,kafka-flush1 (acks1 adds "
+                    "weir-acks1 and kafka-acks1 when weir and kafka are in)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--java-records", type=int, default=3_000_000, help="ProducerPerformance at full speed")
+    ap.add_argument("--e2e-records", type=int, default=3000, help="EndToEndLatency's serial records")
+    ap.add_argument("--dataset", default="4GiB", help="catch-up read: bytes written, then read back")
     ap.add_argument("--kafka-version", default="4.4.0")
     ap.add_argument("--data", type=Path, default=ROOT / "target" / "bench" / "vs-kafka")
     ap.add_argument("--out", type=Path, default=ROOT / "target" / "bench" / "vs-kafka-out")
@@ -183,9 +388,13 @@ def main() -> int:
     a = ap.parse_args()
     if a.smoke:
         a.rounds, a.partitions, a.duration, a.rate_duration, a.rates = 1, "16", 3, 3, "20000"
+        a.java_records, a.e2e_records, a.dataset = 300_000, 300, "256MiB"
     if not rep.WEIR.is_file():
         sys.exit(f"{rep.WEIR} does not exist: cargo build --release --features rdkafka")
     systems = [s for s in SYSTEMS if s in a.systems.split(",")]
+    workloads = [w for w in WORKLOADS if w in a.workloads.split(",")]
+    if "catchup" in workloads and os.geteuid() != 0:
+        sys.exit("the catch-up read drops the page cache: run as root, or leave out --workloads catchup")
     parts = [int(x) for x in a.partitions.split(",")]
     rates = [int(x) for x in a.rates.split(",") if x.strip()]
     cmd = "python3 benches/vs_kafka.py " + " ".join(sys.argv[1:])
@@ -194,92 +403,142 @@ def main() -> int:
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     a.out.mkdir(parents=True, exist_ok=True)
-    dev = rep.device_of(data)
     weir = rep.Broker("weir", data, os.cpu_count() or 1, [])
     kafka = Kafka(lib, data)
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
     log(f"weir {weir.bootstrap} (pid {weir.proc.pid}, --cores {os.cpu_count()}); Apache Kafka "
         f"{a.kafka_version} {kafka.bootstrap} (pid {kafka.proc.pid}, {java}, {' '.join(KAFKA_JVM[:2])})")
-    runs: list[dict] = []
+    bench = Bench(a, lib, data, weir, kafka)
     try:
         for rnd in range(1, a.rounds + 1):
-            order = systems if rnd % 2 else list(reversed(systems))
+            def order(xs):
+                return list(xs) if rnd % 2 else list(reversed(xs))
             for p in parts:
                 for load in [None, *rates]:
-                    for system in order:
-                        b = weir if system == "weir" else kafka
-                        topic = f"{system}-p{p}-{load or 'max'}-r{rnd}"
-                        make_topic(b.bootstrap, topic, p, {"flush.messages": "1"} if system == "kafka-flush1" else {})
-                        args = ["produce", "--bootstrap", b.bootstrap, "--broker-pid", str(b.proc.pid),
-                                "--topic", topic, "--partitions", str(p), "--client", "rdkafka", "--acks", "-1",
-                                "--record-size", str(a.record_size), "--raw-secs", "0",
-                                "--work-dir", str(data / "bench-work")]
-                        args += (["--producers", str(a.producers), "--duration", str(a.duration)] if load is None
-                                 else ["--producers", "1", "--duration", str(a.rate_duration), "--rate", str(load)])
-                        d0 = rep.disk_counters(dev)
-                        report, _ = rep.run_bench(topic, a.out, args)
-                        d1 = rep.disk_counters(dev)
-                        lat = report["latency"][0]["percentiles"]
-                        acked = rep.figure(report, "records acknowledged", "records")
-                        r = {"round": rnd, "system": system, "partitions": p, "load": load or "max",
-                             "mb_s": rep.figure(report, "weir produce", "MB/s"),
-                             "rec_s": rep.figure(report, "weir produce", "records/s"),
-                             "errors": rep.figure(report, "produce errors", "records"),
-                             "cpu_s_per_gb": rep.figure(report, "broker CPU per GB produced", "s/GB"),
-                             "p50_ms": lat["p50"] / 1000, "p99_ms": lat["p99"] / 1000,
-                             "p999_ms": lat["p999"] / 1000, "max_ms": lat["max"] / 1000,
-                             "rss_mib": rss_mib(b.proc.pid),
-                             "disk_per_acked": (d1[0] - d0[0]) / max(1.0, acked * a.record_size)}
-                        runs.append(r)
-                        log(f"  r{rnd} {system:<12} p{p:<4} {str(r['load']):<7} {r['mb_s']:7.1f} MB/s "
-                            f"{r['rec_s']:9.0f} rec/s  ack p50 {r['p50_ms']:8.2f} p99 {r['p99_ms']:8.2f} "
-                            f"p999 {r['p999_ms']:8.2f} max {r['max_ms']:8.2f} ms | CPU {r['cpu_s_per_gb']:.2f} s/GB | "
-                            f"RSS {r['rss_mib']:.0f} MiB | disk {r['disk_per_acked']:.2f} x acked"
-                            + (f" | {r['errors']:.0f} ERRORS" if r["errors"] else ""))
-                        drop_topic(b.bootstrap, topic)
-                        weir.check_alive()
-                        kafka.check_alive()
+                    if "produce" in workloads:
+                        for system in order(systems):
+                            bench.rd_produce(rnd, "produce-rdkafka", system, p, load, "-1")
+                    if "java" in workloads:
+                        for system in order(systems):
+                            bench.java_produce(rnd, system, p, load)
+                if "acks1" in workloads:
+                    for system in order([s + "-acks1" for s in systems if s in ("weir", "kafka")]):
+                        bench.rd_produce(rnd, "produce-rdkafka", system, p, None, "1")
+                if "e2e" in workloads:
+                    for rate in rates:
+                        for system in order(systems):
+                            bench.rd_e2e(rnd, system, p, rate)
+                if "catchup" in workloads:
+                    for system in order([s for s in systems if s in ("weir", "kafka")]):
+                        bench.catchup(rnd, system, p)
+            if "e2e" in workloads:
+                for system in order(systems):
+                    bench.java_e2e(rnd, system)
     finally:
         weir.stop()
         kafka.stop()
-    summary(runs, systems, parts, rates, a.rounds, cmd)
+    runs = bench.runs
+    summary(runs, cmd, a.rounds)
+    for path in cdf_plots(runs, a.out):
+        log(f"latency CDF: {path}")
     (a.out / "vs_kafka.json").write_text(json.dumps({"command": cmd, "kafka": a.kafka_version,
                                                      "jvm": KAFKA_JVM, "runs": runs}, indent=1))
     shutil.rmtree(data, ignore_errors=True)
-    return 1 if any(r["errors"] for r in runs) else 0
+    return 1 if any(r.get("errors") for r in runs) else 0
 
 
-def summary(runs, systems, parts, rates, rounds, cmd) -> None:
-    log(f"\n== weir vs Apache Kafka: produce acks=all through librdkafka, medians [min-max] over {rounds} "
-        f"round(s) ==\n{cmd}")
-    log(f"{'system':<13} {'parts':<6} {'load':<8} {'MB/s':<22} {'ack p50 ms':<22} {'p99 ms':<24} "
-        f"{'CPU s/GB':<20} {'RSS MiB':<10} disk/acked")
-    for p in parts:
-        for load in ["max", *rates]:
-            for s in systems:
-                rs = [r for r in runs if r["system"] == s and r["partitions"] == p and r["load"] == load]
-                if rs:
-                    log(f"{s:<13} {p:<6} {str(load):<8} {rep.mm([r['mb_s'] for r in rs]):<22} "
-                        f"{rep.mm([r['p50_ms'] for r in rs], '{:.2f}'):<22} "
-                        f"{rep.mm([r['p99_ms'] for r in rs], '{:.2f}'):<24} "
-                        f"{rep.mm([r['cpu_s_per_gb'] for r in rs], '{:.2f}'):<20} "
-                        f"{statistics.median([r['rss_mib'] for r in rs]):<10.0f} "
-                        f"{statistics.median([r['disk_per_acked'] for r in rs]):.2f}")
-    for other in [s for s in systems if s != "weir"]:
-        for p in parts:
-            def paired(key, load):
+COLUMNS = [("MB/s", "mb_s", "{:.1f}"), ("rec/s", "rec_s", "{:.0f}"), ("p50 ms", "p50_ms", "{:.2f}"),
+           ("p99 ms", "p99_ms", "{:.2f}"), ("p99.9 ms", "p999_ms", "{:.2f}"), ("max ms", "max_ms", "{:.1f}"),
+           ("CPU s/GB", "cpu_s_per_gb", "{:.2f}"), ("RSS MiB", "rss_mib", "{:.0f}"),
+           ("disk/acked", "disk_per_acked", "{:.2f}")]
+
+
+def summary(runs: list[dict], cmd: str, rounds: int) -> None:
+    log(f"\n== weir vs Apache Kafka: medians [min-max] over {rounds} round(s) ==\n{cmd}")
+    keys = []
+    for r in runs:
+        k = (r["workload"], r["partitions"], str(r["load"]), r["system"])
+        if k not in keys:
+            keys.append(k)
+    for wl in dict.fromkeys(k[0] for k in keys):
+        cols = [c for c in COLUMNS if any(r.get(c[1]) is not None for r in runs if r["workload"] == wl)]
+        log(f"\n{wl}\n{'system':<13} {'parts':<6} {'load':<8} " + " ".join(f"{c[0]:<24}" for c in cols))
+        for k in [k for k in keys if k[0] == wl]:
+            rs = [r for r in runs if (r["workload"], r["partitions"], str(r["load"]), r["system"]) == k]
+            log(f"{k[3]:<13} {k[1]:<6} {k[2]:<8} "
+                + " ".join(f"{rep.mm([r[c[1]] for r in rs if r.get(c[1]) is not None], c[2]):<24}" for c in cols))
+    log("\nweir / Kafka, paired per round (medians [min-max] of the per-round ratios):")
+    for k in keys:
+        wl, p, load, system = k
+        if not system.startswith("weir"):
+            continue
+        for other in ("kafka", "kafka-flush1"):
+            other = other + system[len("weir"):]
+            def paired(key):
                 out = []
                 for rnd in range(1, rounds + 1):
-                    w = [r[key] for r in runs if (r["system"], r["partitions"], r["load"], r["round"])
-                         == ("weir", p, load, rnd)]
-                    k = [r[key] for r in runs if (r["system"], r["partitions"], r["load"], r["round"])
-                         == (other, p, load, rnd)]
-                    if w and k and k[0]:
-                        out.append(w[0] / k[0])
+                    w = [r[key] for r in runs if (r["workload"], r["partitions"], str(r["load"]), r["system"],
+                                                   r["round"]) == (wl, p, load, system, rnd) and r.get(key)]
+                    o = [r[key] for r in runs if (r["workload"], r["partitions"], str(r["load"]), r["system"],
+                                                   r["round"]) == (wl, p, load, other, rnd) and r.get(key)]
+                    if w and o:
+                        out.append(w[0] / o[0])
                 return out
-            log(f"weir / {other}, {p} partitions, paired per round: full-speed MB/s "
-                f"{rep.mm(paired('mb_s', 'max'), '{:.2f}')} x, CPU s/GB {rep.mm(paired('cpu_s_per_gb', 'max'), '{:.2f}')} x"
-                + "".join(f"; at {x}/s p99 {rep.mm(paired('p99_ms', x), '{:.2f}')} x" for x in rates))
+            parts = [f"{name} {rep.mm(paired(key), '{:.2f}')} x" for name, key in
+                     [("MB/s", "mb_s"), ("p50", "p50_ms"), ("p99", "p99_ms"), ("CPU s/GB", "cpu_s_per_gb")]
+                     if paired(key)]
+            if parts:
+                log(f"  {wl:<16} p{p:<4} {load:<8} {system} / {other}: " + ", ".join(parts))
+
+
+def cdf_plots(runs: list[dict], out: Path) -> list[Path]:
+    """One SVG per workload and fixed rate: every round's latency distribution per system,
+    x = percentile on a 'nines' scale (50, 90, 99, 99.9, ...), y = milliseconds (log)."""
+    import math
+    colors = {"weir": "#d62728", "kafka": "#1f77b4", "kafka-flush1": "#2ca02c"}
+    paths = []
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        if r.get("cdf") and isinstance(r["load"], int):
+            groups.setdefault((r["workload"], r["partitions"], r["load"]), []).append(r)
+    for (wl, p, load), rs in groups.items():
+        w, h, left, bottom, top = 640, 400, 60, 40, 30
+        pts = [(q, us / 1000) for r in rs for q, us in r["cdf"] if us > 0 and q < 100]
+        if not pts:
+            continue
+        lo = math.log10(max(0.01, min(v for _, v in pts)))
+        hi = math.log10(max(v for _, v in pts)) + 0.1
+        nines_max = max(-math.log10(1 - q / 100) for q, _ in pts)
+
+        def xy(q, ms):
+            x = left + (w - left - 20) * (-math.log10(1 - q / 100)) / max(nines_max, 1e-9)
+            y = h - bottom - (h - bottom - top) * (math.log10(max(ms, 0.01)) - lo) / max(hi - lo, 1e-9)
+            return f"{x:.1f},{y:.1f}"
+        svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+               f'font-size="11"><rect width="{w}" height="{h}" fill="white"/>',
+               f'<text x="{left}" y="18" font-size="13">{wl}, {p} partitions, {load} records/s: '
+               f'latency by percentile (every round)</text>']
+        for n in range(int(nines_max) + 1):
+            x = left + (w - left - 20) * n / max(nines_max, 1e-9)
+            label = f"{100 - 100 / 10 ** n:g}" if n else "0"
+            svg.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{h - bottom}" stroke="#ddd"/>'
+                       f'<text x="{x:.1f}" y="{h - bottom + 14}" text-anchor="middle">p{label}</text>')
+        for e in range(math.floor(lo), math.ceil(hi) + 1):
+            if lo <= e <= hi:
+                y = h - bottom - (h - bottom - top) * (e - lo) / max(hi - lo, 1e-9)
+                svg.append(f'<line x1="{left}" y1="{y:.1f}" x2="{w - 20}" y2="{y:.1f}" stroke="#ddd"/>'
+                           f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{10 ** e:g} ms</text>')
+        for i, r in enumerate(rs):
+            c = colors.get(r["system"], "#555")
+            line = " ".join(xy(q, us / 1000) for q, us in r["cdf"] if q < 100)
+            svg.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{line}"/>')
+        for i, s in enumerate(dict.fromkeys(r["system"] for r in rs)):
+            svg.append(f'<text x="{left + 10}" y="{top + 16 + 14 * i}" fill="{colors.get(s, "#555")}">{s}</text>')
+        svg.append("</svg>")
+        path = out / f"cdf-{wl}-p{p}-{load}.svg"
+        path.write_text("\n".join(svg))
+        paths.append(path)
+    return paths
 
 
 if __name__ == "__main__":

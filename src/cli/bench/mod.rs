@@ -188,6 +188,12 @@ pub struct BenchArgs {
     /// consume-disk: bytes to write and then read back.
     #[arg(long, default_value = "2GiB", value_parser = parse_size)]
     pub dataset: u64,
+    /// consume-disk: between writing the dataset and reading it back, write back dirty pages
+    /// and drop the kernel's page cache (`sync; echo 3 > /proc/sys/vm/drop_caches`, as root),
+    /// so that a broker reading through the page cache (Apache Kafka) reads from the device
+    /// as weir's direct I/O does.
+    #[arg(long)]
+    pub drop_caches: bool,
     /// idle-polls: parked fetches (one connection each).
     #[arg(long, default_value_t = 10_000)]
     pub fetchers: usize,
@@ -197,8 +203,9 @@ pub struct BenchArgs {
     /// idle-polls: single-record wake-ups to time.
     #[arg(long, default_value_t = 40)]
     pub wake_rounds: usize,
-    /// Seconds per raw sample (disk write, disk read, TCP: each); 0: no raw samples (produce
-    /// only: no ratios then; the caller measures the yardsticks, e.g. with `weir bench raw`).
+    /// Seconds per raw sample (disk write, disk read, TCP: each); 0: no raw samples (produce,
+    /// consume-tail, consume-disk: no ratios then; the caller measures the yardsticks, e.g.
+    /// with `weir bench raw`).
     #[arg(long, default_value_t = 2.0)]
     pub raw_secs: f64,
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
@@ -355,8 +362,13 @@ fn run_in(args: &BenchArgs, work: &std::path::Path) -> Result<(), String> {
         read_qd: args.raw_read_qd,
     };
     let no_raw = args.raw_secs <= 0.0;
-    if no_raw && args.scenario != Scenario::Produce {
-        return Err("--raw-secs 0 is for the produce scenario only".into());
+    if no_raw
+        && !matches!(
+            args.scenario,
+            Scenario::Produce | Scenario::ConsumeTail | Scenario::ConsumeDisk
+        )
+    {
+        return Err("--raw-secs 0 is for produce, consume-tail and consume-disk only".into());
     }
     if !no_raw {
         progress(&format!(

@@ -205,9 +205,19 @@ pub fn consume(
         let offset = if spec.from_end {
             // The end as of now, so that no record sent after `ready` is skipped while
             // librdkafka resolves a logical offset.
-            let (_, high) = consumer
-                .fetch_watermarks(&spec.topic, p, Duration::from_secs(10))
-                .map_err(|e| format!("librdkafka watermarks: {e}"))?;
+            // A topic created a moment ago may not have its leader known everywhere yet
+            // (Apache Kafka answers NOT_LEADER_OR_FOLLOWER for a while): ask again.
+            let t0 = Instant::now();
+            let (_, high) = loop {
+                match consumer.fetch_watermarks(&spec.topic, p, Duration::from_secs(10)) {
+                    Ok(w) => break w,
+                    Err(e) if t0.elapsed() < Duration::from_secs(15) => {
+                        tracing::debug!("librdkafka watermarks of partition {p}: {e}; again");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(e) => return Err(format!("librdkafka watermarks: {e}")),
+                }
+            };
             Offset::Offset(high)
         } else {
             Offset::Offset(0)
