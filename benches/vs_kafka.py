@@ -46,7 +46,9 @@ system) per workload and fixed rate, cdf-*.svg; everything in --out/vs_kafka.jso
 --smoke: one round, 16 partitions, 3 s runs, one rate, a 256 MiB dataset (a few minutes).
 The catch-up read drops the page cache, so it needs root.
 
-Not yet here (issue 37 asks for it): three-node RF 3 clusters of both.
+--brokers 3: a cluster of three weir brokers (--node-id/--peers, PLAINTEXT between them) and
+one of three Kafka nodes (each broker and controller, three voters), topics of replication
+factor 3 (--rf); CPU and RSS are the sums over the three processes of each system.
 """
 
 from __future__ import annotations
@@ -101,57 +103,109 @@ def resolve_kafka(version: str) -> Path:
 
 
 class Kafka:
-    """One Apache Kafka node in KRaft combined mode on 127.0.0.1."""
+    """One Apache Kafka node in KRaft combined mode (broker and controller) on 127.0.0.1;
+    node `node_id` of the voters `ports` = [(broker port, controller port), ...]."""
 
-    def __init__(self, lib: Path, data: Path):
-        self.name = "kafka"
-        self.dir = data / "kafka"
+    def __init__(self, lib: Path, data: Path, cluster_id: str, node_id: int = 1,
+                 ports: list[tuple[int, int]] | None = None):
+        ports = ports or [tuple(rep.free_ports(2))]
+        self.name = f"kafka{node_id}"
+        self.dir = data / self.name
         self.dir.mkdir(parents=True, exist_ok=True)
-        port, cport = rep.free_ports(2)
-        self.bootstrap = f"127.0.0.1:{port}"
+        port, cport = ports[node_id - 1]
+        self.port, self.bootstrap = port, f"127.0.0.1:{port}"
+        rf = min(3, len(ports))
         props = self.dir / "server.properties"
         props.write_text("\n".join([
-            "process.roles=broker,controller", "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{cport}",
+            "process.roles=broker,controller", f"node.id={node_id}",
+            "controller.quorum.voters=" + ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports)),
             f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names=CONTROLLER",
             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             f"log.dirs={self.dir / 'data'}",
             # A single node: the internal topics cannot have three replicas.
-            "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0",
+            f"offsets.topic.replication.factor={rf}", f"transaction.state.log.replication.factor={rf}",
+            f"transaction.state.log.min.isr={min(2, rf)}", "group.initial.rebalance.delay.ms=0",
         ]) + "\n")
         cp = ["java", "-cp", f"{lib}/*"]
-        cluster_id = subprocess.run(cp + ["kafka.tools.StorageTool", "random-uuid"], capture_output=True,
-                                    text=True, check=True).stdout.split()[-1]
         subprocess.run(cp + ["kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
                        capture_output=True, check=True)
         self.out = self.dir / "kafka.out"
         self.proc = subprocess.Popen(["java", *KAFKA_JVM, "-cp", f"{lib}/*", "kafka.Kafka", str(props)],
                                      stdout=open(self.out, "wb"), stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
-        deadline = time.time() + 60
+
+    def wait_up(self, brokers: int) -> None:
+        deadline = time.time() + 90
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                sys.exit(f"kafka did not start:\n{self.out.read_text(errors='replace')[-3000:]}")
+                sys.exit(f"{self.name} did not start:\n{self.out.read_text(errors='replace')[-3000:]}")
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     pass
                 md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=5)
-                if md.brokers:
+                if len(md.brokers) >= brokers:
                     return
             except Exception:  # noqa: BLE001 - not up yet
                 pass
             time.sleep(0.5)
         self.stop()
-        sys.exit(f"kafka did not answer within 60 s:\n{self.out.read_text(errors='replace')[-3000:]}")
+        sys.exit(f"{self.name} did not answer within 90 s:\n{self.out.read_text(errors='replace')[-3000:]}")
 
     def stop(self) -> None:
         rep.Broker.stop(self)
 
     def check_alive(self) -> None:
         rep.Broker.check_alive(self)
+
+
+class Nodes:
+    """One system's brokers (one, or a cluster of three): bootstrap, CPU and RSS of them all."""
+
+    def __init__(self, name: str, nodes: list):
+        self.name, self.nodes = name, nodes
+        self.bootstrap = ",".join(n.bootstrap for n in nodes)
+        # `weir bench --bootstrap` takes one address; librdkafka learns the rest from metadata.
+        self.first = nodes[0].bootstrap
+        self.pids = [n.proc.pid for n in nodes]
+
+    def cpu(self) -> float:
+        return sum(rep.proc_cpu(p) for p in self.pids)
+
+    def rss(self) -> float:
+        return sum(rss_mib(p) for p in self.pids)
+
+    def check_alive(self) -> None:
+        for n in self.nodes:
+            n.check_alive()
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+
+def start_weir(data: Path, n: int) -> Nodes:
+    if n == 1:
+        return Nodes("weir", [rep.Broker("weir", data, os.cpu_count() or 1, [])])
+    voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(rep.free_ports(n)))
+    nodes = Nodes("weir", [rep.Broker(f"weir{i + 1}", data, os.cpu_count() or 1,
+                                      ["--node-id", str(i + 1), "--peers", voters,
+                                       "--set", "security.inter.broker.protocol=PLAINTEXT"]) for i in range(n)])
+    rep.wait_for("every weir broker registered", lambda: len(
+        AdminClient({"bootstrap.servers": nodes.bootstrap}).list_topics(timeout=10).brokers) >= n)
+    return nodes
+
+
+def start_kafka(lib: Path, data: Path, n: int) -> Nodes:
+    cluster_id = subprocess.run(["java", "-cp", f"{lib}/*", "kafka.tools.StorageTool", "random-uuid"],
+                                capture_output=True, text=True, check=True).stdout.split()[-1]
+    flat = rep.free_ports(2 * n)
+    ports = [(flat[2 * i], flat[2 * i + 1]) for i in range(n)]
+    nodes = [Kafka(lib, data, cluster_id, i + 1, ports) for i in range(n)]
+    for k in nodes:
+        k.wait_up(n)
+    return Nodes("kafka", nodes)
 
 
 def rss_mib(pid: int) -> float:
@@ -162,13 +216,14 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def make_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str]) -> None:
+def make_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str], rf: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config)],
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=rf, config=config)],
                         request_timeout=30)[topic].result(60)
     rep.wait_for(f"{topic} has leaders", lambda: (
         (t := admin.list_topics(topic, timeout=10).topics.get(topic)) is not None
-        and len(t.partitions) == partitions and all(p.leader >= 0 for p in t.partitions.values())) or None)
+        and len(t.partitions) == partitions
+        and all(p.leader >= 0 and len(p.isrs) == rf for p in t.partitions.values())) or None)
 
 
 def drop_topic(bootstrap: str, topic: str) -> None:
@@ -204,7 +259,7 @@ class Bench:
     def topic(self, system: str, workload: str, p: int, load, rnd: int) -> str:
         b = self.broker(system)
         t = f"{system}-{workload}-p{p}-{load or 'max'}-r{rnd}"
-        make_topic(b.bootstrap, t, p, {"flush.messages": "1"} if system == "kafka-flush1" else {})
+        make_topic(b.bootstrap, t, p, {"flush.messages": "1"} if system == "kafka-flush1" else {}, self.a.rf)
         return t
 
     def record(self, r: dict) -> None:
@@ -225,23 +280,23 @@ class Bench:
     def rd_produce(self, rnd: int, workload: str, system: str, p: int, load, acks: str) -> None:
         a, b = self.a, self.broker(system)
         topic = self.topic(system, workload, p, load, rnd)
-        args = ["produce", "--bootstrap", b.bootstrap, "--broker-pid", str(b.proc.pid), "--topic", topic,
+        args = ["produce", "--bootstrap", b.first, "--topic", topic,
                 "--partitions", str(p), "--client", "rdkafka", "--acks", acks, "--record-size", str(a.record_size),
                 "--raw-secs", "0", "--work-dir", str(self.data / "bench-work")]
         args += (["--producers", str(a.producers), "--duration", str(a.duration)] if load is None
                  else ["--producers", "1", "--duration", str(a.rate_duration), "--rate", str(load)])
-        d0 = rep.disk_counters(self.dev)
+        d0, c0 = rep.disk_counters(self.dev), b.cpu()
         report, _ = rep.run_bench(topic, a.out, args)
-        d1 = rep.disk_counters(self.dev)
+        c1, d1 = b.cpu(), rep.disk_counters(self.dev)
         lat = report["latency"][0]
         acked = rep.figure(report, "records acknowledged", "records")
         r = self.base(rnd, workload, system, p, load)
         r.update({"mb_s": rep.figure(report, "weir produce", "MB/s"),
                   "rec_s": rep.figure(report, "weir produce", "records/s"),
                   "errors": rep.figure(report, "produce errors", "records"),
-                  "cpu_s_per_gb": rep.figure(report, "broker CPU per GB produced", "s/GB"),
+                  "cpu_s_per_gb": (c1 - c0) / max(1e-9, acked * a.record_size / 1e9),
                   **latencies(lat), "cdf": lat.get("distribution"),
-                  "rss_mib": rss_mib(b.proc.pid),
+                  "rss_mib": b.rss(),
                   "disk_per_acked": (d1[0] - d0[0]) / max(1.0, acked * a.record_size)})
         self.record(r)
         drop_topic(b.bootstrap, topic)
@@ -254,9 +309,9 @@ class Bench:
         cmd = ["java", "-Xmx1g", "-cp", f"{self.lib}/*", "org.apache.kafka.tools.ProducerPerformance",
                "--topic", topic, "--num-records", str(n), "--record-size", str(a.record_size),
                "--throughput", str(load or -1), "--bootstrap-server", b.bootstrap, "--producer-props", "acks=all"]
-        d0, c0 = rep.disk_counters(self.dev), rep.proc_cpu(b.proc.pid)
+        d0, c0 = rep.disk_counters(self.dev), b.cpu()
         out = run_tool(cmd, a.out / f"{topic}.txt")
-        c1, d1 = rep.proc_cpu(b.proc.pid), rep.disk_counters(self.dev)
+        c1, d1 = b.cpu(), rep.disk_counters(self.dev)
         # "N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max latency,
         #  a ms 50th, b ms 95th, c ms 99th, d ms 99.9th."
         m = re.search(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
@@ -269,7 +324,7 @@ class Bench:
                   "p50_ms": float(m.group(6)), "p99_ms": float(m.group(8)), "p999_ms": float(m.group(9)),
                   "max_ms": float(m.group(5)), "errors": float(n - sent),
                   "cpu_s_per_gb": (c1 - c0) / max(1e-9, sent * a.record_size / 1e9),
-                  "rss_mib": rss_mib(b.proc.pid),
+                  "rss_mib": b.rss(),
                   "disk_per_acked": (d1[0] - d0[0]) / max(1.0, sent * a.record_size)})
         self.record(r)
         drop_topic(b.bootstrap, topic)
@@ -277,14 +332,14 @@ class Bench:
     def rd_e2e(self, rnd: int, system: str, p: int, rate: int) -> None:
         a, b = self.a, self.broker(system)
         topic = self.topic(system, "e2e", p, rate, rnd)
-        args = ["consume-tail", "--bootstrap", b.bootstrap, "--broker-pid", str(b.proc.pid), "--topic", topic,
+        args = ["consume-tail", "--bootstrap", b.first, "--topic", topic,
                 "--partitions", str(p), "--client", "rdkafka", "--acks", "-1", "--record-size", str(a.record_size),
                 "--raw-secs", "0", "--producers", "1", "--consumers", "1", "--duration", str(a.rate_duration),
                 "--rate", str(rate), "--work-dir", str(self.data / "bench-work")]
         report, _ = rep.run_bench(topic, a.out, args)
         e2e = next(x for x in report["latency"] if x["name"].startswith("end-to-end"))
         r = self.base(rnd, "e2e-rdkafka", system, p, rate)
-        r.update({**latencies(e2e), "cdf": e2e.get("distribution"), "rss_mib": rss_mib(b.proc.pid)})
+        r.update({**latencies(e2e), "cdf": e2e.get("distribution"), "rss_mib": b.rss()})
         self.record(r)
         drop_topic(b.bootstrap, topic)
 
@@ -301,7 +356,7 @@ class Bench:
             raise RuntimeError(f"EndToEndLatency printed no summary:\n{out[-3000:]}")
         r = self.base(rnd, "e2e-java", system, 1, "serial")
         r.update({"avg_ms": float(avg.group(1)), "p50_ms": float(pct.group(1)), "p99_ms": float(pct.group(2)),
-                  "p999_ms": float(pct.group(3)), "rss_mib": rss_mib(b.proc.pid)})
+                  "p999_ms": float(pct.group(3)), "rss_mib": b.rss()})
         self.record(r)
         drop_topic(b.bootstrap, topic)
 
@@ -310,26 +365,30 @@ class Bench:
         the cache again and reads it once more with ConsumerPerformance."""
         a, b = self.a, self.broker(system)
         topic = self.topic(system, "catchup", p, None, rnd)
-        args = ["consume-disk", "--bootstrap", b.bootstrap, "--broker-pid", str(b.proc.pid), "--topic", topic,
+        args = ["consume-disk", "--bootstrap", b.first, "--topic", topic,
                 "--partitions", str(p), "--client", "rdkafka", "--acks", "1", "--record-size", str(a.record_size),
                 "--raw-secs", "0", "--producers", str(a.producers), "--consumers", "1",
                 "--dataset", str(a.dataset), "--drop-caches", "--work-dir", str(self.data / "bench-work")]
+        args += ["--broker-pid", str(b.pids[0])] if len(b.pids) == 1 else []
         report, _ = rep.run_bench(topic, a.out, args)
         r = self.base(rnd, "catchup-rdkafka", system, p, "dataset")
         read = rep.figure(report, "dataset read", "MB")
+        # The read phase's CPU: weir bench measures it when it knows the broker's pid (one
+        # broker); for a cluster the read goes to the leaders, so it is the same process set.
         r.update({"mb_s": rep.figure(report, "weir catch-up read", "MB/s"),
                   "rec_s": rep.figure(report, "weir catch-up read", "records/s"),
-                  "cpu_s_per_gb": rep.figure(report, "broker CPU per GB read", "s/GB"),
-                  "read_mb": read, "rss_mib": rss_mib(b.proc.pid)})
+                  "cpu_s_per_gb": (rep.figure(report, "broker CPU per GB read", "s/GB")
+                                   if len(b.pids) == 1 else None),
+                  "read_mb": read, "rss_mib": b.rss()})
         self.record(r)
         drop_caches()
         n = sum(rep.high_watermarks(rep.consumer(b.bootstrap), topic, p))
         cmd = ["java", "-Xmx1g", "-cp", f"{self.lib}/*", "org.apache.kafka.tools.ConsumerPerformance",
                "--bootstrap-server", b.bootstrap, "--topic", topic, "--num-records", str(n),
                "--group", f"perf-{topic}", "--timeout", "60000"]
-        c0 = rep.proc_cpu(b.proc.pid)
+        c0 = b.cpu()
         out = run_tool(cmd, a.out / f"{topic}-java.txt")
-        c1 = rep.proc_cpu(b.proc.pid)
+        c1 = b.cpu()
         # start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec,
         # rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
         row = [line for line in out.splitlines() if re.match(r"\d{4}-\d\d-\d\d", line.strip())]
@@ -341,7 +400,7 @@ class Bench:
         # fetch.MB.sec / fetch.nMsg.sec: over the fetching time, without the group join.
         r.update({"mb_s": float(f[8]) * 1.048576, "rec_s": float(f[9]),
                   "cpu_s_per_gb": (c1 - c0) / max(1e-9, mb / 1e3), "read_mb": mb,
-                  "errors": float(max(0, n - msgs)), "rss_mib": rss_mib(b.proc.pid)})
+                  "errors": float(max(0, n - msgs)), "rss_mib": b.rss()})
         self.record(r)
         drop_topic(b.bootstrap, topic)
 
@@ -381,11 +440,15 @@ def main() -> int:
     ap.add_argument("--java-records", type=int, default=3_000_000, help="ProducerPerformance at full speed")
     ap.add_argument("--e2e-records", type=int, default=3000, help="EndToEndLatency's serial records")
     ap.add_argument("--dataset", default="4GiB", help="catch-up read: bytes written, then read back")
+    ap.add_argument("--brokers", type=int, default=1, choices=(1, 3),
+                    help="1: one node of each; 3: a cluster of three of each (topics of --rf replicas)")
+    ap.add_argument("--rf", type=int, default=None, help="replication factor of the topics (default: --brokers)")
     ap.add_argument("--kafka-version", default="4.4.0")
     ap.add_argument("--data", type=Path, default=ROOT / "target" / "bench" / "vs-kafka")
     ap.add_argument("--out", type=Path, default=ROOT / "target" / "bench" / "vs-kafka-out")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
+    a.rf = a.rf or a.brokers
     if a.smoke:
         a.rounds, a.partitions, a.duration, a.rate_duration, a.rates = 1, "16", 3, 3, "20000"
         a.java_records, a.e2e_records, a.dataset = 300_000, 300, "256MiB"
@@ -403,11 +466,11 @@ def main() -> int:
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     a.out.mkdir(parents=True, exist_ok=True)
-    weir = rep.Broker("weir", data, os.cpu_count() or 1, [])
-    kafka = Kafka(lib, data)
+    weir = start_weir(data, a.brokers)
+    kafka = start_kafka(lib, data, a.brokers)
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
-    log(f"weir {weir.bootstrap} (pid {weir.proc.pid}, --cores {os.cpu_count()}); Apache Kafka "
-        f"{a.kafka_version} {kafka.bootstrap} (pid {kafka.proc.pid}, {java}, {' '.join(KAFKA_JVM[:2])})")
+    log(f"weir {weir.bootstrap} (pids {weir.pids}, --cores {os.cpu_count()}); Apache Kafka "
+        f"{a.kafka_version} {kafka.bootstrap} (pids {kafka.pids}, {java}, {' '.join(KAFKA_JVM[:2])})")
     bench = Bench(a, lib, data, weir, kafka)
     try:
         for rnd in range(1, a.rounds + 1):
