@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
-"""Checks the shape of the source tree (issue 20): no import cycles between modules, and no
-source file over 600 lines unless it says why.
+"""Checks the shape of the source tree (issue 20): no import cycles between modules, no
+source file over 600 lines unless it says why, and no type whose inherent `impl` blocks are
+spread over more than MAX_IMPL_FILES files (issue 36: that is how `Shard` became the whole
+broker while the import check stayed green, since a child file adding methods to its
+parent's type is not an import edge). The types that are spread wider today are listed in
+SPREAD with their file count: a ratchet — the count may shrink (then lower it here), never grow.
 
 Modules are compared where they are siblings: `crate::broker::shard::produce` using
 `crate::broker::group::service` is an edge shard -> group inside `crate::broker`. A module
@@ -24,6 +28,13 @@ CRATES = [
     ("storage/src/lib.rs", "weir-storage"),
 ]
 MAX_LINES = 600
+MAX_IMPL_FILES = 5
+# (crate directory, type) -> files holding its inherent impl blocks today. Shard: issue 36
+# moves the replica, fan-out and admin code off it. Log and its Inner: the storage engine's one
+# type, split by concern (append, read, retention, recovery, compaction, ...: the file table of
+# storage/DESIGN.md).
+SPREAD = {("src", "Shard"): 21, ("storage/src", "Log"): 9, ("storage/src", "Inner"): 8}
+IMPL = re.compile(r"^\s*impl\s*(?:<[^>{]*>)?\s*([\w:]+)(?:<[^{]*>)?\s*(?:where[^{]*)?\{", re.M)
 REASON = re.compile(r"long because", re.I)
 
 MOD_DECL = re.compile(r"^\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", re.M)
@@ -195,11 +206,35 @@ def main():
                         f"{os.path.relpath(file, ROOT)}: {n} lines (> {MAX_LINES}) and no "
                         "'long because' reason in its first 40 lines"
                     )
+    for base in ("src", "storage/src"):
+        spread = defaultdict(set)
+        for dirpath, _, names in os.walk(os.path.join(ROOT, base)):
+            for name in names:
+                if name.endswith(".rs"):
+                    file = os.path.join(dirpath, name)
+                    for ty in IMPL.findall(strip_comments(open(file, encoding="utf-8").read())):
+                        spread[ty.split("::")[-1]].add(os.path.relpath(file, ROOT))
+        for ty, files in sorted(spread.items()):
+            allowed = SPREAD.get((base, ty), MAX_IMPL_FILES)
+            if len(files) > allowed:
+                problems.append(
+                    f"{base}: `impl {ty}` blocks in {len(files)} files (at most {allowed}): "
+                    + ", ".join(sorted(files))
+                )
+            elif (base, ty) in SPREAD and len(files) < allowed:
+                problems.append(
+                    f"{base}: `impl {ty}` is now in {len(files)} files: lower SPREAD[{(base, ty)!r}] "
+                    f"in scripts/check_layers.py from {allowed} to {max(len(files), MAX_IMPL_FILES)}"
+                    if len(files) > MAX_IMPL_FILES
+                    else f"{base}: `impl {ty}` is now in {len(files)} files: drop it from SPREAD "
+                    "in scripts/check_layers.py"
+                )
     for p in problems:
         print(p)
     if problems:
         sys.exit(1)
-    print("check_layers: no import cycles; every file over", MAX_LINES, "lines says why")
+    print(f"check_layers: no import cycles; every file over {MAX_LINES} lines says why; no type's impl "
+          f"blocks in more than {MAX_IMPL_FILES} files (but {', '.join(t for _, t in SPREAD)}, see SPREAD)")
 
 
 if __name__ == "__main__":
