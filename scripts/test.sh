@@ -6,14 +6,16 @@
 #   cargo fmt --check, cargo clippy -D warnings, a check that the default build needs only Rust,
 #   cargo build --release --features rdkafka, cargo test --workspace (and the storage tests
 #   again with WEIR_TEST_OPEN_FILE_LIMIT=1),
-#   pytest tests/ (the real `weir` binary driven by kcat, confluent-kafka, kafka-python and KafkaJS).
+#   pytest tests/ (the real `weir` binary driven by kcat, confluent-kafka, kafka-python, KafkaJS,
+#   the Java client, Kafka Streams, Connect and MirrorMaker 2, Kafka's own tools (tests/java/*,
+#   Maven projects resolved into ~/.m2 once), franz-go's own suite and sarama (Go modules)).
 # Any failure stops it with a non-zero exit. Nothing is skipped: a missing tool is installed.
 # When everything is already installed the install step costs about a second.
 #
 # Environment:
 #   PYTHON=python3        the interpreter whose pip gets the test clients
 #   PYTEST_ARGS="..."     extra arguments for pytest (e.g. "-k restart -x")
-#   WEIR_CARGO_TEST_TIMEOUT_S, WEIR_PYTEST_TIMEOUT_S   deadlines (default 2400 s and 1800 s)
+#   WEIR_CARGO_TEST_TIMEOUT_S, WEIR_PYTEST_TIMEOUT_S   deadlines (default 2400 s and 2700 s)
 #   WEIR_TEST_SKIP_FUZZ=1 skip the fuzz smoke run (CI never sets it); WEIR_FUZZ_SECONDS=10
 #   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the release build still runs); for
 #                         iterating on tests/ only — CI never sets it.
@@ -85,6 +87,12 @@ dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || apt_install libcurl4-openssl-dev
 # Go: tests/test_sarama.py builds a producer with sarama (IBM/sarama, from the Go module proxy).
 command -v go >/dev/null 2>&1 || apt_install golang-go
 echo "go: $(go version)"
+
+# Java and Maven: tests/java/* (kafka-clients, Kafka Streams, Connect, MirrorMaker 2 and Kafka's
+# own command-line tools, 4.x from Maven Central into ~/.m2, through tests/java_support.py).
+command -v java >/dev/null 2>&1 || apt_install default-jdk-headless
+command -v mvn >/dev/null 2>&1 || apt_install maven
+echo "java: $(java -version 2>&1 | head -n 1) | $(mvn -v 2>/dev/null | head -n 1 | sed 's/\x1b\[[0-9;]*m//g')"
 
 command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH (install a Rust toolchain first)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing: rustup component add rustfmt"
@@ -165,7 +173,7 @@ step "pytest tests/"
 export WEIR_BIN="$ROOT/target/release/weir"
 # pytest exits 5 when it collected no test: that is a failure here too (set -e sees non-zero).
 # shellcheck disable=SC2086
-timeout -k 30 "${WEIR_PYTEST_TIMEOUT_S:-1800}" \
+timeout -k 30 "${WEIR_PYTEST_TIMEOUT_S:-2700}" \
     "$PYTHON" -m pytest "$ROOT/tests" -v -ra --durations=30 -p no:cacheprovider ${PYTEST_ARGS:-} \
     || die "pytest (exit $?; 5 = no tests collected, 124 = timed out)"
 

@@ -681,6 +681,15 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
         ApiKey::DescribeConfigs => {
             go::<_, DescribeConfigsResponse>(s, key, version, DescribeConfigsRequest::default())
         }
+        ApiKey::DescribeQuorum => go::<_, DescribeQuorumResponse>(s, key, version, {
+            use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
+            let mut t = TopicData::default();
+            t.topic_name = TopicName(StrBytes::from_static_str("__cluster_metadata"));
+            t.partitions = vec![PartitionData::default()];
+            let mut r = DescribeQuorumRequest::default();
+            r.topics = vec![t];
+            r
+        }),
         ApiKey::InitProducerId => go::<_, InitProducerIdResponse>(s, key, version, {
             let mut r = InitProducerIdRequest::default();
             r.transaction_timeout_ms = 60_000;

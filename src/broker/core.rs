@@ -17,14 +17,26 @@ use super::{metrics_endpoint, server};
 /// socket waiting for data: with 10,000 parked fetches a 20 ms tick cost 3.3-3.7% of a core,
 /// 100 ms costs 0.9-1.1% (`weir bench idle-polls`, docs/bench.md). A lost wake-up is rare
 /// (glommio#261): 100 ms bounds it.
-/// Core 0's start-up steps, as `Global::core0_step` records them.
-const STARTUP_STEPS: [&str; 5] = [
+/// A core's start-up steps, as `Global::steps` records them.
+const STARTUP_STEPS: [&str; 6] = [
     "priming direct I/O and joining the meshes",
     "opening its partitions",
     "opening its group offsets logs",
     "opening its transaction logs",
     "starting its tasks and binding its listeners",
+    "bound",
 ];
+
+/// "core 1 still opening its partitions, ...": the cores that have not bound yet, for a
+/// start-up that gives up waiting for them.
+fn laggards(global: &Global) -> String {
+    let at = |c: usize| global.steps[c].load(Ordering::Relaxed);
+    let behind: Vec<String> = (0..global.steps.len())
+        .filter(|&c| at(c) + 1 < STARTUP_STEPS.len())
+        .map(|c| format!("core {c} still {}", STARTUP_STEPS[at(c)]))
+        .collect();
+    behind.join(", ")
+}
 
 const REACTOR_KEEPALIVE: Duration = Duration::from_millis(100);
 
@@ -88,11 +100,7 @@ pub(super) async fn core_main(
     }
     *shard.metadata_current.borrow_mut() = global.metadata_current.clone();
     let id = shard.id;
-    let step = |s: usize| {
-        if id == 0 {
-            global.core0_step.store(s, Ordering::Relaxed);
-        }
-    };
+    let step = |s: usize| global.steps[id].store(s, Ordering::Relaxed);
     step(1);
     shard.open_owned().await;
     step(2);
@@ -125,7 +133,7 @@ pub(super) async fn core_main(
             let started = Instant::now();
             while global.ports[li].load(Ordering::SeqCst) == 0 {
                 if started.elapsed() > Duration::from_secs(30) {
-                    let at = global.core0_step.load(Ordering::Relaxed);
+                    let at = global.steps[0].load(Ordering::Relaxed);
                     return Err(format!(
                         "core 0 never bound its listener (still {})",
                         STARTUP_STEPS.get(at).unwrap_or(&"?")
@@ -178,6 +186,7 @@ pub(super) async fn core_main(
     *shard.advertised.borrow_mut() = (0..bound.len())
         .map(|li| advertised(config.advertised_for(li), &bound[li]))
         .collect();
+    step(STARTUP_STEPS.len() - 1);
     if global.bound.fetch_add(1, Ordering::SeqCst) + 1 == cores {
         for (l, addr) in config.listeners.iter().zip(&bound) {
             server::log_listener(l.protocol.name(), addr);
@@ -201,7 +210,10 @@ pub(super) async fn core_main(
         let started = Instant::now();
         while global.bound.load(Ordering::SeqCst) < cores {
             if started.elapsed() > Duration::from_secs(30) {
-                return Err("the other cores never bound their listeners".into());
+                return Err(format!(
+                    "the other cores never bound their listeners ({})",
+                    laggards(&global)
+                ));
             }
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
@@ -221,7 +233,10 @@ pub(super) async fn core_main(
         let started = Instant::now();
         while global.bound.load(Ordering::SeqCst) < cores {
             if started.elapsed() > Duration::from_secs(30) {
-                return Err("the other cores never bound their listeners".into());
+                return Err(format!(
+                    "the other cores never bound their listeners ({})",
+                    laggards(&global)
+                ));
             }
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }

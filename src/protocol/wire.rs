@@ -51,6 +51,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterReplicaLogDirs, 1, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::ListConfigResources, 0, 1),
+    // The metadata Raft group of a cluster (docs/replication.md), as KRaft's
+    // `__cluster_metadata` quorum: kafka-metadata-quorum, Admin.describeMetadataQuorum.
+    (ApiKey::DescribeQuorum, 0, 2),
     // SASL (docs/security.md): the handshake names the mechanism; after v1 SaslAuthenticate
     // carries its tokens (v1+ tells the session lifetime, KIP-368), after v0 they come as raw
     // frames (before KIP-152). librdkafka enables SASL only when v0 is advertised.
@@ -121,6 +124,7 @@ pub enum Body {
     CreatePartitions(CreatePartitionsRequest),
     DeleteRecords(DeleteRecordsRequest),
     DescribeCluster(DescribeClusterRequest),
+    DescribeQuorum(DescribeQuorumRequest),
     DescribeLogDirs(DescribeLogDirsRequest),
     ElectLeaders(ElectLeadersRequest),
     DescribeConfigs(DescribeConfigsRequest),
@@ -324,6 +328,7 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::CreatePartitions => Body::CreatePartitions(decode(&mut frame, version)?),
         ApiKey::DeleteRecords => Body::DeleteRecords(decode(&mut frame, version)?),
         ApiKey::DescribeCluster => Body::DescribeCluster(decode(&mut frame, version)?),
+        ApiKey::DescribeQuorum => Body::DescribeQuorum(decode(&mut frame, version)?),
         ApiKey::DescribeLogDirs => Body::DescribeLogDirs(decode(&mut frame, version)?),
         ApiKey::ElectLeaders => Body::ElectLeaders(decode(&mut frame, version)?),
         ApiKey::DescribeConfigs => Body::DescribeConfigs(decode(&mut frame, version)?),
@@ -438,6 +443,7 @@ mod tests {
             ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
             ApiKey::DeleteRecords => r!(DeleteRecordsRequest, DeleteRecordsResponse),
             ApiKey::DescribeCluster => r!(DescribeClusterRequest, DescribeClusterResponse),
+            ApiKey::DescribeQuorum => r!(DescribeQuorumRequest, DescribeQuorumResponse),
             ApiKey::DescribeLogDirs => r!(DescribeLogDirsRequest, DescribeLogDirsResponse),
             ApiKey::ElectLeaders => r!(ElectLeadersRequest, ElectLeadersResponse),
             ApiKey::AlterConfigs => r!(AlterConfigsRequest, AlterConfigsResponse),

@@ -4,4 +4,4 @@
 //! (frame kinds 5 and 6); the receiving core 0 hands each to the core that serves it
 //! (`Shard::serve_peer_call`) and sends the answer back.
 
-pub use weir::protocol::peer::{AnswerFrame, CallFrame, PeerAnswer, PeerCall};
+pub use weir::protocol::peer::{AnswerFrame, CallFrame, PeerAnswer, PeerCall, QuorumStatus};

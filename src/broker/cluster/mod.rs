@@ -252,6 +252,34 @@ impl Node {
         answer
     }
 
+    /// The metadata group's leader as this broker knows it (0: none known).
+    pub fn leader(&self) -> u64 {
+        self.leader.get()
+    }
+
+    /// On the leader: its quorum as DescribeQuorum reports it (`None` elsewhere: only the
+    /// leader tracks how far each voter got).
+    pub fn quorum_status(&self) -> Option<call::QuorumStatus> {
+        let raw = self.raw.borrow();
+        let status = raw.status();
+        if status.ss.raft_state != StateRole::Leader {
+            return None;
+        }
+        let last = raw.raft.raft_log.last_index();
+        let mut voters: Vec<(u64, u64)> = status
+            .progress?
+            .iter()
+            .map(|(&id, p)| (id, if id == self.id { last } else { p.matched }))
+            .collect();
+        voters.sort_unstable();
+        Some(call::QuorumStatus {
+            leader: self.id,
+            term: status.hs.term,
+            high_watermark: status.hs.commit,
+            voters,
+        })
+    }
+
     /// Queues a partition group's message for broker `to` (dropped if `to` is no peer).
     pub fn send_partition(&self, to: u64, m: PartitionMessage) {
         match self.peers.get(&to) {

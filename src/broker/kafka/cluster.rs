@@ -113,3 +113,64 @@ pub(super) fn describe_cluster(shard: &Rc<Shard>, listener: usize) -> DescribeCl
         .collect();
     r
 }
+
+/// DescribeQuorum: the metadata Raft group (docs/replication.md) as Kafka's
+/// `__cluster_metadata` quorum, asked of its leader: voters are the brokers (`--node-id`),
+/// the high watermark is the commit index, each voter's log end offset the last index the
+/// leader knows it holds. weir tracks no fetch times: they are -1 ("unknown"). A standalone
+/// broker has no quorum: INVALID_REQUEST with a message saying so.
+pub(super) async fn describe_quorum(
+    shard: &Rc<Shard>,
+    d: &DescribeQuorumRequest,
+    _listener: usize,
+) -> DescribeQuorumResponse {
+    use kafka_protocol::messages::describe_quorum_response::{
+        PartitionData, ReplicaState, TopicData,
+    };
+    const METADATA_TOPIC: &str = "__cluster_metadata";
+    let mut r = DescribeQuorumResponse::default();
+    let status = shard.quorum_status().await;
+    for t in &d.topics {
+        let mut td = TopicData::default();
+        td.topic_name = t.topic_name.clone();
+        for p in &t.partitions {
+            let mut pd = PartitionData::default();
+            pd.partition_index = p.partition_index;
+            match &status {
+                _ if t.topic_name.as_str() != METADATA_TOPIC || p.partition_index != 0 => {
+                    pd.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
+                }
+                Err((code, why)) => {
+                    pd.error_code = *code;
+                    pd.error_message = Some(s(why));
+                }
+                Ok(q) => {
+                    pd.leader_id = BrokerId(q.leader as i32);
+                    pd.leader_epoch = q.term as i32;
+                    pd.high_watermark = q.high_watermark as i64;
+                    pd.current_voters = q
+                        .voters
+                        .iter()
+                        .map(|&(id, end)| {
+                            let mut v = ReplicaState::default();
+                            v.replica_id = BrokerId(id as i32);
+                            v.log_end_offset = end as i64;
+                            v.last_fetch_timestamp = -1;
+                            v.last_caught_up_timestamp = -1;
+                            v
+                        })
+                        .collect();
+                }
+            }
+            td.partitions.push(pd);
+        }
+        r.topics.push(td);
+    }
+    if let Err((code, why)) = &status {
+        if *code == errors::INVALID_REQUEST {
+            r.error_code = *code;
+            r.error_message = Some(s(why));
+        }
+    }
+    r
+}

@@ -3,7 +3,7 @@
 use crate::broker::errors;
 use crate::broker::shard::{ConfigChange, Req, Resp, Shard};
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -26,6 +26,19 @@ pub(super) fn describe_configs(
 ) -> DescribeConfigsResponse {
     let meta = shard.metadata();
     let mut resp = DescribeConfigsResponse::default();
+    // Built-in defaults, for the DEFAULT_CONFIG synonym of every broker setting.
+    let defaults = weir::config::BrokerConfig::default();
+    let synonyms = |list: Vec<(String, String, i8)>| {
+        list.into_iter()
+            .map(|(name, value, source)| {
+                let mut syn = DescribeConfigsSynonym::default();
+                syn.name = s(&name);
+                syn.value = Some(s(&value));
+                syn.source = source;
+                syn
+            })
+            .collect::<Vec<_>>()
+    };
     for res in &d.resources {
         let mut out = DescribeConfigsResult::default();
         out.resource_type = res.resource_type;
@@ -52,34 +65,12 @@ pub(super) fn describe_configs(
                     out.error_message = Some(s("unknown topic"));
                 }
                 Some(t) => {
-                    for (key, broker_key) in weir::config::TOPIC_CONFIGS {
-                        if !wanted(key) {
-                            continue;
+                    for c in topic_entries(shard, &t.configs, wanted) {
+                        let mut e = entry(&c.name, c.value, c.source);
+                        if d.include_synonyms {
+                            e.synonyms = synonyms(c.synonyms);
                         }
-                        // A default the operator set on the broker (file, flag or env) is
-                        // STATIC_BROKER_CONFIG, as Kafka reports it; a built-in one DEFAULT.
-                        let raw = &shard.config.raw;
-                        let set_on_broker = raw.contains_key(*broker_key)
-                            || (*key == "retention.ms" && raw.contains_key("log.retention.hours"));
-                        let (value, source) = match t.configs.get(*key) {
-                            Some(v) => (v.clone(), SOURCE_TOPIC),
-                            None => (
-                                shard.config.topic_default(key).unwrap_or_default(),
-                                if set_on_broker {
-                                    SOURCE_STATIC_BROKER
-                                } else {
-                                    SOURCE_DEFAULT
-                                },
-                            ),
-                        };
-                        out.configs.push(entry(key, value, source));
-                    }
-                    // Kafka configs weir stores but does not act on: reported as set.
-                    for (key, value) in &t.configs {
-                        let acted_on = weir::config::TOPIC_CONFIGS.iter().any(|(k, _)| k == key);
-                        if !acted_on && wanted(key) {
-                            out.configs.push(entry(key, value.clone(), SOURCE_TOPIC));
-                        }
+                        out.configs.push(e);
                     }
                 }
             },
@@ -94,11 +85,17 @@ pub(super) fn describe_configs(
                     } else {
                         SOURCE_DEFAULT
                     };
-                    let mut e = entry(
-                        setting.name,
-                        c.value_of(setting.name).unwrap_or_default(),
-                        source,
-                    );
+                    let value = c.value_of(setting.name).unwrap_or_default();
+                    let mut e = entry(setting.name, value.clone(), source);
+                    if d.include_synonyms {
+                        let mut list = Vec::new();
+                        if source == SOURCE_STATIC_BROKER {
+                            list.push((setting.name.to_string(), value, SOURCE_STATIC_BROKER));
+                        }
+                        let default = defaults.value_of(setting.name).unwrap_or_default();
+                        list.push((setting.name.to_string(), default, SOURCE_DEFAULT));
+                        e.synonyms = synonyms(list);
+                    }
                     // Static: changed by restarting with a new file, flag or variable.
                     e.read_only = true;
                     if d.include_documentation {
@@ -122,6 +119,83 @@ pub(super) fn describe_configs(
         warn!(resources = d.resources.len(), "DescribeConfigs with errors");
     }
     resp
+}
+
+/// One topic config as DescribeConfigs and CreateTopics (v5+, KIP-525) report it.
+pub(super) struct TopicEntry {
+    pub name: String,
+    pub value: String,
+    pub source: i8,
+    /// Where the value comes from, most specific first, as Kafka lists synonyms when asked
+    /// (kafka-configs --describe asks): the topic's own value, then the broker setting behind
+    /// it if the operator set one, then the built-in default.
+    pub synonyms: Vec<(String, String, i8)>,
+}
+
+/// Every config of a topic whose overrides are `configs`: the ones weir acts on (with their
+/// broker defaults where not overridden), then the Kafka configs it stores but does not act
+/// on, reported as set.
+pub(super) fn topic_entries(
+    shard: &Shard,
+    configs: &std::collections::BTreeMap<String, String>,
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<TopicEntry> {
+    let defaults = weir::config::BrokerConfig::default();
+    let raw = &shard.config.raw;
+    let mut out = Vec::new();
+    for (key, broker_key) in weir::config::TOPIC_CONFIGS {
+        if !wanted(key) {
+            continue;
+        }
+        // A default the operator set on the broker (file, flag or env) is
+        // STATIC_BROKER_CONFIG, as Kafka reports it; a built-in one DEFAULT.
+        let on_broker = if raw.contains_key(*broker_key) {
+            Some(*broker_key)
+        } else if *key == "retention.ms" && raw.contains_key("log.retention.hours") {
+            Some("log.retention.hours")
+        } else {
+            None
+        };
+        let (value, source) = match configs.get(*key) {
+            Some(v) => (v.clone(), SOURCE_TOPIC),
+            None => (
+                shard.config.topic_default(key).unwrap_or_default(),
+                if on_broker.is_some() {
+                    SOURCE_STATIC_BROKER
+                } else {
+                    SOURCE_DEFAULT
+                },
+            ),
+        };
+        let mut synonyms = Vec::new();
+        if source == SOURCE_TOPIC {
+            synonyms.push((key.to_string(), value.clone(), SOURCE_TOPIC));
+        }
+        if let Some(name) = on_broker {
+            let v = raw.get(name).cloned().unwrap_or_default();
+            synonyms.push((name.to_string(), v, SOURCE_STATIC_BROKER));
+        }
+        let default = defaults.topic_default(key).unwrap_or_default();
+        synonyms.push((broker_key.to_string(), default, SOURCE_DEFAULT));
+        out.push(TopicEntry {
+            name: key.to_string(),
+            value,
+            source,
+            synonyms,
+        });
+    }
+    for (key, value) in configs {
+        let acted_on = weir::config::TOPIC_CONFIGS.iter().any(|(k, _)| k == key);
+        if !acted_on && wanted(key) {
+            out.push(TopicEntry {
+                name: key.clone(),
+                value: value.clone(),
+                source: SOURCE_TOPIC,
+                synonyms: vec![(key.clone(), value.clone(), SOURCE_TOPIC)],
+            });
+        }
+    }
+    out
 }
 
 /// A config change: (key, `Some(value)` to set, `None` to delete).

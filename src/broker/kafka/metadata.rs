@@ -65,12 +65,23 @@ pub(super) async fn metadata(
     // A broker just started in a cluster answers once its metadata is the leader's.
     shard.wait_metadata_current().await;
     // v0: an empty list means all topics; v1+: null means all, empty means none.
+    // v10+ may name a topic by its id instead (KIP-516; the Java admin client's
+    // describeTopics(TopicCollection.ofTopicIds(..)) sends an id with a null or empty name):
+    // a known id is answered as its name is, an unknown one with UNKNOWN_TOPIC_ID.
+    let mut unknown_ids = Vec::new();
     let requested: Option<Vec<String>> = match &req.topics {
         None => None,
         Some(t) if t.is_empty() && version == 0 => None,
         Some(t) => Some(
             t.iter()
-                .filter_map(|t| t.name.as_ref().map(|n| n.to_string()))
+                .filter_map(|t| match &t.name {
+                    Some(n) if !n.is_empty() || t.topic_id.is_nil() => Some(n.to_string()),
+                    _ if !t.topic_id.is_nil() => shard.topic_name(&t.topic_id).or_else(|| {
+                        unknown_ids.push(t.topic_id);
+                        None
+                    }),
+                    _ => None,
+                })
                 .collect(),
         ),
     };
@@ -144,6 +155,13 @@ pub(super) async fn metadata(
                     .collect();
             }
         }
+        r.topics.push(t);
+    }
+    for id in unknown_ids {
+        let mut t = MetadataResponseTopic::default();
+        t.topic_id = id;
+        t.error_code = errors::UNKNOWN_TOPIC_ID;
+        t.topic_authorized_operations = i32::MIN;
         r.topics.push(t);
     }
     r

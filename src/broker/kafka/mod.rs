@@ -222,6 +222,10 @@ async fn process_request(
             let resp = elect_leaders(&shard, e);
             one(&req, &resp)
         }
+        Body::DescribeQuorum(d) => {
+            let resp = cluster::describe_quorum(&shard, d, listener).await;
+            one(&req, &resp)
+        }
         Body::DescribeCluster(_) => {
             shard.wait_metadata_current().await;
             let resp = describe_cluster(&shard, listener);
@@ -293,7 +297,7 @@ async fn process_request(
             let may = |id: &str| {
                 authz::transactional_id(&shard, session, weir::acl::Operation::Describe, id)
             };
-            one(&req, &txn::list_transactions(&shard, l, may).await)
+            one(&req, &txn::list_transactions(&shard, l, via, may).await)
         }
         Body::FindCoordinator(f) => {
             shard.wait_metadata_current().await;

@@ -4,7 +4,9 @@ use super::groups as group;
 use crate::broker::errors;
 use crate::broker::shard::{NewTopic, Req, Resp, Shard};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::*;
 use std::rc::Rc;
@@ -46,6 +48,17 @@ pub(super) async fn create_topics(
             }),
         })
         .collect();
+    let requested: std::collections::HashMap<String, std::collections::BTreeMap<String, String>> =
+        topics
+            .iter()
+            .map(|t| {
+                let set = t
+                    .configs
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.clone()?)));
+                (t.name.clone(), set.collect())
+            })
+            .collect();
     let (internal, topics): (Vec<NewTopic>, Vec<NewTopic>) = topics
         .into_iter()
         .partition(|t| super::is_internal_topic(&t.name));
@@ -80,7 +93,24 @@ pub(super) async fn create_topics(
             tr.replication_factor = meta.topics.get(&r.name).map_or(1, |t| {
                 weir::metadata::Metadata::replication_factor(t) as i16
             });
-            tr.configs = Some(Vec::new());
+            // KIP-525: the new topic's configs, what DescribeConfigs would answer (for
+            // validate_only, what the topic would have had).
+            let overrides = match meta.topics.get(&r.name) {
+                Some(t) if !c.validate_only => t.configs.clone(),
+                _ => requested.get(&r.name).cloned().unwrap_or_default(),
+            };
+            tr.configs = (r.error == errors::NONE).then(|| {
+                super::configs::topic_entries(shard, &overrides, |_| true)
+                    .into_iter()
+                    .map(|e| {
+                        let mut c = CreatableTopicConfigs::default();
+                        c.name = s(&e.name);
+                        c.value = Some(s(&e.value));
+                        c.config_source = e.source;
+                        c
+                    })
+                    .collect()
+            });
         }
         if let Some(t) = meta.topics.get(&r.name) {
             tr.topic_id = topic_uuid(&t.id);

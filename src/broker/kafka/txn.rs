@@ -19,6 +19,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::groups::call as group_call;
+use super::Listener;
 use crate::broker::cluster::call::{PeerAnswer, PeerCall};
 use crate::broker::errors;
 use crate::broker::group::coordinator::CommitPart;
@@ -283,8 +284,12 @@ pub(super) async fn txn_offset_commit(
 
 /// Every transactional id of every coordinator, with its state.
 async fn all_states(shard: &Rc<Shard>) -> Vec<(String, TxnMeta)> {
+    states_of(shard, 0..shard.cores).await
+}
+
+async fn states_of(shard: &Rc<Shard>, cores: std::ops::Range<usize>) -> Vec<(String, TxnMeta)> {
     let mut out = Vec::new();
-    for core in 0..shard.cores {
+    for core in cores {
         if let Resp::Txn(TxnResp::Described(states)) =
             shard.call(core, Req::Txn(TxnReq::Describe)).await
         {
@@ -340,9 +345,14 @@ pub(super) async fn describe_transactions(
     r
 }
 
+/// On the bootstrap port: every transaction of the broker. On a core's own port (that core is
+/// advertised as a broker of its own): only those that core coordinates, as a Kafka broker
+/// lists only its own — `kafka-transactions list` asks every broker and concatenates the
+/// answers, so listing all of them everywhere would show each once per core.
 pub(super) async fn list_transactions(
     shard: &Rc<Shard>,
     l: &ListTransactionsRequest,
+    via: Listener,
     may_describe: impl Fn(&str) -> bool,
 ) -> ListTransactionsResponse {
     const KNOWN: [&str; 6] = [
@@ -363,7 +373,11 @@ pub(super) async fn list_transactions(
         .filter(|f| !KNOWN.contains(&f.as_str()))
         .cloned()
         .collect();
-    r.transaction_states = all_states(shard)
+    let cores = match via {
+        Listener::Core => shard.id..shard.id + 1,
+        Listener::Bootstrap => 0..shard.cores,
+    };
+    r.transaction_states = states_of(shard, cores)
         .await
         .into_iter()
         .filter(|(id, m)| {

@@ -143,6 +143,7 @@ impl Shard {
                 self.replica_group(&topic, partition)
                     .map_or(0, |g| g.leader.get()),
             ),
+            Req::Quorum => Resp::Quorum(Box::pin(self.quorum_status()).await),
             Req::PeerCall { to, call } => {
                 Resp::PeerAnswer(Box::pin(self.peer_call(to, call)).await)
             }

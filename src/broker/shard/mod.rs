@@ -70,9 +70,9 @@ pub struct Global {
     /// (`listener * cores + core`; set by that core).
     pub core_ports: Vec<std::sync::atomic::AtomicU16>,
     pub exited: AtomicUsize,
-    /// Core 0's start-up step (`core::STARTUP_STEPS`): named by another core that gives up
-    /// waiting for core 0's listener, so a hang says where it is.
-    pub core0_step: AtomicUsize,
+    /// Each core's start-up step (`core::STARTUP_STEPS`): named by a core that gives up
+    /// waiting for another's listener, so a hang says where it is.
+    pub steps: Vec<AtomicUsize>,
     /// Whether this broker's metadata is current enough to answer Metadata requests: at
     /// once standalone; in a cluster, once the metadata group caught up with its leader
     /// after start-up (`cluster::Node::catch_up`; docs/replication.md, "A restarted broker
@@ -93,7 +93,7 @@ impl Global {
                 .map(|_| std::sync::atomic::AtomicU16::new(0))
                 .collect(),
             exited: AtomicUsize::new(0),
-            core0_step: AtomicUsize::new(0),
+            steps: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
             metadata_current: Arc::new(AtomicBool::new(!clustered)),
         }
     }

@@ -314,6 +314,8 @@ pub enum Req {
     /// → the replica's core: the leader (broker id, 0 for none) its Raft group knows of;
     /// answered `Leader`.
     ReplicaLeader(String, i32),
+    /// → core 0: the metadata quorum (`Shard::quorum_status`); answered `Quorum`.
+    Quorum,
     /// → core 0: a transaction request for broker `to`; answered `PeerAnswer`.
     PeerCall {
         to: u64,
@@ -323,6 +325,7 @@ pub enum Req {
 
 #[derive(Debug)]
 pub enum Resp {
+    Quorum(Result<crate::broker::cluster::call::QuorumStatus, (i16, String)>),
     Produce(Vec<ProduceResult>),
     Fetch(Vec<FetchResult>),
     ListOffsets(Vec<ListResult>),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::msg::{Req, Resp, TxnReq, TxnResp};
 use super::Shard;
-use crate::broker::cluster::call::{PeerAnswer, PeerCall};
+use crate::broker::cluster::call::{PeerAnswer, PeerCall, QuorumStatus};
 use crate::broker::errors;
 use crate::broker::group::offsets::{bucket_of, OFFSETS_TOPIC};
 use crate::broker::group::service::{GroupReq, GroupResp};
@@ -49,9 +49,46 @@ impl Shard {
         node.call_peer(to, call, CALL_WAIT).await
     }
 
+    /// The metadata quorum as its leader sees it, asked of the leader when that is another
+    /// broker. `Err`: standalone (no quorum), or no leader answered.
+    pub async fn quorum_status(self: &Rc<Self>) -> Result<QuorumStatus, (i16, String)> {
+        if self.id != 0 {
+            return match self.call(0, Req::Quorum).await {
+                Resp::Quorum(q) => q,
+                _ => Err((errors::UNKNOWN_SERVER_ERROR, "core 0 did not answer".into())),
+            };
+        }
+        let Some(node) = self.cluster_node() else {
+            return Err((
+                errors::INVALID_REQUEST,
+                "a standalone weir broker has no metadata quorum (only a cluster, started with \
+                 --peers, has one)"
+                    .into(),
+            ));
+        };
+        if let Some(q) = node.quorum_status() {
+            return Ok(q);
+        }
+        let leader = node.leader();
+        let unavailable = |why: String| (errors::NOT_LEADER_OR_FOLLOWER, why);
+        if leader == 0 {
+            return Err(unavailable("the metadata group has no leader now".into()));
+        }
+        match node.call_peer(leader, PeerCall::Quorum, CALL_WAIT).await {
+            Some(PeerAnswer::Quorum(q)) => Ok(q),
+            _ => Err(unavailable(format!(
+                "broker {leader} (the metadata leader) did not answer"
+            ))),
+        }
+    }
+
     /// On core 0: serves a peer's call on the core that owns its work.
     pub async fn serve_peer_call(self: &Rc<Self>, call: PeerCall) -> PeerAnswer {
         match call {
+            PeerCall::Quorum => match self.cluster_node().and_then(|n| n.quorum_status()) {
+                Some(q) => PeerAnswer::Quorum(q),
+                None => PeerAnswer::Code(errors::NOT_LEADER_OR_FOLLOWER),
+            },
             PeerCall::Verify {
                 txn_id,
                 producer_id,

@@ -33,6 +33,20 @@ pub enum PeerCall {
         producer_id: i64,
         commit: bool,
     },
+    /// To the metadata group's leader: the state of its quorum (DescribeQuorum). Answered
+    /// `Quorum`, or `Code` NOT_LEADER_OR_FOLLOWER when the callee is no longer the leader.
+    Quorum,
+}
+
+/// The metadata Raft group as its leader sees it (Kafka's DescribeQuorum answer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuorumStatus {
+    pub leader: u64,
+    pub term: u64,
+    /// The commit index: what Kafka calls the quorum's high watermark.
+    pub high_watermark: u64,
+    /// (voter id, last index known to be on it) for every voter, the leader included.
+    pub voters: Vec<(u64, u64)>,
 }
 
 /// The answer to a [`PeerCall`]: a Kafka error code, or one per partition.
@@ -40,6 +54,7 @@ pub enum PeerCall {
 pub enum PeerAnswer {
     Code(i16),
     Codes(Vec<i16>),
+    Quorum(QuorumStatus),
 }
 
 /// A call as it travels: the caller's broker and its request id.

@@ -21,7 +21,7 @@ use protobuf::Message as _;
 use raft::prelude::Message;
 use serde::{Deserialize, Serialize};
 
-pub use call::{AnswerFrame, CallFrame, PeerAnswer, PeerCall};
+pub use call::{AnswerFrame, CallFrame, PeerAnswer, PeerCall, QuorumStatus};
 pub use partition::PartitionMessage;
 
 use crate::cluster::Record;

@@ -12,6 +12,12 @@ use super::{cluster, group, on, topic, transactional_id};
 use crate::broker::errors;
 use crate::broker::shard::Shard;
 
+/// The message of a refused ACL request, as Kafka words it; an empty string would show as an
+/// empty reason in the Java admin client ("ClusterAuthorizationException: ").
+const NOT_AUTHORIZED: &str = "Cluster authorization failed: the principal may not manage ACLs.";
+const NOT_AUTHORIZED_QUORUM: &str =
+    "Cluster authorization failed: DescribeQuorum needs DESCRIBE on the cluster.";
+
 fn encoded<T: kafka_protocol::protocol::Encodable>(
     req: &Request,
     body: &T,
@@ -41,6 +47,7 @@ pub(crate) fn gate(
         Body::DescribeAcls(_) if !cluster(shard, session, Describe) => {
             let mut r = DescribeAclsResponse::default();
             r.error_code = cluster_failed;
+            r.error_message = Some(s(NOT_AUTHORIZED));
             encoded(req, &r)
         }
         Body::CreateAcls(c) if !cluster(shard, session, Alter) => {
@@ -51,6 +58,7 @@ pub(crate) fn gate(
                 .map(|_| {
                     let mut x = create_acls_response::AclCreationResult::default();
                     x.error_code = cluster_failed;
+                    x.error_message = Some(s(NOT_AUTHORIZED));
                     x
                 })
                 .collect();
@@ -64,9 +72,16 @@ pub(crate) fn gate(
                 .map(|_| {
                     let mut x = delete_acls_response::DeleteAclsFilterResult::default();
                     x.error_code = cluster_failed;
+                    x.error_message = Some(s(NOT_AUTHORIZED));
                     x
                 })
                 .collect();
+            encoded(req, &r)
+        }
+        Body::DescribeQuorum(_) if !cluster(shard, session, Describe) => {
+            let mut r = DescribeQuorumResponse::default();
+            r.error_code = cluster_failed;
+            r.error_message = Some(s(NOT_AUTHORIZED_QUORUM));
             encoded(req, &r)
         }
         Body::DescribeUserScramCredentials(_) if !cluster(shard, session, Describe) => {

@@ -188,6 +188,9 @@ pub(crate) fn patch_metadata(
         return;
     }
     r.topics.retain_mut(|t| {
+        if t.name.is_none() && t.error_code == errors::UNKNOWN_TOPIC_ID {
+            return true; // an id that names no topic: nothing to hide
+        }
         let name = t.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
         if topic(shard, session, Operation::Describe, &name) {
             return true;
