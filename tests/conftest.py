@@ -262,6 +262,46 @@ class Broker:
         self._log.close()
 
 
+def free_port_run(n: int) -> int:
+    """A port P with P, P+1, ..., P+n-1 all free on 127.0.0.1 now: a broker restarted on fixed
+    ports keeps its addresses (weir's per-core listeners take the listener's port + 1 + core)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for port in range(base, base + n):
+                t = socket.socket()
+                socks.append(t)
+                t.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for t in socks:
+                t.close()
+    raise AssertionError(f"no run of {n} free ports found")
+
+
+def go_build(module_dir: Path, name: str, timeout: float = 600.0) -> Path:
+    """Builds the Go program in `module_dir` into tests/go/.bin/`name` (go.mod and go.sum pin
+    its modules, which come from the Go module proxy once, into Go's module cache)."""
+    go = shutil.which("go")
+    assert go, f"the Go toolchain (`go`) is needed to build {module_dir}"
+    out_dir = REPO / "tests" / "go" / ".bin"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / name
+    # -mod=readonly: go.mod and go.sum are complete, and a build never rewrites them.
+    env = dict(os.environ, GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="0")
+    proc = subprocess.run([go, "build", "-o", str(out), "."], cwd=module_dir, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"go build in {module_dir}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
 # -- fixtures ------------------------------------------------------------------------------------
 
 

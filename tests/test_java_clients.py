@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -40,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WEIR_BIN
+from conftest import WEIR_BIN, free_port_run
 from java_support import classpath, java_cmd
 from tls_certs import Ca
 
@@ -175,27 +174,6 @@ def test_java_clients_over_secured_listeners(cp, broker_factory, tmp_path, mode)
 
 
 # ---- kill -9 under an idempotent Java producer ---------------------------------------------------
-
-def free_port_run(count: int) -> int:
-    """A port P with P .. P+count-1 all free on 127.0.0.1 (the listener and the per-core ports)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count > 65535:
-            continue
-        ok = True
-        for p in range(base, base + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise AssertionError("no run of free ports")
-
 
 KILL9_PARTITIONS = 4
 KILL9_PER_PARTITION = int(os.environ.get("WEIR_JAVA_KILL9_RECORDS", "5000"))

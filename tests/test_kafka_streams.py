@@ -44,13 +44,13 @@ import collections
 import os
 import random
 import signal
-import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from conftest import free_port_run
 from confluent_kafka import TopicPartition
 
 from clients import rd_admin, rd_consumer, rd_create_topic, rd_producer, rd_topic_configs
@@ -70,30 +70,6 @@ KILLS = 4 if FULL else 1
 THREADS = 2 if FULL else 1
 
 pytestmark = pytest.mark.timeout(900 if FULL else 240)
-
-
-def free_port_run(n: int) -> int:
-    """A port P with P, P+1, ..., P+n-1 all free on 127.0.0.1 (weir's per-core listeners take
-    PORT+1+core)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(base, base + n):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise AssertionError(f"no run of {n} free ports found")
 
 
 class Input:

@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from conftest import go_build
 from confluent_kafka import TopicPartition
 from kafka.record.memory_records import MemoryRecords
 
@@ -45,7 +44,6 @@ from clients import now_ms, rd_consume, rd_consumer, rd_create_topic
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 PRODUCER_DIR = GO_DIR / "sarama_producer"
-BIN_DIR = GO_DIR / ".bin"  # in .gitignore
 # The sarama version go.mod pins: the last release that writes max_timestamp -1.
 SARAMA_VERSION = "v1.45.0"
 GO_BUILD_TIMEOUT_S = 600  # the first build downloads sarama and its dependencies
@@ -62,16 +60,7 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 def sarama_producer() -> Path:
     """tests/go/.bin/sarama_producer, built from tests/go/sarama_producer (go.mod and go.sum pin
     sarama; the modules come from the Go module proxy, once, into Go's module cache)."""
-    go = shutil.which("go")
-    assert go, "the Go toolchain (`go`) is needed to build tests/go/sarama_producer"
-    BIN_DIR.mkdir(parents=True, exist_ok=True)
-    out = BIN_DIR / "sarama_producer"
-    # -mod=readonly: go.mod and go.sum are complete, and a build never rewrites them.
-    env = dict(os.environ, GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="0")
-    proc = subprocess.run([go, "build", "-o", str(out), "."], cwd=PRODUCER_DIR, env=env,
-                          capture_output=True, text=True, timeout=GO_BUILD_TIMEOUT_S)
-    assert proc.returncode == 0, f"go build in {PRODUCER_DIR}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return out
+    return go_build(PRODUCER_DIR, "sarama_producer", GO_BUILD_TIMEOUT_S)
 
 
 def produce(binary: Path, bootstrap: str, topic: str, t0: int, compression: str, idempotent: bool) -> dict:

@@ -30,10 +30,7 @@ Needs the Go toolchain (`go`); the first build fetches sarama from the Go module
 from __future__ import annotations
 
 import json
-import os
 import queue
-import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -41,11 +38,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port_run, go_build
 from clients import rd_consume, rd_create_topic
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 SCENARIOS_DIR = GO_DIR / "sarama_scenarios"
-BIN_DIR = GO_DIR / ".bin"  # in .gitignore
 SARAMA_VERSION = "v1.61.1"  # go.mod pins it
 GO_BUILD_TIMEOUT_S = 600  # the first build downloads sarama and its dependencies
 
@@ -53,45 +50,13 @@ GO_BUILD_TIMEOUT_S = 600  # the first build downloads sarama and its dependencie
 @pytest.fixture(scope="session")
 def sarama_scenarios() -> Path:
     """tests/go/.bin/sarama_scenarios, built from tests/go/sarama_scenarios."""
-    go = shutil.which("go")
-    assert go, "the Go toolchain (`go`) is needed to build tests/go/sarama_scenarios"
-    BIN_DIR.mkdir(parents=True, exist_ok=True)
-    out = BIN_DIR / "sarama_scenarios"
-    env = dict(os.environ, GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="0")
-    proc = subprocess.run([go, "build", "-o", str(out), "."], cwd=SCENARIOS_DIR, env=env,
-                          capture_output=True, text=True, timeout=GO_BUILD_TIMEOUT_S)
-    assert proc.returncode == 0, f"go build in {SCENARIOS_DIR}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return out
-
-
-def free_port_block(n: int) -> int:
-    """A port P such that P..P+n-1 are all free now (weir's per-core listeners take the
-    listener's port + 1 + core), so that a restarted broker keeps its addresses."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for p in range(base, base + n):
-                t = socket.socket()
-                socks.append(t)
-                t.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for t in socks:
-                t.close()
-    raise AssertionError(f"no block of {n} free ports")
+    return go_build(SCENARIOS_DIR, "sarama_scenarios", GO_BUILD_TIMEOUT_S)
 
 
 def restartable_broker(broker_factory):
     """A 2-core broker on fixed ports (bootstrap and the per-core ones), so that a client keeps
     its addresses across kill -9 and restart, as with a real service."""
-    port = free_port_block(4)
+    port = free_port_run(4)
     return broker_factory(settings={"listeners": f"PLAINTEXT://127.0.0.1:{port}"}, cores=2)
 
 
