@@ -23,9 +23,9 @@
 #                         WEIR_CRASH_CYCLES=300 the crash loop's long mode, WEIR_IDEMPOTENT_CYCLES
 #                         and WEIR_TXN_CRASH_CYCLES those of the idempotent and transactional
 #                         crash loops (all: never in CI)
-#   WEIR_FRANZ_GO=1       also run franz-go's own suite against one broker (tests/test_franz_go_suite.py;
-#                         about 2 minutes; out of the default run while a weir hang it found is open);
-#                         WEIR_FRANZ_GO_FULL=1 with its local tests, WEIR_FRANZ_GO_CLUSTER=1 on three brokers
+#   WEIR_FRANZ_GO_FULL=1  franz-go's suite (tests/test_franz_go_suite.py, about 2 minutes, always run
+#                         against one broker) with its local tests too; WEIR_FRANZ_GO_CLUSTER=1 also on
+#                         three brokers
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -4,8 +4,9 @@ Before: every connection that sent a 4-byte size prefix got a read buffer of up 
 allocated and zeroed at once whatever else it sent: 1,000 such connections cost +2.6 GB of RSS
 in 10 s (1.87 GB still after they closed); 12 connections trickling 98 MB frames, +1.15 GB.
 Now a buffer grows only as bytes arrive (at most as much again as the frame holds so far), the
-memory of requests still being read is bounded per core (`queued.max.request.bytes`: past it,
-reading waits), and before a SASL login a frame over `sasl.server.max.receive.size` (512 KiB)
+memory of requests being read or processed is bounded per core (`queued.max.request.bytes`: a
+request's whole size counts from its size prefix until it is answered; past the limit, the next
+request's body waits), and before a SASL login a frame over `sasl.server.max.receive.size` (512 KiB)
 closes the connection at once. Measured on the broker's RSS (/proc), printed with `-s`.
 """
 

@@ -98,6 +98,10 @@ pub struct CoreSnapshot {
     pub wheel_expired: u64,
     pub wheel_woken: u64,
     pub connections: usize,
+    /// Bytes of requests being read or processed (`queued.max.request.bytes`), and how many
+    /// times a connection waited for room.
+    pub request_memory_used: usize,
+    pub request_memory_waits: u64,
     pub connections_accepted: u64,
     pub connections_refused: u64,
     pub connections_closed_bad_input: u64,
@@ -326,7 +330,7 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             );
         }
     }
-    let per_core: [Family<CoreSnapshot>; 16] = [
+    let per_core: [Family<CoreSnapshot>; 18] = [
         (
             "weir_parked_fetches",
             "gauge",
@@ -350,6 +354,18 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             "gauge",
             "Open client connections.",
             |c| c.connections as u64,
+        ),
+        (
+            "weir_request_memory_used_bytes",
+            "gauge",
+            "Bytes of requests being read or processed, counted against queued.max.request.bytes (Kafka's MemoryPoolUsed).",
+            |c| c.request_memory_used as u64,
+        ),
+        (
+            "weir_request_memory_waits_total",
+            "counter",
+            "Times a connection waited to read a request because queued.max.request.bytes was spent.",
+            |c| c.request_memory_waits,
         ),
         (
             "weir_connections_accepted_total",

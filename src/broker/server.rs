@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 pub use crate::broker::kafka::Listener;
 use crate::broker::kafka::{self, ProtocolError, Response};
 use crate::broker::shard::Shard;
-use crate::broker::sync::ByteBudget;
+use crate::broker::sync::{ByteBudget, Held};
 
 /// What a listener's connections need to know: which listener (its index in `listeners`,
 /// for the endpoints Metadata answers with) and, on an SSL listener, this core's TLS acceptor.
@@ -84,36 +84,38 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, endpoint: Endp
 }
 
 enum Frame {
-    Request(Bytes),
+    /// A request's bytes, with their place in the core's request-memory budget (given back
+    /// when the request's task ends).
+    Request(Bytes, Held),
     Eof,
     Bad(ProtocolError),
 }
 
-/// Reads one size-prefixed frame. A size prefix over `max` (or negative) is refused before
-/// any of the body is read.
 /// A connection's read buffer. Frames are split off it as `Bytes` (no copy). The memory
 /// past `buf.len()` that is known to be initialized is tracked, so each byte of the buffer
 /// is zeroed once per allocation instead of before every read.
 struct ReadBuf {
     buf: BytesMut,
-    /// The capacity counted against the core's `Shard::reading` budget.
-    held: usize,
+    /// The budget taken for the frame being read (its whole size, once its prefix arrived).
+    frame: Option<Held>,
     /// Bytes from `buf.as_ptr()` known initialized (`>= buf.len()`).
     init: usize,
-    /// How much to read at once beyond the current frame: small for idle or chatty
-    /// connections (ten thousand idle consumers cost ~8 KiB each), doubling while reads
-    /// come back full (streaming producers).
+    /// How much to read at once of a large frame: small for idle or chatty connections,
+    /// doubling while reads come back full (streaming producers).
     read_hint: usize,
 }
 
 const READ_MIN: usize = 8 << 10;
 const READ_MAX: usize = 1 << 20;
+/// An emptied read buffer larger than this is let go rather than kept for the next frame:
+/// an idle connection keeps at most this much beside the requests it has in flight.
+const KEEP_MAX: usize = 64 << 10;
 
 impl ReadBuf {
     fn new(capacity: usize) -> ReadBuf {
         ReadBuf {
             buf: BytesMut::with_capacity(capacity),
-            held: 0,
+            frame: None,
             init: 0,
             read_hint: READ_MIN,
         }
@@ -142,26 +144,27 @@ impl ReadBuf {
         start
     }
 
-    /// Counts the buffer's capacity against the core's budget.
-    fn account(&mut self, budget: &ByteBudget) {
-        let cap = self.buf.capacity();
-        budget.change(cap as isize - self.held as isize);
-        self.held = cap;
-    }
-
     fn split_frame(&mut self, size: usize) -> Bytes {
         self.buf.advance(4);
         let frame = self.buf.split_to(size).freeze();
         self.init = self.init.saturating_sub(4 + size);
+        if self.buf.is_empty() && self.buf.capacity() > KEEP_MAX {
+            self.buf = BytesMut::new();
+            self.init = 0;
+        }
         frame
     }
 }
 
+/// Reads one size-prefixed frame. A size prefix over `max` (or negative) is refused before
+/// any of the body is read. Once the prefix is in, the frame's whole size is taken from the
+/// core's budget (waiting while it is spent: the only wait); the buffer still grows only as
+/// the bytes arrive.
 async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
     rd: &mut R,
     rb: &mut ReadBuf,
     max: usize,
-    budget: &ByteBudget,
+    budget: &Rc<ByteBudget>,
 ) -> std::io::Result<Frame> {
     loop {
         let mut need = 4;
@@ -175,10 +178,13 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
                 ))));
             }
             let size = size as usize;
+            if rb.frame.is_none() {
+                rb.frame = Some(budget.take(4 + size).await);
+            }
             if rb.buf.len() >= 4 + size {
                 let frame = rb.split_frame(size);
-                rb.account(budget);
-                return Ok(Frame::Request(frame));
+                let held = rb.frame.take().expect("taken above");
+                return Ok(Frame::Request(frame, held));
             }
             need = 4 + size;
         }
@@ -187,11 +193,7 @@ async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
         // announcing a large frame and then trickling, or sending nothing, holds a few KiB.
         let have = rb.buf.len();
         let want = (need - have).min(rb.read_hint.max(have)).clamp(1, 4 << 20);
-        if rb.buf.capacity() < have + want {
-            budget.room_for(want).await;
-        }
         let start = rb.grow(want);
-        rb.account(budget);
         let n = match rd.read(&mut rb.buf[start..]).await {
             Ok(n) => n,
             Err(e) => {
@@ -426,9 +428,9 @@ async fn serve_connection<S>(
             ),
         )
         .await;
-        let frame = match frame {
+        let (frame, held) = match frame {
             None => break,
-            Some(Ok(Frame::Request(f))) => f,
+            Some(Ok(Frame::Request(f, held))) => (f, held),
             Some(Ok(Frame::Eof)) => break,
             Some(Ok(Frame::Bad(e))) => {
                 crate::broker::metrics::CoreMetrics::bump(
@@ -513,16 +515,20 @@ async fn serve_connection<S>(
         activity.0.set(activity.0.get() + 1);
         activity.1.set(Instant::now());
         let sh = shard.clone();
-        let task =
-            glommio::spawn_local(kafka::process(sh, req, listener, kind, session.clone())).detach();
+        let who = session.clone();
+        // The request's bytes count against the core's budget until its task ends.
+        let task = glommio::spawn_local(async move {
+            let answer = kafka::process(sh, req, listener, kind, who).await;
+            drop(held);
+            answer
+        })
+        .detach();
         if tx.send(task).await.is_err() {
             break; // the writer stopped (client gone or protocol error)
         }
     }
     streams.cancel_all();
     drop(streams);
-    // The read buffer goes: its memory no longer counts against the core's budget.
-    shard.reading.change(-(buf.held as isize));
     drop(buf);
     drop(tx);
     writer.await;

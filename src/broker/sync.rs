@@ -3,6 +3,7 @@
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 /// Runs the futures concurrently and returns their outputs in order. Each poll polls the
@@ -132,33 +133,84 @@ impl Notify {
     }
 }
 
-/// A per-core budget of bytes (the memory of requests still being read, `queued.max.request.bytes`):
-/// holders add what they take and give it back; a reader that would pass the limit waits until
-/// others gave enough back. Single-core, no lock.
+/// A per-core budget of bytes: the memory of requests being read and not yet answered
+/// (`queued.max.request.bytes`, Kafka's socket-server memory pool). A connection takes a
+/// [`Held`] for a frame's whole size once its size prefix has arrived, waiting for room only
+/// then — never halfway through a frame — and the request keeps it until its task ends.
+/// A holder therefore only ever waits for its own client's bytes or for request processing,
+/// never for another reader: nothing can wait in a circle. Single-core, no lock.
 pub struct ByteBudget {
     used: Cell<usize>,
     limit: usize,
+    /// Readers waiting for room, woken (all, to re-check) when bytes are given back.
+    waiters: RefCell<Vec<Waker>>,
+    /// Times a reader had to wait (`weir_request_memory_waits_total`).
+    waits: Cell<u64>,
 }
 
 impl ByteBudget {
-    pub fn new(limit: usize) -> ByteBudget {
-        ByteBudget {
+    pub fn new(limit: usize) -> Rc<ByteBudget> {
+        Rc::new(ByteBudget {
             used: Cell::new(0),
             limit,
+            waiters: RefCell::new(Vec::new()),
+            waits: Cell::new(0),
+        })
+    }
+
+    pub fn used(&self) -> usize {
+        self.used.get()
+    }
+
+    pub fn waits(&self) -> u64 {
+        self.waits.get()
+    }
+
+    fn fits(&self, bytes: usize) -> bool {
+        // One request is never stopped by the others' absence (the limit is at least one
+        // largest request, but a SASL-less frame may still be larger than what is left).
+        self.used.get() == 0 || self.used.get() + bytes <= self.limit
+    }
+
+    /// Waits until `bytes` fit, then takes them.
+    pub async fn take(self: &Rc<Self>, bytes: usize) -> Held {
+        if !self.fits(bytes) {
+            self.waits.set(self.waits.get() + 1);
+            poll_fn(|cx| {
+                if self.fits(bytes) {
+                    return Poll::Ready(());
+                }
+                self.waiters.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            })
+            .await;
+        }
+        self.used.set(self.used.get() + bytes);
+        Held {
+            budget: self.clone(),
+            bytes,
         }
     }
 
-    /// Moves the bytes held by `delta` (gives back when negative).
-    pub fn change(&self, delta: isize) {
-        self.used.set(self.used.get().saturating_add_signed(delta));
+    fn give_back(&self, bytes: usize) {
+        self.used.set(self.used.get() - bytes);
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        for w in waiters {
+            w.wake();
+        }
     }
+}
 
-    /// Waits until `extra` more bytes fit (or nothing is held: one reader is never stopped by
-    /// the others' absence), checking every millisecond: the budget is full only under
-    /// overload, where a wake-up list is not worth its cost on every read.
-    pub async fn room_for(&self, extra: usize) {
-        while self.used.get() > 0 && self.used.get() + extra > self.limit {
-            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+/// Bytes taken from a [`ByteBudget`], given back when dropped.
+pub struct Held {
+    budget: Rc<ByteBudget>,
+    bytes: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.give_back(self.bytes);
         }
     }
 }
@@ -255,7 +307,38 @@ impl Drop for FifoGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::rc::Rc;
+
+    #[test]
+    fn byte_budget_makes_a_reader_wait_until_requests_finish() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let budget = ByteBudget::new(100);
+                let a = budget.take(60).await;
+                let b = budget.take(30).await;
+                assert_eq!(budget.used(), 90);
+                // 20 more do not fit: the reader waits, holding nothing meanwhile.
+                let waiter = {
+                    let budget = budget.clone();
+                    glommio::spawn_local(async move { budget.take(20).await })
+                };
+                futures_lite::future::yield_now().await;
+                assert_eq!((budget.used(), budget.waits()), (90, 1));
+                drop(b); // a request finished: 60 + 20 fit
+                let c = waiter.await;
+                assert_eq!(budget.used(), 80);
+                drop((a, c));
+                assert_eq!(budget.used(), 0);
+                // An empty budget takes a request larger than the limit (one largest
+                // request is never refused for the others' absence).
+                let big = budget.take(500).await;
+                assert_eq!(budget.used(), 500);
+                drop(big);
+                assert_eq!(budget.used(), 0);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
 
     #[test]
     fn fifo_lock_serves_in_call_order_even_when_waiters_give_up() {

@@ -216,7 +216,7 @@ pub struct Shard {
     pub connections: Cell<usize>,
     /// Memory of the requests this core's connections are still reading
     /// (`queued.max.request.bytes`): past it, reads wait (`server::read_frame`).
-    pub reading: crate::broker::sync::ByteBudget,
+    pub reading: Rc<crate::broker::sync::ByteBudget>,
     /// Failed SASL logins by client address (`sasl.rs`: throttling).
     pub login_failures: crate::broker::login_failures::LoginFailures,
     /// This core's counters for the metrics endpoint.
@@ -380,6 +380,8 @@ impl Shard {
             core: self.id,
             parked: self.wheel.borrow().len(),
             connections: self.connections.get(),
+            request_memory_used: self.reading.used(),
+            request_memory_waits: self.reading.waits(),
             ..Default::default()
         };
         self.metrics.fill(&mut snap);
