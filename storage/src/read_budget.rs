@@ -18,6 +18,9 @@ pub(crate) struct Slot {
     pub(crate) waiters: RefCell<Vec<Waker>>,
     /// File position up to which this chunk's data is valid.
     pub(crate) valid_to: u64,
+    /// Bytes of this chunk counted as read ahead and not yet asked for by a reader
+    /// (`ReadBudget::ahead_bytes`); 0 once a reader took it, or if one asked for it.
+    pub(crate) ahead: Cell<usize>,
 }
 
 /// Chunks unused for this long are released by [`ReadBudget::expire`].
@@ -28,6 +31,11 @@ const IDLE_CHUNK: Duration = Duration::from_secs(30);
 pub(crate) struct ReadBudget {
     capacity_bytes: usize,
     used_bytes: Cell<usize>,
+    /// Of `used_bytes`, what was read ahead and no reader has asked for yet. Read-ahead stops
+    /// at half the capacity: with many partitions read at once (8 per core at 16 MiB each
+    /// filled the whole budget), the window of one would evict the chunks the others were
+    /// about to take, and every chunk was read twice or more.
+    ahead_bytes: Cell<usize>,
     chunks: RefCell<VecDeque<(Rc<Slot>, usize, Instant)>>,
 }
 
@@ -36,6 +44,7 @@ impl ReadBudget {
         ReadBudget {
             capacity_bytes,
             used_bytes: Cell::new(0),
+            ahead_bytes: Cell::new(0),
             chunks: RefCell::new(VecDeque::new()),
         }
     }
@@ -48,26 +57,46 @@ impl ReadBudget {
         self.used_bytes.get()
     }
 
-    pub(crate) fn admit(&self, slot: Rc<Slot>, len: usize) {
+    /// Takes a chunk in (`ahead`: read ahead, not asked for), evicting the oldest past the
+    /// capacity.
+    pub(crate) fn admit(&self, slot: Rc<Slot>, len: usize, ahead: bool) {
+        if ahead {
+            slot.ahead.set(len);
+            self.ahead_bytes.set(self.ahead_bytes.get() + len);
+        }
         let mut chunks = self.chunks.borrow_mut();
         chunks.push_back((slot, len, Instant::now()));
         self.used_bytes.set(self.used_bytes.get() + len);
         while self.used_bytes.get() > self.capacity_bytes {
-            let Some((_, old_len, _)) = chunks.pop_front() else {
+            let Some((old, old_len, _)) = chunks.pop_front() else {
                 break;
             };
+            self.taken(&old);
             self.used_bytes.set(self.used_bytes.get() - old_len);
         }
+    }
+
+    /// A reader asked for this chunk (or it left the budget): it no longer counts as read
+    /// ahead.
+    pub(crate) fn taken(&self, slot: &Slot) {
+        let ahead = slot.ahead.replace(0);
+        self.ahead_bytes.set(self.ahead_bytes.get() - ahead);
+    }
+
+    /// May another chunk be read ahead?
+    pub(crate) fn ahead_room(&self) -> bool {
+        self.ahead_bytes.get() < self.capacity_bytes / 2
     }
 
     /// Releases the chunks read more than [`IDLE_CHUNK`] ago (readers still holding slices
     /// of them keep those alive until they are sent).
     pub(crate) fn expire(&self, now: Instant) {
         let mut chunks = self.chunks.borrow_mut();
-        while let Some((_, len, at)) = chunks.front() {
+        while let Some((slot, len, at)) = chunks.front() {
             if now.saturating_duration_since(*at) < IDLE_CHUNK {
                 break;
             }
+            self.taken(slot);
             self.used_bytes.set(self.used_bytes.get() - len);
             chunks.pop_front();
         }

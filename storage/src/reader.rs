@@ -73,10 +73,13 @@ impl ReadCache {
 
     /// The chunk `idx` of `segment`, valid at least up to `need_to` (the caller guarantees
     /// `need_to <= limit`, the segment's visible size).
-    fn slot(&self, segment: &Segment, idx: u64, need_to: u64, limit: u64) -> Rc<Slot> {
+    fn slot(&self, segment: &Segment, idx: u64, need_to: u64, limit: u64, ahead: bool) -> Rc<Slot> {
         let key = (segment.uid, idx);
         if let Some(s) = self.live(key) {
             if s.valid_to >= need_to {
+                if !ahead {
+                    self.cache.reads.taken(&s);
+                }
                 return s;
             }
         }
@@ -101,7 +104,7 @@ impl ReadCache {
             waiters.into_iter().for_each(Waker::wake);
         })
         .detach();
-        self.cache.reads.admit(slot.clone(), len);
+        self.cache.reads.admit(slot.clone(), len, ahead);
         let mut slots = self.slots.borrow_mut();
         slots.insert(key, Rc::downgrade(&slot));
         // Evicted chunks leave dead weak references behind: sweep them now and then.
@@ -111,11 +114,12 @@ impl ReadCache {
         slot
     }
 
-    /// Starts reading the chunks after `idx`, up to the read-ahead window.
+    /// Starts reading the chunks after `idx`, up to the read-ahead window (and while the
+    /// core's read-ahead is under half its budget: `ReadBudget::ahead_room`).
     fn read_ahead(&self, segment: &Segment, idx: u64, limit: u64) {
         for next in idx + 1..=idx + self.ahead_chunks {
             let start = next * self.chunk_bytes;
-            if start >= limit {
+            if start >= limit || !self.cache.reads.ahead_room() {
                 break;
             }
             let need = ((next + 1) * self.chunk_bytes).min(limit);
@@ -123,7 +127,7 @@ impl ReadCache {
                 .live((segment.uid, next))
                 .is_some_and(|s| s.valid_to >= need);
             if !present {
-                self.slot(segment, next, need, limit);
+                self.slot(segment, next, need, limit, true);
             }
         }
     }
@@ -164,7 +168,7 @@ impl ReadCache {
             let chunk_start = idx * self.chunk_bytes;
             let chunk_end = chunk_start + self.chunk_bytes;
             let need_to = to.min(chunk_end);
-            let slot = self.slot(segment, idx, need_to, limit);
+            let slot = self.slot(segment, idx, need_to, limit, false);
             self.read_ahead(segment, idx, limit);
             let data = wait(&slot).await.map_err(|why| Error::Io {
                 op: "read",
