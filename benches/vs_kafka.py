@@ -58,6 +58,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -264,10 +265,13 @@ class Bench:
 
     def record(self, r: dict) -> None:
         self.runs.append(r)
+        # Kept after every run, so that a run cut short is not lost.
+        (self.a.out / "vs_kafka.partial.json").write_text(json.dumps({"runs": self.runs}))
         keys = [("mb_s", "{:7.1f} MB/s"), ("rec_s", "{:9.0f} rec/s"), ("p50_ms", "p50 {:8.2f}"),
                 ("p99_ms", "p99 {:8.2f}"), ("p999_ms", "p999 {:8.2f}"), ("max_ms", "max {:8.2f} ms"),
                 ("cpu_s_per_gb", "| CPU {:.2f} s/GB"), ("rss_mib", "| RSS {:.0f} MiB"),
-                ("disk_per_acked", "| disk {:.2f} x acked")]
+                ("disk_per_acked", "| disk {:.2f} x acked"), ("ack_p99_ms", "| ack p99 {:.2f}"), ("ack_max_ms", "max {:.1f} ms"),
+                ("first_record_ms", "| first record {:.0f} ms")]
         text = " ".join(f.format(r[k]) for k, f in keys if r.get(k) is not None)
         log(f"  r{r['round']} {r['workload']:<16} {r['system']:<12} p{r['partitions']:<4} {str(r['load']):<7} {text}"
             + (f" | {r['errors']:.0f} ERRORS" if r.get("errors") else ""))
@@ -338,8 +342,15 @@ class Bench:
                 "--rate", str(rate), "--work-dir", str(self.data / "bench-work")]
         report, _ = rep.run_bench(topic, a.out, args)
         e2e = next(x for x in report["latency"] if x["name"].startswith("end-to-end"))
+        ack = next(x for x in report["latency"] if x["name"].startswith("produce latency"))
         r = self.base(rnd, "e2e-rdkafka", system, p, rate)
-        r.update({**latencies(e2e), "cdf": e2e.get("distribution"), "rss_mib": b.rss()})
+        r.update({**latencies(e2e), "cdf": e2e.get("distribution"), "rss_mib": b.rss(),
+                  # The same records' send->ack: an e2e tail that equals it waited for the
+                  # device (fdatasync), not for the fetch path.
+                  "ack_p99_ms": latencies(ack)["p99_ms"], "ack_max_ms": latencies(ack)["max_ms"],
+                  # The consumer's start-up (librdkafka's first fetch after assign), untimed above.
+                  "first_record_ms": rep.figure(
+                      report, "[librdkafka] first record's latency (consumer start-up, not timed)", "ms")})
         self.record(r)
         drop_topic(b.bootstrap, topic)
 
@@ -472,6 +483,8 @@ def main() -> int:
     log(f"weir {weir.bootstrap} (pids {weir.pids}, --cores {os.cpu_count()}); Apache Kafka "
         f"{a.kafka_version} {kafka.bootstrap} (pids {kafka.pids}, {java}, {' '.join(KAFKA_JVM[:2])})")
     bench = Bench(a, lib, data, weir, kafka)
+    # SIGTERM or Ctrl-C ends the run early: what was measured is still summarized and saved.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         for rnd in range(1, a.rounds + 1):
             def order(xs):
@@ -497,6 +510,8 @@ def main() -> int:
             if "e2e" in workloads:
                 for system in order(systems):
                     bench.java_e2e(rnd, system)
+    except KeyboardInterrupt:
+        log(f"interrupted: summarizing the {len(bench.runs)} runs done")
     finally:
         weir.stop()
         kafka.stop()
@@ -513,7 +528,8 @@ def main() -> int:
 COLUMNS = [("MB/s", "mb_s", "{:.1f}"), ("rec/s", "rec_s", "{:.0f}"), ("p50 ms", "p50_ms", "{:.2f}"),
            ("p99 ms", "p99_ms", "{:.2f}"), ("p99.9 ms", "p999_ms", "{:.2f}"), ("max ms", "max_ms", "{:.1f}"),
            ("CPU s/GB", "cpu_s_per_gb", "{:.2f}"), ("RSS MiB", "rss_mib", "{:.0f}"),
-           ("disk/acked", "disk_per_acked", "{:.2f}")]
+           ("disk/acked", "disk_per_acked", "{:.2f}"), ("ack p99 ms", "ack_p99_ms", "{:.2f}"), ("ack max ms", "ack_max_ms", "{:.1f}"),
+           ("1st record ms", "first_record_ms", "{:.0f}")]
 
 
 def summary(runs: list[dict], cmd: str, rounds: int) -> None:

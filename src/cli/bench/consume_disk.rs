@@ -65,6 +65,7 @@ pub(super) fn scenario_consume_disk(ctx: &mut Ctx) -> Result<(), String> {
             stamped: false,
             max_wait: Duration::from_millis(500),
             streaming: ctx.args.fetch == FetchMode::Stream,
+            warmup: false,
         })
         .collect();
     let cpu_before = ctx.broker.pid.and_then(broker::cpu_seconds);

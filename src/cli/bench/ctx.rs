@@ -300,6 +300,11 @@ impl Ctx {
         Ok(PhaseResult {
             fetch_requests: total(|c| &c.requests),
             pushes: total(|c| &c.pushes),
+            first_record_us: c_counters
+                .iter()
+                .map(|c| c.first_record_us.load(Ordering::Relaxed))
+                .max()
+                .unwrap_or(0),
             stats,
             consumed,
             produce_latency: p_hist,
@@ -329,6 +334,8 @@ pub(super) struct PhaseResult {
     /// Consumers' fetch requests (Fetch, or stream Open/Credit/Cancel) and pushes.
     pub(super) fetch_requests: u64,
     pub(super) pushes: u64,
+    /// The slowest consumer's first record (µs, consumers with a warm-up).
+    pub(super) first_record_us: u64,
     pub(super) stats: PhaseStats,
     pub(super) consumed: PhaseStats,
     pub(super) produce_latency: Histogram<u64>,

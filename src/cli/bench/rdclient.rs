@@ -239,6 +239,7 @@ pub fn consume(
         })
         .collect();
     let mut hist = new_histogram();
+    let mut warm = super::workload::WarmupFilter::default();
     let mut remaining = if spec.until.is_some() {
         next.iter().filter(|(_, pos, end)| pos < end).count()
     } else {
@@ -267,7 +268,10 @@ pub fn consume(
                 let v = m.payload().unwrap_or(&[]);
                 if spec.stamped && v.len() >= 8 {
                     let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
-                    let _ = hist.record((clock_ns().saturating_sub(sent) / 1000).max(1));
+                    let now = clock_ns();
+                    if warm.counts(sent, now, spec.warmup, &counters) {
+                        let _ = hist.record((now.saturating_sub(sent) / 1000).max(1));
+                    }
                 }
                 counters.bytes.fetch_add(v.len() as u64, Ordering::Relaxed);
                 counters.records.fetch_add(1, Ordering::Relaxed);

@@ -24,6 +24,8 @@ pub struct Counters {
     /// streaming pushes received.
     pub requests: AtomicU64,
     pub pushes: AtomicU64,
+    /// Consumers with a warm-up: the end-to-end latency of the first record (µs), not timed.
+    pub first_record_us: AtomicU64,
 }
 
 /// A monotonic clock shared by producers and consumers of this process: nanoseconds since
@@ -201,6 +203,33 @@ pub struct ConsumeSpec {
     /// Streaming fetch (when the broker offers it) instead of pipelined long polls.
     pub streaming: bool,
     pub max_wait: Duration,
+    /// Records sent before the consumer had its first record in hand are read but not
+    /// timed: a client's start-up (librdkafka sends its first fetch after `assign` up to
+    /// ~1.5 s late) is not the broker's latency. The first record's latency is reported apart
+    /// (`Counters::first_record_us`).
+    pub warmup: bool,
+}
+
+/// Decides which stamped records count towards end-to-end latency (`ConsumeSpec::warmup`).
+#[derive(Default)]
+pub struct WarmupFilter {
+    from_ns: Option<u64>,
+}
+
+impl WarmupFilter {
+    pub fn counts(&mut self, sent_ns: u64, now_ns: u64, on: bool, counters: &Counters) -> bool {
+        if !on {
+            return true;
+        }
+        let from = *self.from_ns.get_or_insert_with(|| {
+            let first_us = now_ns.saturating_sub(sent_ns) / 1000;
+            counters
+                .first_record_us
+                .fetch_max(first_us, Ordering::Relaxed);
+            now_ns
+        });
+        sent_ns >= from
+    }
 }
 
 /// Consumes until `stop` or `until`; returns the end-to-end latency histogram (µs; empty
@@ -237,6 +266,7 @@ pub async fn consume(
         }
     }
     let mut hist = new_histogram();
+    let mut warm = WarmupFilter::default();
     let done = |c: &Consumer| {
         spec.until.as_ref().is_some_and(|u| {
             tps.iter()
@@ -263,7 +293,9 @@ pub async fn consume(
                 let v = r.value.as_deref().unwrap_or(&[]);
                 if v.len() >= 8 {
                     let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
-                    let _ = hist.record((now.saturating_sub(sent) / 1000).max(1));
+                    if warm.counts(sent, now, spec.warmup, &counters) {
+                        let _ = hist.record((now.saturating_sub(sent) / 1000).max(1));
+                    }
                 }
                 counters.bytes.fetch_add(v.len() as u64, Ordering::Relaxed);
             }
