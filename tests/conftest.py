@@ -286,6 +286,12 @@ def free_port_run(n: int) -> int:
     raise AssertionError(f"no run of {n} free ports found")
 
 
+def go_env() -> dict:
+    """The environment of every Go build here: -mod=readonly (go.mod and go.sum are complete,
+    and a build never rewrites them), no VCS stamping, no cgo."""
+    return dict(os.environ, GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="0")
+
+
 def go_build(module_dir: Path, name: str, timeout: float = 600.0) -> Path:
     """Builds the Go program in `module_dir` into tests/go/.bin/`name` (go.mod and go.sum pin
     its modules, which come from the Go module proxy once, into Go's module cache)."""
@@ -294,9 +300,7 @@ def go_build(module_dir: Path, name: str, timeout: float = 600.0) -> Path:
     out_dir = REPO / "tests" / "go" / ".bin"
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / name
-    # -mod=readonly: go.mod and go.sum are complete, and a build never rewrites them.
-    env = dict(os.environ, GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="0")
-    proc = subprocess.run([go, "build", "-o", str(out), "."], cwd=module_dir, env=env,
+    proc = subprocess.run([go, "build", "-o", str(out), "."], cwd=module_dir, env=go_env(),
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"go build in {module_dir}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return out

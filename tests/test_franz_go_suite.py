@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WEIR_BIN
+from conftest import WEIR_BIN, go_env
 from test_cluster_metadata import cluster  # noqa: F401  (the three-broker fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,10 +66,6 @@ RUN_TIMEOUT_S = 1800 if FULL else 330  # a normal default run takes 100-120 s he
 PACKAGES = {"kgo": "github.com/twmb/franz-go/pkg/kgo", "kadm": "github.com/twmb/franz-go/pkg/kadm"}
 SCRAM_USER, SCRAM_PASSWORD = "testuser", "testpass"
 VERDICTS = ("run", "known-fail", "na", "local")
-
-
-def go_env() -> dict:
-    return dict(os.environ, GOFLAGS="-mod=readonly -buildvcs=false", CGO_ENABLED="0")
 
 
 @pytest.fixture(scope="module")

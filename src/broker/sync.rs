@@ -209,9 +209,7 @@ pub struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.budget.give_back(self.bytes);
-        }
+        self.budget.give_back(self.bytes);
     }
 }
 

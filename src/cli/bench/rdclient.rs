@@ -239,7 +239,7 @@ pub fn consume(
         })
         .collect();
     let mut hist = new_histogram();
-    let mut warm = super::workload::WarmupFilter::default();
+    let mut warm = super::workload::WarmupFilter::new(spec.warmup);
     let mut remaining = if spec.until.is_some() {
         next.iter().filter(|(_, pos, end)| pos < end).count()
     } else {
@@ -269,7 +269,7 @@ pub fn consume(
                 if spec.stamped && v.len() >= 8 {
                     let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
                     let now = clock_ns();
-                    if warm.counts(sent, now, spec.warmup, &counters) {
+                    if warm.counts(sent, now, &counters) {
                         let _ = hist.record((now.saturating_sub(sent) / 1000).max(1));
                     }
                 }

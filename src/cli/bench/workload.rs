@@ -211,16 +211,19 @@ pub struct ConsumeSpec {
 }
 
 /// Decides which stamped records count towards end-to-end latency (`ConsumeSpec::warmup`).
-#[derive(Default)]
 pub struct WarmupFilter {
+    /// Records sent from here on count; `None` until the first record arrives.
     from_ns: Option<u64>,
 }
 
 impl WarmupFilter {
-    pub fn counts(&mut self, sent_ns: u64, now_ns: u64, on: bool, counters: &Counters) -> bool {
-        if !on {
-            return true;
+    pub fn new(warmup: bool) -> WarmupFilter {
+        WarmupFilter {
+            from_ns: if warmup { None } else { Some(0) },
         }
+    }
+
+    pub fn counts(&mut self, sent_ns: u64, now_ns: u64, counters: &Counters) -> bool {
         let from = *self.from_ns.get_or_insert_with(|| {
             let first_us = now_ns.saturating_sub(sent_ns) / 1000;
             counters
@@ -266,7 +269,7 @@ pub async fn consume(
         }
     }
     let mut hist = new_histogram();
-    let mut warm = WarmupFilter::default();
+    let mut warm = WarmupFilter::new(spec.warmup);
     let done = |c: &Consumer| {
         spec.until.as_ref().is_some_and(|u| {
             tps.iter()
@@ -293,7 +296,7 @@ pub async fn consume(
                 let v = r.value.as_deref().unwrap_or(&[]);
                 if v.len() >= 8 {
                     let sent = u64::from_le_bytes(v[..8].try_into().expect("8 bytes"));
-                    if warm.counts(sent, now, spec.warmup, &counters) {
+                    if warm.counts(sent, now, &counters) {
                         let _ = hist.record((now.saturating_sub(sent) / 1000).max(1));
                     }
                 }
