@@ -27,7 +27,7 @@ import subprocess
 
 import pytest
 
-from conftest import TMP_ROOT, Broker, _new_workdir, close_brokers
+from conftest import TMP_ROOT, Broker, _new_workdir, close_brokers, free_port_run
 from tls_certs import peer_tls_settings
 from test_cluster_metadata import CORES, NODE_ID_STRIDE, metadata_v1, wait_until
 
@@ -52,12 +52,15 @@ def free_ports_on(hosts: list[str]) -> list[int]:
             s.close()
 
 
-def start_cluster(request, n: int, own_addresses: bool, peer_tls: bool = True) -> list[Broker]:
+def start_cluster(request, n: int, own_addresses: bool, peer_tls: bool = True,
+                  settings: dict[str, str] | None = None, fixed_ports: bool = False) -> list[Broker]:
     """n brokers, ids 1..n, each with its own inter-broker port named in every one's voters
     list; on 127.0.0.2.. with `own_addresses`, else all on 127.0.0.1. The brokers talk to each
     other over mutual TLS (`security.inter.broker.protocol=SSL`), each with a certificate for
     its inter-broker host from the test's cluster CA (`peer_tls=False`: PLAINTEXT, set
-    explicitly). Returns once every
+    explicitly); `settings` go to every broker. With `fixed_ports` each broker's client
+    listener (and its per-core ports) stays where it was across restarts, as a real broker's
+    does (librdkafka backs off reconnecting to a port that went away). Returns once every
     broker has registered (partitions are placed on registered brokers only). The caller's
     fixture must call `close_brokers(request, brokers)` at teardown."""
     hosts = [host_of(i + 1) if own_addresses else "127.0.0.1" for i in range(n)]
@@ -69,8 +72,14 @@ def start_cluster(request, n: int, own_addresses: bool, peer_tls: bool = True) -
         workdir = _new_workdir(f"{request.node.name}-{i + 1}")
         security = (peer_tls_settings(TMP_ROOT, f"broker-{i + 1}-{workdir.name}", hosts[i]) if peer_tls
                     else {"security.inter.broker.protocol": "PLAINTEXT"})
-        brokers.append(Broker(workdir, {"node.id": str(i + 1), "controller.quorum.voters": voters, **security},
-                              cores=CORES))
+        listener = {}
+        if fixed_ports:
+            taken = {int(b.settings["listeners"].rsplit(":", 1)[1]) for b in brokers}
+            base = next(p for p in iter(lambda: free_port_run(CORES + 1), None)
+                        if all(abs(p - t) > CORES for t in taken))
+            listener = {"listeners": f"PLAINTEXT://127.0.0.1:{base}"}
+        brokers.append(Broker(workdir, {"node.id": str(i + 1), "controller.quorum.voters": voters, **security,
+                                        **listener, **(settings or {})}, cores=CORES))
     for b in brokers:
         b.start()
     every_node = sorted(bid * NODE_ID_STRIDE + c for bid in range(1, n + 1) for c in range(CORES))

@@ -50,14 +50,19 @@ PARTITIONS = 2
 
 
 def producer_loop(hist: History, bootstrap: str, name: str, idempotent: bool, stop: threading.Event,
-                  fatal: list):
-    """Sends until `stop`. A fatal error of the client (librdkafka's idempotent producer gives
-    up when the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER) is recorded in `fatal` with its
-    reason, and the application does what one must then: a new producer instance (a new
-    producer id) carries on; the old instance's unanswered records stay of unknown outcome."""
+                  fatal: list, topic: str = TOPIC, partitions: int = PARTITIONS, acked_at: list | None = None):
+    """Sends until `stop`, round robin over `partitions` partitions of `topic`. A fatal error
+    of the client (librdkafka's idempotent producer gives up when the broker answers
+    OUT_OF_ORDER_SEQUENCE_NUMBER) is recorded in `fatal` with its reason, and the application
+    does what one must then: a new producer instance (a new producer id) carries on; the old
+    instance's unanswered records stay of unknown outcome. `acked_at` gets (monotonic time,
+    partition) of each acknowledgement (tests/test_cluster_rolling_restart.py measures the
+    gaps)."""
     def report(err, msg):
         if err is None:
             hist.acknowledged(msg.value(), msg.offset())
+            if acked_at is not None:
+                acked_at.append((time.monotonic(), msg.partition()))
         else:
             hist.failed(msg.value(), str(err))
 
@@ -74,11 +79,11 @@ def producer_loop(hist: History, bootstrap: str, name: str, idempotent: bool, st
     i = 0
     while not stop.is_set():
         value = f"{name}-{i}".encode()
-        part = i % PARTITIONS
+        part = i % partitions
         hist.attempt(part, value, idempotent)
         while True:
             try:
-                p.produce(TOPIC, value=value, partition=part, on_delivery=report)
+                p.produce(topic, value=value, partition=part, on_delivery=report)
                 break
             except BufferError:
                 p.poll(0.05)

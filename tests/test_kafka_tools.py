@@ -48,6 +48,7 @@ from clients import (Msg, now_ms, rd_admin, rd_consume, rd_consumer, rd_create_t
 from conftest import WEIR_BIN, Broker, _new_workdir
 from java_support import JAVA_ROOT, classpath, run_java
 from test_cluster_metadata import cluster  # noqa: F401  (the three-broker fixture)
+from test_cluster_metadata import wait_until
 
 MODULE = "tools"
 LOG4J = JAVA_ROOT / MODULE / "tools-log4j2.yaml"
@@ -783,3 +784,22 @@ def test_topics_and_metadata_quorum_on_a_cluster(cluster):  # noqa: F811
     rows = table(r.stdout, "NodeId")
     assert sorted(row["Status"] for row in rows if row["NodeId"] in ("1", "2", "3")) == [
         "Follower", "Follower", "Leader"], shown(r)
+
+    # A rolling restart's wait (docs/operations.md): `--under-replicated-partitions` lists the
+    # partitions with fewer replicas in sync than assigned — both while a broker is down, none
+    # once it is back.
+    def under_replicated(bootstrap: str) -> list[str]:
+        r = tool(TOPICS, "--bootstrap-server", bootstrap, "--describe", "--under-replicated-partitions",
+                 "--topic", topic)
+        return lines(r.stdout)
+    assert under_replicated(b) == [], "under-replicated partitions in a healthy cluster"
+    brokers[2].stop()
+    survivors = ",".join(x.bootstrap for x in brokers[:2])
+    down = wait_until("both partitions under-replicated", lambda: (
+        rows if len(rows := under_replicated(survivors)) == 2 else None), timeout=60.0)
+    for ln in down:
+        fields = dict(re.findall(r"(\w+): ?([^\t]*)", ln))
+        assert sorted(int(x) // 1024 for x in fields["Isr"].split(",")) == [1, 2], ln
+    brokers[2].start()
+    everyone = ",".join(x.bootstrap for x in brokers)
+    wait_until("no partition under-replicated", lambda: under_replicated(everyone) == [] or None, timeout=60.0)

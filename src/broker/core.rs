@@ -244,7 +244,9 @@ pub(super) async fn core_main(
         glommio::spawn_local(shard.clone().register_broker(node)).detach();
     }
 
-    // Shutdown watcher: woken by the byte the signal thread writes to this core's socket.
+    // Shutdown watcher: woken by the byte the signal thread writes to this core's socket. In
+    // a cluster this core's leaderships move away first (`Shard::step_down`), while it goes
+    // on serving; then its listeners close.
     {
         let shard = shard.clone();
         use std::os::fd::{FromRawFd, IntoRawFd};
@@ -253,6 +255,8 @@ pub(super) async fn core_main(
         glommio::spawn_local(async move {
             let mut byte = [0u8; 1];
             let _ = futures_lite::AsyncReadExt::read(&mut watch, &mut byte).await;
+            shard.stopping.fire();
+            shard.step_down().await;
             shard.shutdown.fire();
         })
         .detach();

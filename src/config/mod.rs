@@ -131,6 +131,10 @@ pub const SETTINGS: &[Setting] = &[
         "In a cluster: a replicated partition led by another replica than its preferred one (the first of its placement) hands its leadership back to the preferred replica once that one is in sync, checked every `leader.imbalance.check.interval.seconds` (docs/replication.md, \"Preferred leaders\"). On by default, as in Kafka."),
     setting("leader.imbalance.check.interval.seconds", "300", "s", None,
         "How often each partition leader checks whether to hand its leadership back to the preferred replica (`auto.leader.rebalance.enable`)."),
+    setting("controlled.shutdown.enable", "true", "bool", None,
+        "In a cluster: a broker told to stop (SIGTERM, SIGINT) first hands the leadership of every partition it leads, and of the metadata group, to an in-sync replica, and keeps serving meanwhile, so its partitions answer again within a leader change instead of after an election timeout (docs/replication.md, \"Controlled shutdown\"). As in Kafka; off, it stops at once and the others elect leaders after their election timeout."),
+    setting("controlled.shutdown.timeout.ms", "5000", "ms", None,
+        "In a cluster, with `controlled.shutdown.enable`: how long a stopping broker waits at most for its leaderships to move before it stops anyway (a partition without an in-sync follower keeps its leader until then)."),
     setting("replica.hibernate.enable", "true", "bool", None,
         "In a cluster: a replicated partition with nothing to replicate for a second hibernates: its replicas stop ticking and heartbeating until a produce, a message or a peer broker going down or coming back wakes it (docs/replication.md, \"Hibernating partition groups\"). Off, every group heartbeats every 200 ms."),
     setting("auto.create.topics.enable", "true", "bool", None,
@@ -250,6 +254,10 @@ pub struct BrokerConfig {
     pub leader_imbalance_check_interval_s: u64,
     /// `replica.hibernate.enable`.
     pub replica_hibernate: bool,
+    /// `controlled.shutdown.enable`.
+    pub controlled_shutdown: bool,
+    /// `controlled.shutdown.timeout.ms`.
+    pub controlled_shutdown_timeout_ms: u64,
     /// `transaction.max.timeout.ms`.
     pub transaction_max_timeout_ms: i64,
     /// `transactional.id.expiration.ms`.
@@ -353,6 +361,8 @@ impl Default for BrokerConfig {
             auto_create_topics: true,
             auto_leader_rebalance: true,
             replica_hibernate: true,
+            controlled_shutdown: true,
+            controlled_shutdown_timeout_ms: 5000,
             leader_imbalance_check_interval_s: 300,
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 604_800_000,
@@ -501,6 +511,10 @@ impl BrokerConfig {
             "auto.create.topics.enable" => self.auto_create_topics = parse_bool(key, value)?,
             "auto.leader.rebalance.enable" => self.auto_leader_rebalance = parse_bool(key, value)?,
             "replica.hibernate.enable" => self.replica_hibernate = parse_bool(key, value)?,
+            "controlled.shutdown.enable" => self.controlled_shutdown = parse_bool(key, value)?,
+            "controlled.shutdown.timeout.ms" => {
+                self.controlled_shutdown_timeout_ms = parse_bounded(key, value, 0, 600_000)?
+            }
             "leader.imbalance.check.interval.seconds" => {
                 self.leader_imbalance_check_interval_s = parse_bounded(key, value, 1, 1 << 31)?
             }
@@ -710,6 +724,8 @@ impl BrokerConfig {
             "auto.create.topics.enable" => self.auto_create_topics.to_string(),
             "auto.leader.rebalance.enable" => self.auto_leader_rebalance.to_string(),
             "replica.hibernate.enable" => self.replica_hibernate.to_string(),
+            "controlled.shutdown.enable" => self.controlled_shutdown.to_string(),
+            "controlled.shutdown.timeout.ms" => self.controlled_shutdown_timeout_ms.to_string(),
             "leader.imbalance.check.interval.seconds" => {
                 self.leader_imbalance_check_interval_s.to_string()
             }

@@ -37,6 +37,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "auto.create.topics.enable"
         | "auto.leader.rebalance.enable"
         | "replica.hibernate.enable"
+        | "controlled.shutdown.enable"
         | "log.cleaner.enable"
         | "allow.everyone.if.no.acl.found" => Boolean,
         "offset.metadata.max.bytes"
@@ -66,6 +67,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "cache.bytes.per.core"
         | "internal.topics.compaction.min.bytes"
         | "leader.imbalance.check.interval.seconds"
+        | "controlled.shutdown.timeout.ms"
         | "read.cache.bytes.per.core"
         | "log.cleaner.backoff.ms"
         | "log.cleaner.min.compaction.lag.ms"

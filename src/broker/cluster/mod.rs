@@ -97,6 +97,17 @@ pub struct Boot {
     pub tls: Option<peer_tls::PeerTls>,
 }
 
+/// Where a stopping broker's leadership of a Raft group is (`Node::step_down`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// This broker does not lead the group.
+    NotLeader,
+    /// Handed to a replica in sync, which is taking over.
+    Moving,
+    /// No replica is in sync to take it: kept until the broker stops.
+    NoSuccessor,
+}
+
 pub struct Node {
     pub id: u64,
     raw: RefCell<RawNode<MemStorage>>,
@@ -120,6 +131,8 @@ pub struct Node {
     /// Our calls to peers waiting for their answers, by request id.
     calls: RefCell<HashMap<u64, Rc<Slot<PeerAnswer>>>>,
     next_req: Cell<u64>,
+    /// The broker is stopping (`step_down`): it hands the leadership over and takes none.
+    stopping: Cell<bool>,
     hooks: Hooks,
 }
 
@@ -199,6 +212,7 @@ impl Node {
                         << 8)
                         & ((1 << 48) - 1)),
             ),
+            stopping: Cell::new(false),
             hooks,
         });
         let listener = glommio::net::TcpListener::bind(listen)
@@ -250,6 +264,40 @@ impl Node {
         .await;
         self.calls.borrow_mut().remove(&req);
         answer
+    }
+
+    /// Controlled shutdown (`Shard::step_down`): from now on this broker declines the
+    /// leadership; if it leads, it hands it to a voter in sync (active, holding every
+    /// committed entry), the one furthest ahead.
+    pub fn step_down(&self) -> Handover {
+        self.stopping.set(true);
+        let mut raw = self.raw.borrow_mut();
+        if raw.raft.state != StateRole::Leader {
+            return Handover::NotLeader;
+        }
+        if raw.raft.lead_transferee.is_some() {
+            return Handover::Moving;
+        }
+        let (me, committed) = (raw.raft.id, raw.raft.raft_log.committed);
+        let to = raw
+            .raft
+            .prs()
+            .iter()
+            .filter(|(id, pr)| **id != me && pr.recent_active && pr.matched >= committed)
+            .max_by_key(|(_, pr)| pr.matched)
+            .map(|(id, _)| *id);
+        let Some(to) = to else {
+            return Handover::NoSuccessor;
+        };
+        info!(
+            to,
+            term = raw.raft.term,
+            "stopping: handing the metadata leadership over"
+        );
+        raw.transfer_leader(to);
+        drop(raw);
+        self.work.notify();
+        Handover::Moving
     }
 
     /// The metadata group's leader as this broker knows it (0: none known).
@@ -311,6 +359,15 @@ impl Node {
             }
             let msgs = std::mem::take(&mut *self.inbox.borrow_mut());
             for m in msgs {
+                if self.stopping.get()
+                    && m.get_msg_type() == raft::prelude::MessageType::MsgTimeoutNow
+                {
+                    debug!(
+                        from = m.from,
+                        "stopping: the metadata leadership offered declined"
+                    );
+                    continue;
+                }
                 if let Err(e) = self.raw.borrow_mut().step(m) {
                     debug!(error = %e, "stepping a Raft message");
                 }

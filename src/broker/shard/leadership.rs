@@ -1,17 +1,89 @@
-//! Preferred leaders of replicated partitions (docs/replication.md, "Preferred leaders"): a
-//! new group's preferred replica campaigns first, and a leader that is not the preferred
-//! replica hands its leadership back to it once that one has caught up (Kafka's automatic
-//! preferred-leader election).
+//! Where the leaders of replicated partitions are (docs/replication.md, "Preferred leaders"
+//! and "Controlled shutdown"): a new group's preferred replica campaigns first; a leader that
+//! is not the preferred replica hands its leadership back to it once that one has caught up
+//! (Kafka's automatic preferred-leader election); a broker told to stop hands every
+//! leadership it holds to an in-sync replica before it stops (Kafka's controlled shutdown).
 
 use std::time::{Duration, Instant};
 
 use raft::StateRole;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::replication::Group;
 use super::*;
+use crate::broker::cluster::Handover;
+
+/// How often a stopping core looks whether its leaderships have moved.
+const STEP_DOWN_POLL: Duration = Duration::from_millis(20);
 
 impl Shard {
+    /// Controlled shutdown (`controlled.shutdown.enable`), on each core when the broker is
+    /// told to stop: every partition group this core leads hands its leadership to an in-sync
+    /// follower (`successor`), and core 0 hands over the metadata group's; the core goes on
+    /// serving meanwhile (produces to a moved partition get NOT_LEADER_OR_FOLLOWER, which
+    /// clients answer with a metadata refresh). Returns once this core leads nothing, or after
+    /// `controlled.shutdown.timeout.ms`; leaderships offered to this broker meanwhile are
+    /// declined (`step_and_propose`). Without it, the partitions this broker led would stay
+    /// silent until the others' election timeout (1-2 s), and produces waiting on them until
+    /// the connections were cut.
+    pub async fn step_down(self: &Rc<Self>) {
+        let node = self.cluster.borrow().clone();
+        if self.config.voters.is_empty() || !self.config.controlled_shutdown {
+            return;
+        }
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(self.config.controlled_shutdown_timeout_ms);
+        let mut led = None;
+        let (moving, kept) = loop {
+            let groups: Vec<Rc<Group>> = self.replicas.borrow().values().cloned().collect();
+            // Groups whose leadership is on its way, and groups without a follower in sync
+            // (those keep their leader until the broker stops, as Kafka's controller leaves a
+            // partition whose replicas are all out of sync).
+            let (mut moving, mut kept) = (0usize, 0usize);
+            for g in groups.iter().filter(|g| !g.failed.get() && g.is_leader()) {
+                if g.transferring() {
+                    moving += 1;
+                    continue;
+                }
+                match successor(g) {
+                    Some(to) => {
+                        debug!(topic = %g.topic, partition = g.partition, to, "stopping: handing the leadership over");
+                        g.wake();
+                        g.raw.borrow_mut().transfer_leader(to);
+                        moving += 1;
+                    }
+                    None => kept += 1,
+                }
+            }
+            let metadata = node.as_ref().map_or(Handover::NotLeader, |n| n.step_down());
+            match metadata {
+                Handover::Moving => moving += 1,
+                Handover::NoSuccessor => kept += 1,
+                Handover::NotLeader => {}
+            }
+            led.get_or_insert(moving + kept);
+            if moving == 0 || Instant::now() >= deadline {
+                break (moving, kept);
+            }
+            self.replica_work.notify();
+            glommio::timer::sleep(STEP_DOWN_POLL).await;
+        };
+        let led = led.unwrap_or(0);
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        if moving == 0 {
+            info!(
+                core = self.id,
+                handed_over = led - kept,
+                kept,
+                elapsed_ms,
+                "controlled shutdown: leaderships handed over (kept: no follower in sync)"
+            );
+        } else {
+            warn!(core = self.id, handed_over = led - kept - moving, still_moving = moving, kept, elapsed_ms,
+                "controlled shutdown: stopping while still leading (the handover did not finish in controlled.shutdown.timeout.ms)");
+        }
+    }
+
     /// Kafka's automatic preferred-leader election (`auto.leader.rebalance.enable`): a leader
     /// that is not its partition's preferred replica hands the leadership to it, once every
     /// `leader.imbalance.check.interval.seconds`, if that replica is in sync (active, holding
@@ -75,4 +147,25 @@ pub(super) fn campaign_if_preferred(g: &Group) {
     if let Err(e) = raw.campaign() {
         debug!(topic = %g.topic, partition = g.partition, error = %e, "campaigning");
     }
+}
+
+/// Whom a stopping leader hands its group to: a follower in sync (active, holding every
+/// committed entry), the preferred replica if it is one, else the one furthest ahead. raft-rs
+/// sends it what it still lacks before it lets it campaign. `None`: no follower in sync (the
+/// group keeps its leader until the broker stops; the others then elect one).
+fn successor(g: &Group) -> Option<u64> {
+    let raw = g.raw.borrow();
+    let (me, committed) = (raw.raft.id, raw.raft.raft_log.committed);
+    let in_sync = || {
+        raw.raft
+            .prs()
+            .iter()
+            .filter(move |(id, pr)| **id != me && pr.recent_active && pr.matched >= committed)
+    };
+    if in_sync().any(|(id, _)| *id == g.preferred) {
+        return Some(g.preferred);
+    }
+    in_sync()
+        .max_by_key(|(_, pr)| pr.matched)
+        .map(|(id, _)| *id)
 }

@@ -212,6 +212,9 @@ pub struct Shard {
     groups: RefCell<Option<Rc<Coordinator>>>,
     /// The transaction coordinator of the transaction-log buckets this core owns.
     txns: RefCell<Option<Rc<txn::TxnCoordinator>>>,
+    /// Fired when the broker is told to stop: in a cluster its leaderships move away first
+    /// (`step_down`, docs/replication.md "Controlled shutdown"), then `shutdown` fires.
+    pub stopping: Event,
     pub shutdown: Event,
     pub connections: Cell<usize>,
     /// Memory of the requests this core's connections are still reading
@@ -309,6 +312,7 @@ impl Shard {
             cluster: RefCell::new(None),
             groups: RefCell::new(None),
             txns: RefCell::new(None),
+            stopping: Event::default(),
             shutdown: Event::default(),
             connections: Cell::new(0),
             reading,

@@ -198,6 +198,10 @@ impl Shard {
         if g.failed.get() {
             return Err(errors::KAFKA_STORAGE_ERROR);
         }
+        // The driver stops at shutdown: nothing queued now would be proposed.
+        if self.shutdown.is_fired() {
+            return Err(errors::NOT_LEADER_OR_FOLLOWER);
+        }
         let term = g.term();
         let epoch = i32::try_from(term).map_err(|_| errors::NOT_LEADER_OR_FOLLOWER)?;
         let base = g.next_offset.get().unwrap_or_else(|| g.log_end());

@@ -430,6 +430,11 @@ impl Shard {
                 .await;
             }
             if self.shutdown.is_fired() {
+                // Nothing will be proposed or committed here any more: the produces still
+                // waiting are answered now (retriable), not when the connections are cut.
+                for g in self.replicas.borrow().values() {
+                    g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
+                }
                 return;
             }
             let tick = Instant::now() >= next_tick;
@@ -463,6 +468,13 @@ impl Shard {
     pub(super) fn step_and_propose(&self, g: &Group) {
         let msgs = std::mem::take(&mut *g.inbox.borrow_mut());
         for m in msgs {
+            if m.get_msg_type() == MessageType::MsgTimeoutNow && self.stopping.is_fired() {
+                // A leader handing its leadership to this stopping broker: declined (the
+                // leader gives up the transfer after an election timeout and stays).
+                debug!(topic = %g.topic, partition = g.partition, from = m.from,
+                    "stopping: a leadership offered to this broker declined");
+                continue;
+            }
             let quiet = !Group::wakes_on(&m);
             let (from, term) = (m.from, m.term);
             let marked = m.get_msg_type() == MessageType::MsgHeartbeat && quiet;
@@ -524,6 +536,15 @@ impl Shard {
             if leader != g.leader.get() {
                 info!(topic = %g.topic, partition = g.partition, leader, term = g.term(),
                     "partition leader changed");
+                if role == StateRole::Leader {
+                    // A new leader checks its preferred replica one interval from now, as
+                    // Kafka's periodic check would: not at once, when the preferred one may
+                    // be the broker that just handed its leadership over to stop.
+                    g.balance_at.set(
+                        Instant::now()
+                            + Duration::from_secs(self.config.leader_imbalance_check_interval_s),
+                    );
+                }
             }
             g.leader.set(leader);
         }
