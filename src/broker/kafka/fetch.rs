@@ -17,11 +17,58 @@ pub(super) async fn fetch(
     req: &Request,
     f: &FetchRequest,
     session: &weir::acl::Session,
+    listener: usize,
 ) -> Result<Response, ProtocolError> {
     // v13+ names topics by id (KIP-516).
     let replies = gather_fetch(shard, f, req.version >= 13, Some(session)).await;
-    let body = super::fetch_response::encode(req.version, req.correlation_id, &replies);
+    let hints = if req.version >= 16 {
+        leader_hints(shard, &replies, listener)
+    } else {
+        Default::default()
+    };
+    let body = super::fetch_response::encode(req.version, req.correlation_id, &replies, &hints);
     Ok(Some(body))
+}
+
+/// KIP-951 (Fetch v16+): for each partition answered NOT_LEADER_OR_FOLLOWER or
+/// FENCED_LEADER_EPOCH, the leader this broker knows (`Shard::leader_hint`) and its endpoint
+/// on the client's listener, so the consumer moves there without a metadata round trip.
+fn leader_hints(
+    shard: &Rc<Shard>,
+    replies: &[FetchReply],
+    listener: usize,
+) -> super::fetch_response::LeaderHints {
+    let mut hints = super::fetch_response::LeaderHints::default();
+    let meta = shard.metadata();
+    for (ti, t) in replies.iter().enumerate() {
+        for (pi, (p, r)) in t.partitions.iter().enumerate() {
+            if r.error != errors::NOT_LEADER_OR_FOLLOWER && r.error != errors::FENCED_LEADER_EPOCH {
+                continue;
+            }
+            // A fenced epoch on the leader itself: the hint is this node, at the epoch the
+            // client lacks.
+            let hint = shard.leader_hint(&meta, &t.topic, *p, None).or_else(|| {
+                let tm = meta.topics.get(&t.topic)?;
+                let pu = usize::try_from(*p).ok()?;
+                let epoch = weir::metadata::Metadata::leader_epoch(tm, pu);
+                (r.error == errors::FENCED_LEADER_EPOCH && epoch > 0)
+                    .then(|| (shard.leader_node(&meta, tm, pu), epoch as i32))
+            });
+            if let Some(hint) = hint {
+                hints.partitions.insert((ti, pi), hint);
+            }
+        }
+    }
+    if !hints.partitions.is_empty() {
+        let named: std::collections::BTreeSet<i32> =
+            hints.partitions.values().map(|h| h.0).collect();
+        hints.endpoints = shard
+            .brokers(listener)
+            .into_iter()
+            .filter(|(id, _, _)| named.contains(id))
+            .collect();
+    }
+    hints
 }
 
 /// Reads what a fetch asks for from the owning cores, parking (in their wheels) until

@@ -14,12 +14,23 @@
 //!   [tags*]
 //! [tags*]
 //! ```
-//! v13-18 add nothing weir fills: v15's and v17's fields are in the request (replica state,
-//! directory id), v16's node endpoints are a tagged field sent only with leader changes.
+//! v13-18: v15's and v17's fields are in the request (replica state, directory id). From
+//! v16 (KIP-951) a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries
+//! the leader this broker knows as the partition's tagged field 1 (`CurrentLeader`: leader
+//! id, leader epoch), and the response the endpoints of those leaders as its tagged field 0
+//! (`NodeEndpoints`: node id, host, port, rack).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::broker::shard::FetchResult;
+
+/// KIP-951 leader hints for a v16+ response: (leader node, epoch) by (topic, partition)
+/// index in the reply, and the endpoints (node id, host, port) of the nodes named.
+#[derive(Default)]
+pub struct LeaderHints {
+    pub partitions: std::collections::HashMap<(usize, usize), (i32, i32)>,
+    pub endpoints: Vec<(i32, String, i32)>,
+}
 
 /// One topic of a fetch response, partitions in request order.
 pub struct FetchReply {
@@ -87,8 +98,14 @@ impl Writer {
     }
 }
 
-/// Encodes the whole response, size prefix included.
-pub fn encode(version: i16, correlation_id: i32, topics: &[FetchReply]) -> Vec<Bytes> {
+/// Encodes the whole response, size prefix included. `hints` are written from v16 on.
+pub fn encode(
+    version: i16,
+    correlation_id: i32,
+    topics: &[FetchReply],
+    hints: &LeaderHints,
+) -> Vec<Bytes> {
+    let hinting = version >= 16;
     let flexible = version >= 12;
     let mut w = Writer {
         flexible,
@@ -104,14 +121,14 @@ pub fn encode(version: i16, correlation_id: i32, topics: &[FetchReply]) -> Vec<B
         w.buf.put_i32(0); // session_id: sessionless, every request is a full fetch
     }
     w.array_len(topics.len());
-    for t in topics {
+    for (ti, t) in topics.iter().enumerate() {
         if version >= 13 {
             w.buf.put_slice(t.topic_id.as_bytes());
         } else {
             w.string(&t.topic);
         }
         w.array_len(t.partitions.len());
-        for (index, r) in &t.partitions {
+        for (pi, (index, r)) in t.partitions.iter().enumerate() {
             w.buf.put_i32(*index);
             w.buf.put_i16(r.error);
             w.buf.put_i64(r.high_watermark);
@@ -129,11 +146,37 @@ pub fn encode(version: i16, correlation_id: i32, topics: &[FetchReply]) -> Vec<B
                 w.buf.put_i32(-1); // preferred_read_replica
             }
             w.records(&r.chunks);
-            w.tags();
+            match hints.partitions.get(&(ti, pi)).filter(|_| hinting) {
+                Some(&(leader, epoch)) => {
+                    // One tagged field: tag 1, 9 bytes (leader id, leader epoch, no tags).
+                    w.buf.put_slice(&[1, 1, 9]);
+                    w.buf.put_i32(leader);
+                    w.buf.put_i32(epoch);
+                    w.buf.put_u8(0);
+                }
+                None => w.tags(),
+            }
         }
         w.tags();
     }
-    w.tags();
+    if hinting && !hints.endpoints.is_empty() {
+        let mut e = BytesMut::new();
+        put_uvarint(&mut e, hints.endpoints.len() as u64 + 1);
+        for (node, host, port) in &hints.endpoints {
+            e.put_i32(*node);
+            put_uvarint(&mut e, host.len() as u64 + 1);
+            e.put_slice(host.as_bytes());
+            e.put_i32(*port);
+            e.put_u8(0); // rack: null
+            e.put_u8(0); // tags
+        }
+        w.buf.put_u8(1); // one tagged field: tag 0, NodeEndpoints
+        w.buf.put_u8(0);
+        put_uvarint(&mut w.buf, e.len() as u64);
+        w.buf.put_slice(&e);
+    } else {
+        w.tags();
+    }
     let tail = w.buf.split().freeze();
     w.pieces.push(tail);
     let total: usize = w.pieces.iter().map(Bytes::len).sum();
@@ -187,8 +230,13 @@ mod tests {
                 partitions: vec![],
             },
         ];
-        for version in 4..=12i16 {
-            let pieces = encode(version, 77, &topics);
+        let mut hints = LeaderHints::default();
+        hints.partitions.insert((0, 1), (2049, 7));
+        hints
+            .endpoints
+            .push((2049, "broker-2.example".into(), 19093));
+        for version in 4..=18i16 {
+            let pieces = encode(version, 77, &topics, &hints);
             assert!(
                 pieces.iter().any(|p| p.as_ptr() == big.as_ptr()),
                 "v{version}: the big chunk must be passed by reference"
@@ -208,7 +256,9 @@ mod tests {
             assert!(all.is_empty(), "v{version}: trailing bytes");
             assert_eq!(r.responses.len(), 2);
             let p0 = &r.responses[0].partitions[0];
-            assert_eq!(r.responses[0].topic.as_str(), "orders");
+            if version < 13 {
+                assert_eq!(r.responses[0].topic.as_str(), "orders");
+            }
             assert_eq!(p0.high_watermark, 42);
             assert_eq!(p0.last_stable_offset, 40);
             let aborted: Vec<(i64, i64)> = p0
@@ -225,6 +275,33 @@ mod tests {
             assert_eq!(recs.len(), 3004);
             assert_eq!(&recs[3000..], b"tiny");
             assert_eq!(r.responses[0].partitions[1].error_code, 1);
+            let hint = &r.responses[0].partitions[1].current_leader;
+            let p0_hint = &r.responses[0].partitions[0].current_leader;
+            assert_eq!(
+                (p0_hint.leader_id.0, p0_hint.leader_epoch),
+                (-1, -1),
+                "v{version}"
+            );
+            if version >= 16 {
+                assert_eq!(
+                    (hint.leader_id.0, hint.leader_epoch),
+                    (2049, 7),
+                    "v{version}"
+                );
+                assert_eq!(r.node_endpoints.len(), 1, "v{version}");
+                let e = &r.node_endpoints[0];
+                assert_eq!(
+                    (e.node_id.0, e.host.as_str(), e.port, e.rack.is_none()),
+                    (2049, "broker-2.example", 19093, true)
+                );
+            } else {
+                assert_eq!(
+                    (hint.leader_id.0, hint.leader_epoch),
+                    (-1, -1),
+                    "v{version}"
+                );
+                assert!(r.node_endpoints.is_empty(), "v{version}");
+            }
         }
     }
 }

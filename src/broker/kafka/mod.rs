@@ -185,9 +185,9 @@ async fn process_request(
             authz::patch_metadata(&shard, session, asked_all, &mut resp);
             one(&req, &resp)
         }
-        Body::Produce(p) => produce(&shard, &req, p, session).await,
+        Body::Produce(p) => produce(&shard, &req, p, session, listener).await,
         Body::LegacyProduce(p) => Ok(legacy_produce(&req, p)),
-        Body::Fetch(f) => fetch(&shard, &req, f, session).await,
+        Body::Fetch(f) => fetch(&shard, &req, f, session, listener).await,
         Body::ListOffsets(l) => {
             let mut resp = list_offsets(&shard, req.version, l).await;
             authz::patch_list_offsets(&shard, session, &mut resp);

@@ -17,6 +17,7 @@ pub(super) async fn produce(
     req: &Request,
     p: &ProduceRequest,
     session: &weir::acl::Session,
+    listener: usize,
 ) -> Result<Response, ProtocolError> {
     let acks = p.acks;
     let valid_acks = matches!(acks, -1..=1);
@@ -39,6 +40,7 @@ pub(super) async fn produce(
     });
     // Results in request order; partitions grouped by owning core.
     let mut results: Vec<Vec<(i32, crate::broker::shard::ProduceResult)>> = Vec::new();
+    let mut names: Vec<String> = Vec::with_capacity(p.topic_data.len());
     let mut groups: Groups<ProducePart> = BTreeMap::new();
     for (ti, t) in p.topic_data.iter().enumerate() {
         // v13+ names the topic by id (KIP-516); an unknown id is UNKNOWN_TOPIC_ID.
@@ -87,6 +89,7 @@ pub(super) async fn produce(
             row.push((pd.index, res));
         }
         results.push(row);
+        names.push(name);
     }
     // A transactional produce writes only to partitions its coordinator has in the open
     // transaction (KIP-890's verification): a record that no marker would ever close would
@@ -127,7 +130,12 @@ pub(super) async fn produce(
         return Ok(None);
     }
     let mut resp = ProduceResponse::default();
-    for (t, row) in p.topic_data.iter().zip(results) {
+    // KIP-951 (v10+): a NOT_LEADER_OR_FOLLOWER answer names the leader this broker knows,
+    // with its endpoint, so the client moves there without asking for metadata first.
+    let hints = req.version >= 10;
+    let meta = shard.metadata();
+    let mut hinted = std::collections::BTreeSet::new();
+    for ((t, row), name) in p.topic_data.iter().zip(results).zip(&names) {
         let mut tr = TopicProduceResponse::default();
         tr.name = t.name.clone();
         tr.topic_id = t.topic_id;
@@ -139,6 +147,13 @@ pub(super) async fn produce(
             pr.log_append_time_ms = r.log_append_time_ms;
             pr.log_start_offset = r.log_start_offset;
             pr.error_message = r.error_message.as_deref().map(s);
+            if hints && r.error == errors::NOT_LEADER_OR_FOLLOWER {
+                if let Some((node, epoch)) = shard.leader_hint(&meta, name, index, r.raft_leader) {
+                    pr.current_leader.leader_id = BrokerId(node);
+                    pr.current_leader.leader_epoch = epoch;
+                    hinted.insert(node);
+                }
+            }
             if !r.record_errors.is_empty() {
                 pr.record_errors = r
                     .record_errors
@@ -155,7 +170,31 @@ pub(super) async fn produce(
         }
         resp.responses.push(tr);
     }
+    if !hinted.is_empty() {
+        resp.node_endpoints = node_endpoints(shard, listener, &hinted);
+    }
     one(req, &resp)
+}
+
+/// KIP-951: the endpoints (on the listener the client came in on) of the nodes named as
+/// leaders in an answer.
+fn node_endpoints(
+    shard: &Rc<Shard>,
+    listener: usize,
+    nodes: &std::collections::BTreeSet<i32>,
+) -> Vec<produce_response::NodeEndpoint> {
+    shard
+        .brokers(listener)
+        .into_iter()
+        .filter(|(id, _, _)| nodes.contains(id))
+        .map(|(id, host, port)| {
+            let mut e = produce_response::NodeEndpoint::default();
+            e.node_id = BrokerId(id);
+            e.host = s(&host);
+            e.port = port;
+            e
+        })
+        .collect()
 }
 
 /// Produce v0-2 (message format v0/v1, which KIP-896 removed): advertised as Kafka 4.0 does,

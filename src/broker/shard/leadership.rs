@@ -15,6 +15,11 @@ use crate::broker::cluster::Handover;
 
 /// How often a stopping core looks whether its leaderships have moved.
 const STEP_DOWN_POLL: Duration = Duration::from_millis(20);
+/// How long a stopping core keeps trying to hand over a group whose caught-up followers are
+/// not active just now: raft-rs's quorum check clears every follower's `recent_active` once
+/// per election timeout (and a transfer that failed is given up at the same moment), so
+/// "not active" right after it means only "not heard from since". Two election timeouts.
+const INACTIVE_GRACE: Duration = Duration::from_secs(2);
 
 impl Shard {
     /// Controlled shutdown (`controlled.shutdown.enable`), on each core when the broker is
@@ -50,6 +55,10 @@ impl Shard {
                         debug!(topic = %g.topic, partition = g.partition, to, "stopping: handing the leadership over");
                         g.wake();
                         g.raw.borrow_mut().transfer_leader(to);
+                        moving += 1;
+                    }
+                    None if caught_up(g) && started.elapsed() < INACTIVE_GRACE => {
+                        g.wake();
                         moving += 1;
                     }
                     None => kept += 1,
@@ -147,6 +156,18 @@ pub(super) fn campaign_if_preferred(g: &Group) {
     if let Err(e) = raw.campaign() {
         debug!(topic = %g.topic, partition = g.partition, error = %e, "campaigning");
     }
+}
+
+/// Whether a follower holds every committed entry, active lately or not.
+fn caught_up(g: &Group) -> bool {
+    let raw = g.raw.borrow();
+    let (me, committed) = (raw.raft.id, raw.raft.raft_log.committed);
+    let any = raw
+        .raft
+        .prs()
+        .iter()
+        .any(|(id, pr)| *id != me && pr.matched >= committed);
+    any
 }
 
 /// Whom a stopping leader hands its group to: a follower in sync (active, holding every

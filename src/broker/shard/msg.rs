@@ -30,6 +30,10 @@ pub struct ProduceResult {
     /// partition's record set, with why; the client fails the others of the batch with
     /// INVALID_DIFFERENT_RECORD and may retry them.
     pub record_errors: Vec<(i32, String)>,
+    /// NOT_LEADER_OR_FOLLOWER from a replicated partition's group: the leader its Raft group
+    /// knows (broker id, 0 if none) and the term — newer than the metadata for a moment after
+    /// a leader change (the Produce answer's KIP-951 hint, `Shard::leader_hint`).
+    pub raft_leader: Option<(u64, u64)>,
 }
 
 impl ProduceResult {
@@ -42,6 +46,7 @@ impl ProduceResult {
             log_append_time_ms: -1,
             error_message: None,
             record_errors: Vec::new(),
+            raft_leader: None,
         }
     }
 }

@@ -54,6 +54,7 @@ impl Shard {
                 Err(e) => return self.refused(&p.topic, p.partition, &e),
             };
             let stamped = valid.log_append_time_ms();
+            let group = g.clone();
             return match self.produce_replicated(g, acks, valid, turn).await {
                 Ok((base, last)) => {
                     part.bytes_in.set(part.bytes_in.get() + bytes);
@@ -65,6 +66,10 @@ impl Shard {
                         ..ProduceResult::error(errors::NONE)
                     }
                 }
+                Err(code) if code == errors::NOT_LEADER_OR_FOLLOWER => ProduceResult {
+                    raft_leader: Some((group.leader.get(), group.term())),
+                    ..fail(code)
+                },
                 Err(code) => fail(code),
             };
         }
