@@ -23,6 +23,7 @@ mod liveness;
 mod log;
 pub mod net;
 pub mod peer_tls;
+mod step_down;
 pub mod store;
 
 use std::cell::{Cell, RefCell};
@@ -45,6 +46,7 @@ use weir::metadata::Metadata;
 use self::call::{CallFrame, PeerAnswer, PeerCall};
 pub use self::catch_up::CATCH_UP_WAIT;
 use self::net::{Forward, Frame, Peer};
+pub use self::step_down::Handover;
 use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::{Event, Notify, Slot};
 
@@ -95,17 +97,6 @@ pub struct Boot {
     pub caught_up: Arc<std::sync::atomic::AtomicBool>,
     /// Mutual TLS with the peers (`security.inter.broker.protocol=SSL`); `None`: PLAINTEXT.
     pub tls: Option<peer_tls::PeerTls>,
-}
-
-/// Where a stopping broker's leadership of a Raft group is (`Node::step_down`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Handover {
-    /// This broker does not lead the group.
-    NotLeader,
-    /// Handed to a replica in sync, which is taking over.
-    Moving,
-    /// No replica is in sync to take it: kept until the broker stops.
-    NoSuccessor,
 }
 
 pub struct Node {
@@ -264,40 +255,6 @@ impl Node {
         .await;
         self.calls.borrow_mut().remove(&req);
         answer
-    }
-
-    /// Controlled shutdown (`Shard::step_down`): from now on this broker declines the
-    /// leadership; if it leads, it hands it to a voter in sync (active, holding every
-    /// committed entry), the one furthest ahead.
-    pub fn step_down(&self) -> Handover {
-        self.stopping.set(true);
-        let mut raw = self.raw.borrow_mut();
-        if raw.raft.state != StateRole::Leader {
-            return Handover::NotLeader;
-        }
-        if raw.raft.lead_transferee.is_some() {
-            return Handover::Moving;
-        }
-        let (me, committed) = (raw.raft.id, raw.raft.raft_log.committed);
-        let to = raw
-            .raft
-            .prs()
-            .iter()
-            .filter(|(id, pr)| **id != me && pr.recent_active && pr.matched >= committed)
-            .max_by_key(|(_, pr)| pr.matched)
-            .map(|(id, _)| *id);
-        let Some(to) = to else {
-            return Handover::NoSuccessor;
-        };
-        info!(
-            to,
-            term = raw.raft.term,
-            "stopping: handing the metadata leadership over"
-        );
-        raw.transfer_leader(to);
-        drop(raw);
-        self.work.notify();
-        Handover::Moving
     }
 
     /// The metadata group's leader as this broker knows it (0: none known).

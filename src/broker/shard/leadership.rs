@@ -93,6 +93,64 @@ impl Shard {
         }
     }
 
+    /// A leader handing its leadership to this stopping broker (`MsgTimeoutNow`): declined,
+    /// the leader gives up the transfer after an election timeout and stays.
+    pub(super) fn declines(&self, g: &Group, m: &raft::prelude::Message) -> bool {
+        let offered = m.get_msg_type() == raft::prelude::MessageType::MsgTimeoutNow;
+        if offered && self.stopping.is_fired() {
+            debug!(topic = %g.topic, partition = g.partition, from = m.from,
+                "stopping: a leadership offered to this broker declined");
+            return true;
+        }
+        false
+    }
+
+    /// At shutdown the replica driver stops: the produces still waiting on a group are
+    /// answered (NOT_LEADER_OR_FOLLOWER, retriable) now, not when the connections are cut.
+    pub(super) fn fail_all_waiters(&self) {
+        for g in self.replicas.borrow().values() {
+            g.fail_waiters(crate::broker::errors::NOT_LEADER_OR_FOLLOWER);
+        }
+    }
+
+    /// A replica that became leader checks its preferred replica one interval from now, as
+    /// Kafka's periodic check would: not at once, when the preferred one may be the broker
+    /// that just handed its leadership over to stop.
+    pub(super) fn new_leader_waits_to_rebalance(&self, g: &Group) {
+        let interval = Duration::from_secs(self.config.leader_imbalance_check_interval_s);
+        g.balance_at.set(Instant::now() + interval);
+    }
+
+    /// KIP-951: the leader a NOT_LEADER_OR_FOLLOWER (or FENCED_LEADER_EPOCH) answer about
+    /// partition `p` of `topic` names, as (node id, leader epoch), so that the client goes
+    /// there without a metadata round trip. `raft`: what this broker's replica's Raft group
+    /// knows (leader broker, term), which runs ahead of the metadata for a moment after a
+    /// leader change — a leadership just handed over names the new leader before its record
+    /// is applied. `None` when the leader known is this broker itself (nothing to hint) or
+    /// none is known.
+    pub fn leader_hint(
+        &self,
+        meta: &Metadata,
+        topic: &str,
+        p: i32,
+        raft: Option<(u64, u64)>,
+    ) -> Option<(i32, i32)> {
+        let t = meta.topics.get(topic)?;
+        let pu = usize::try_from(p).ok()?;
+        let here = meta.local_broker?;
+        let epoch = Metadata::leader_epoch(t, pu);
+        if let Some((b, term)) = raft.filter(|&(b, term)| b != 0 && b != here && term >= epoch) {
+            let core = t.replicas.get(pu)?.iter().find(|(r, _)| *r == b)?.1;
+            return Some((self.node_at(meta, b, core), i32::try_from(term).ok()?));
+        }
+        match t.brokers.get(pu) {
+            Some(&b) if b != here && epoch > 0 => {
+                Some((self.leader_node(meta, t, pu), i32::try_from(epoch).ok()?))
+            }
+            _ => None,
+        }
+    }
+
     /// Kafka's automatic preferred-leader election (`auto.leader.rebalance.enable`): a leader
     /// that is not its partition's preferred replica hands the leadership to it, once every
     /// `leader.imbalance.check.interval.seconds`, if that replica is in sync (active, holding

@@ -214,6 +214,19 @@ impl Shard {
         Ok(())
     }
 
+    /// Stops a group (its partition is retired or the broker shuts down): its waiting
+    /// produces get NOT_LEADER_OR_FOLLOWER.
+    pub(super) fn close_group(&self, topic: &str, partition: i32) {
+        if let Some(g) = self
+            .replicas
+            .borrow_mut()
+            .remove(&(topic.to_string(), partition))
+        {
+            g.failed.set(true);
+            g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
+        }
+    }
+
     /// Flushes and closes every log of this core (writes the clean-shutdown markers).
     pub async fn close_all(&self) {
         let groups: Vec<(String, i32)> = self.replicas.borrow().keys().cloned().collect();

@@ -523,36 +523,6 @@ impl Shard {
         out
     }
 
-    /// KIP-951: the leader a NOT_LEADER_OR_FOLLOWER (or FENCED_LEADER_EPOCH) answer about
-    /// partition `p` of `topic` names, as (node id, leader epoch), so that the client goes
-    /// there without a metadata round trip. `raft`: what this broker's replica's Raft group
-    /// knows (leader broker, term), which runs ahead of the metadata for a moment after a
-    /// leader change — a leadership just handed over names the new leader before its record
-    /// is applied. `None` when the leader known is this broker itself (nothing to hint) or
-    /// none is known.
-    pub fn leader_hint(
-        &self,
-        meta: &Metadata,
-        topic: &str,
-        p: i32,
-        raft: Option<(u64, u64)>,
-    ) -> Option<(i32, i32)> {
-        let t = meta.topics.get(topic)?;
-        let pu = usize::try_from(p).ok()?;
-        let here = meta.local_broker?;
-        let epoch = Metadata::leader_epoch(t, pu);
-        if let Some((b, term)) = raft.filter(|&(b, term)| b != 0 && b != here && term >= epoch) {
-            let core = t.replicas.get(pu)?.iter().find(|(r, _)| *r == b)?.1;
-            return Some((self.node_at(meta, b, core), i32::try_from(term).ok()?));
-        }
-        match t.brokers.get(pu) {
-            Some(&b) if b != here && epoch > 0 => {
-                Some((self.leader_node(meta, t, pu), i32::try_from(epoch).ok()?))
-            }
-            _ => None,
-        }
-    }
-
     /// The node id that leads a partition owned by `core` of this broker (and coordinates a
     /// group living there): the core itself with `listeners.per.core`, else the one node 0;
     /// in a cluster, `broker * 1024 + core`, or the broker id.

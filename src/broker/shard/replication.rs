@@ -401,19 +401,6 @@ impl Shard {
         Ok(())
     }
 
-    /// Stops a group (its partition is retired or the broker shuts down): its waiting
-    /// produces get NOT_LEADER_OR_FOLLOWER.
-    pub(super) fn close_group(&self, topic: &str, partition: i32) {
-        if let Some(g) = self
-            .replicas
-            .borrow_mut()
-            .remove(&(topic.to_string(), partition))
-        {
-            g.failed.set(true);
-            g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
-        }
-    }
-
     /// The driver of this core's groups: every `TICK` drives each group once (`drive_group`),
     /// one group at a time; a round woken by work arriving drives the groups that have some
     /// (`Group::has_work`).
@@ -430,11 +417,7 @@ impl Shard {
                 .await;
             }
             if self.shutdown.is_fired() {
-                // Nothing will be proposed or committed here any more: the produces still
-                // waiting are answered now (retriable), not when the connections are cut.
-                for g in self.replicas.borrow().values() {
-                    g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
-                }
+                self.fail_all_waiters();
                 return;
             }
             let tick = Instant::now() >= next_tick;
@@ -468,11 +451,7 @@ impl Shard {
     pub(super) fn step_and_propose(&self, g: &Group) {
         let msgs = std::mem::take(&mut *g.inbox.borrow_mut());
         for m in msgs {
-            if m.get_msg_type() == MessageType::MsgTimeoutNow && self.stopping.is_fired() {
-                // A leader handing its leadership to this stopping broker: declined (the
-                // leader gives up the transfer after an election timeout and stays).
-                debug!(topic = %g.topic, partition = g.partition, from = m.from,
-                    "stopping: a leadership offered to this broker declined");
+            if self.declines(g, &m) {
                 continue;
             }
             let quiet = !Group::wakes_on(&m);
@@ -537,13 +516,7 @@ impl Shard {
                 info!(topic = %g.topic, partition = g.partition, leader, term = g.term(),
                     "partition leader changed");
                 if role == StateRole::Leader {
-                    // A new leader checks its preferred replica one interval from now, as
-                    // Kafka's periodic check would: not at once, when the preferred one may
-                    // be the broker that just handed its leadership over to stop.
-                    g.balance_at.set(
-                        Instant::now()
-                            + Duration::from_secs(self.config.leader_imbalance_check_interval_s),
-                    );
+                    self.new_leader_waits_to_rebalance(g);
                 }
             }
             g.leader.set(leader);
