@@ -15,11 +15,6 @@ use super::*;
 use crate::broker::group::{Coordinator, GroupConfig};
 use weir::metadata::{partition_dir, Metadata};
 
-/// How often, and how many times, a retired log is tried again while a request holds it
-/// (30 s in all).
-const RETIRE_POLL: Duration = Duration::from_millis(50);
-const RETIRE_TRIES: u32 = 600;
-
 impl Shard {
     /// Opens the logs this core now owns, closes and deletes the ones of deleted topics,
     /// updates configs, and installs the snapshot. Returns the logs that failed to open.
@@ -45,20 +40,7 @@ impl Shard {
                     .get(&key.0)
                     .is_none_or(|t| t.id != part.topic_id);
                 wake_waiters(&part.waiters);
-                self.retiring
-                    .borrow_mut()
-                    .insert(part.log.dir().to_path_buf());
-                if Rc::strong_count(&part) == 1 {
-                    self.retire(part, gone).await;
-                } else {
-                    // Held by a request (a fetch being answered, a leader's report to the
-                    // metadata group): retired in the background. Applying metadata must not
-                    // wait for it — on core 0 that stalled the metadata Raft group, 30 s per
-                    // held log (its peers elected another leader, CreateTopics timed out). A
-                    // log is not opened on its directory meanwhile (`open_partition`).
-                    let shard = self.clone();
-                    glommio::spawn_local(async move { shard.retire(part, gone).await }).detach();
-                }
+                self.retire(part, gone).await;
             }
         }
         let mut new_groups = Vec::new();
@@ -119,14 +101,6 @@ impl Shard {
         config: weir_storage::LogConfig,
     ) -> Result<(), weir_storage::Error> {
         let dir = partition_dir(&self.config.data_dir, topic, partition);
-        // A log of the same directory still being retired (a topic deleted and made again, a
-        // partition back on this core): it is closed or deleted first.
-        for _ in 0..RETIRE_TRIES {
-            if !self.retiring.borrow().contains(&dir) {
-                break;
-            }
-            glommio::timer::sleep(RETIRE_POLL).await;
-        }
         let log = Log::open_with_cache(&dir, config, self.cache.clone()).await?;
         let waiters: Waiters = Rc::new(RefCell::new(Vec::new()));
         let w = waiters.clone();
@@ -147,14 +121,12 @@ impl Shard {
         Ok(())
     }
 
-    /// Closes (or deletes, for a deleted topic) a log once no request holds it; then its
-    /// directory may be opened again.
+    /// Closes (or deletes, for a deleted topic) a log once no request holds it.
     pub(super) async fn retire(&self, mut part: Rc<Partition>, delete: bool) {
-        let dir = part.log.dir().to_path_buf();
-        let mut tries = 0;
-        loop {
+        for _ in 0..600 {
             match Rc::try_unwrap(part) {
                 Ok(p) => {
+                    let dir = p.log.dir().to_path_buf();
                     let res = if delete {
                         p.log.delete().await
                     } else {
@@ -163,20 +135,15 @@ impl Shard {
                     if let Err(e) = res {
                         warn!(dir = %dir.display(), error = %e, "closing a retired log failed");
                     }
-                    break;
+                    return;
                 }
-                Err(still_shared) if tries < RETIRE_TRIES => {
+                Err(still_shared) => {
                     part = still_shared;
-                    tries += 1;
-                    glommio::timer::sleep(RETIRE_POLL).await;
-                }
-                Err(_) => {
-                    warn!(dir = %dir.display(), "log still in use after 30 s; left open");
-                    break;
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
-        self.retiring.borrow_mut().remove(&dir);
+        warn!(dir = %part.log.dir().display(), "log still in use after 30 s; left open");
     }
 
     // ---- Retention and shutdown ----

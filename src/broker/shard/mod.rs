@@ -200,9 +200,6 @@ pub struct Shard {
     wheel_sleep_until: Cell<Option<Instant>>,
     remote_parked: RefCell<HashMap<FetchKey, Weak<Parked>>>,
     early_wakes: RefCell<HashSet<FetchKey>>,
-    /// Directories of logs being retired in the background (`Shard::retire`): a log is not
-    /// opened again on one of them until its old one is closed or deleted.
-    retiring: RefCell<HashSet<std::path::PathBuf>>,
     warned_parked_limit: Cell<bool>,
     /// Whether a full cross-core queue (`cross.core.queue.depth`) was logged at warn level.
     warned_queue_full: Cell<bool>,
@@ -308,7 +305,6 @@ impl Shard {
             wheel_sleep_until: Cell::new(None),
             remote_parked: RefCell::new(HashMap::new()),
             early_wakes: RefCell::new(HashSet::new()),
-            retiring: RefCell::new(HashSet::new()),
             warned_parked_limit: Cell::new(false),
             warned_queue_full: Cell::new(false),
             metrics: Default::default(),
