@@ -122,6 +122,31 @@ def consumer_loop(hist: History, bootstrap: str, stop: threading.Event, errors: 
         c.close()
 
 
+def consumer_reached(hist: History, ends: dict[int, int], timeout: float = 60.0) -> None:
+    """Waits (up to `timeout`) until `consumer_loop` has read each partition p up to ends[p]."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with hist.lock:
+            last = {}
+            for p, off, _ in hist.reads.get("consumer", []):
+                last[p] = off
+        if all(last.get(p, -1) + 1 >= end for p, end in ends.items()):
+            return
+        time.sleep(0.2)
+
+
+def read_whole(cluster, bootstrap: str, topic: str, ends: dict[int, int]) -> dict[int, list[bytes]]:
+    """Every partition p of `topic` read from 0 to ends[p]: its values by offset (dense), each
+    replica holding the same batches."""
+    final = {}
+    for p, end in ends.items():
+        got = rd_consume(bootstrap, topic, [p], end)
+        assert [r.offset for r in got] == list(range(end)), f"partition {p}: offsets not dense"
+        final[p] = [r.value for r in got]
+        same_batches_everywhere(cluster, topic, p, len(got))
+    return final
+
+
 TXN_TOPIC = "faults-txn"
 TXN_RECORDS = 20  # per transaction, spread over PARTITIONS partitions
 
@@ -294,24 +319,10 @@ def test_faults_under_load_lose_nothing_acknowledged(cluster, request):
     # broker listens on a new port: after three cycles none of the first addresses is left.)
     everyone = ",".join(b.bootstrap for b in cluster)
     ends = {p: high_watermark(everyone, TOPIC, p) for p in range(PARTITIONS)}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with hist.lock:
-            last = {}
-            for p, off, _ in hist.reads.get("consumer", []):
-                last[p] = off
-        if all(last.get(p, -1) + 1 >= ends[p] for p in range(PARTITIONS)):
-            break
-        time.sleep(0.2)
+    consumer_reached(hist, ends)
     stop_consumer.set()
     threads[3].join(30)
-    final = {}
-    for p in range(PARTITIONS):
-        got = rd_consume(everyone, TOPIC, [p], ends[p])
-        assert [r.offset for r in got] == list(range(ends[p])), f"partition {p}: offsets not dense"
-        final[p] = [r.value for r in got]
-        records = sum(1 for _ in got)
-        same_batches_everywhere(cluster, TOPIC, p, records)
+    final = read_whole(cluster, everyone, TOPIC, ends)
 
     found = hist.check(final)
     if os.environ.get("WEIR_HISTORY_DUMP"):

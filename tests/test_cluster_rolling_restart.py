@@ -32,13 +32,14 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from clients import CLIENT_TIMEOUT_S, rd_conf, rd_consume
+from clients import CLIENT_TIMEOUT_S, rd_conf
 from cluster_net import start_cluster
 from conftest import ANSI_RE, close_brokers
 from history import History
-from test_cluster_faults import TXN_TOPIC, check_transactions, consumer_loop, producer_loop, txn_loop
+from test_cluster_faults import (TXN_TOPIC, check_transactions, consumer_loop, consumer_reached, producer_loop,
+                                 read_whole, txn_loop)
 from test_cluster_metadata import NODE_ID_STRIDE, create
-from test_cluster_replication import high_watermark, isr_everywhere, leader_of, same_batches_everywhere
+from test_cluster_replication import high_watermark, isr_everywhere, leader_of
 
 CYCLES = int(os.environ.get("WEIR_ROLLING_CYCLES", "1"))
 TOPIC = "rolling"
@@ -162,25 +163,12 @@ def test_rolling_restart_under_load_moves_leaders_first_and_loses_nothing(cluste
 
     everyone = ",".join(b.bootstrap for b in cluster)
     ends = {p: high_watermark(everyone, TOPIC, p) for p in range(PARTITIONS)}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with hist.lock:
-            last = {}
-            for p, off, _ in hist.reads.get("consumer", []):
-                last[p] = off
-        if all(last.get(p, -1) + 1 >= ends[p] for p in range(PARTITIONS)):
-            break
-        time.sleep(0.2)
+    consumer_reached(hist, ends)
     time.sleep(1)  # the group consumer's last auto-commits
     stop_consumers.set()
     for t in threads[3:]:
         t.join(30)
-    final = {}
-    for p in range(PARTITIONS):
-        got = rd_consume(everyone, TOPIC, [p], ends[p])
-        assert [r.offset for r in got] == list(range(ends[p])), f"partition {p}: offsets not dense"
-        final[p] = [r.value for r in got]
-        same_batches_everywhere(cluster, TOPIC, p, len(got))
+    final = read_whole(cluster, everyone, TOPIC, ends)
     found = hist.check(final)
     acked = hist.acked()
     failed = [a for a in hist.attempts.values() if a.error is not None]

@@ -46,7 +46,7 @@ use weir::metadata::Metadata;
 use self::call::{CallFrame, PeerAnswer, PeerCall};
 pub use self::catch_up::CATCH_UP_WAIT;
 use self::net::{Forward, Frame, Peer};
-pub use self::step_down::Handover;
+pub use self::step_down::{successor, Handover};
 use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::{Event, Notify, Slot};
 

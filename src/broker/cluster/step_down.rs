@@ -31,15 +31,7 @@ impl Node {
         if raw.raft.lead_transferee.is_some() {
             return Handover::Moving;
         }
-        let (me, committed) = (raw.raft.id, raw.raft.raft_log.committed);
-        let to = raw
-            .raft
-            .prs()
-            .iter()
-            .filter(|(id, pr)| **id != me && pr.recent_active && pr.matched >= committed)
-            .max_by_key(|(_, pr)| pr.matched)
-            .map(|(id, _)| *id);
-        let Some(to) = to else {
+        let Some(to) = successor(&raw.raft, None) else {
             return Handover::NoSuccessor;
         };
         info!(
@@ -52,4 +44,22 @@ impl Node {
         self.work.notify();
         Handover::Moving
     }
+}
+
+/// Whom a stopping leader hands a group to: a follower in sync (active, holding every
+/// committed entry) — `preferred` if it is one, else the one furthest ahead; `None` when no
+/// follower is in sync. raft-rs sends it what it still lacks before it lets it campaign.
+pub fn successor<T: raft::Storage>(r: &raft::Raft<T>, preferred: Option<u64>) -> Option<u64> {
+    let (me, committed) = (r.id, r.raft_log.committed);
+    let in_sync = || {
+        r.prs()
+            .iter()
+            .filter(move |(id, pr)| **id != me && pr.recent_active && pr.matched >= committed)
+    };
+    if let Some(p) = preferred.filter(|p| in_sync().any(|(id, _)| id == p)) {
+        return Some(p);
+    }
+    in_sync()
+        .max_by_key(|(_, pr)| pr.matched)
+        .map(|(id, _)| *id)
 }

@@ -62,11 +62,7 @@ fn leader_hints(
     if !hints.partitions.is_empty() {
         let named: std::collections::BTreeSet<i32> =
             hints.partitions.values().map(|h| h.0).collect();
-        hints.endpoints = shard
-            .brokers(listener)
-            .into_iter()
-            .filter(|(id, _, _)| named.contains(id))
-            .collect();
+        hints.endpoints = shard.endpoints_of(listener, &named);
     }
     hints
 }

@@ -133,7 +133,7 @@ pub(super) async fn produce(
     // KIP-951 (v10+): a NOT_LEADER_OR_FOLLOWER answer names the leader this broker knows,
     // with its endpoint, so the client moves there without asking for metadata first.
     let hints = req.version >= 10;
-    let meta = shard.metadata();
+    let mut meta = None;
     let mut hinted = std::collections::BTreeSet::new();
     for ((t, row), name) in p.topic_data.iter().zip(results).zip(&names) {
         let mut tr = TopicProduceResponse::default();
@@ -148,7 +148,8 @@ pub(super) async fn produce(
             pr.log_start_offset = r.log_start_offset;
             pr.error_message = r.error_message.as_deref().map(s);
             if hints && r.error == errors::NOT_LEADER_OR_FOLLOWER {
-                if let Some((node, epoch)) = shard.leader_hint(&meta, name, index, r.raft_leader) {
+                let meta = meta.get_or_insert_with(|| shard.metadata());
+                if let Some((node, epoch)) = shard.leader_hint(meta, name, index, r.raft_leader) {
                     pr.current_leader.leader_id = BrokerId(node);
                     pr.current_leader.leader_epoch = epoch;
                     hinted.insert(node);
@@ -170,23 +171,9 @@ pub(super) async fn produce(
         }
         resp.responses.push(tr);
     }
-    if !hinted.is_empty() {
-        resp.node_endpoints = node_endpoints(shard, listener, &hinted);
-    }
-    one(req, &resp)
-}
-
-/// KIP-951: the endpoints (on the listener the client came in on) of the nodes named as
-/// leaders in an answer.
-fn node_endpoints(
-    shard: &Rc<Shard>,
-    listener: usize,
-    nodes: &std::collections::BTreeSet<i32>,
-) -> Vec<produce_response::NodeEndpoint> {
-    shard
-        .brokers(listener)
+    resp.node_endpoints = shard
+        .endpoints_of(listener, &hinted)
         .into_iter()
-        .filter(|(id, _, _)| nodes.contains(id))
         .map(|(id, host, port)| {
             let mut e = produce_response::NodeEndpoint::default();
             e.node_id = BrokerId(id);
@@ -194,7 +181,8 @@ fn node_endpoints(
             e.port = port;
             e
         })
-        .collect()
+        .collect();
+    one(req, &resp)
 }
 
 /// Produce v0-2 (message format v0/v1, which KIP-896 removed): advertised as Kafka 4.0 does,

@@ -151,6 +151,18 @@ impl Shard {
         }
     }
 
+    /// KIP-951's `NodeEndpoints`: (node id, host, port) on `listener` of the nodes named.
+    pub fn endpoints_of(
+        &self,
+        listener: usize,
+        nodes: &std::collections::BTreeSet<i32>,
+    ) -> Vec<(i32, String, i32)> {
+        self.brokers(listener)
+            .into_iter()
+            .filter(|(id, _, _)| nodes.contains(id))
+            .collect()
+    }
+
     /// Kafka's automatic preferred-leader election (`auto.leader.rebalance.enable`): a leader
     /// that is not its partition's preferred replica hands the leadership to it, once every
     /// `leader.imbalance.check.interval.seconds`, if that replica is in sync (active, holding
@@ -228,23 +240,8 @@ fn caught_up(g: &Group) -> bool {
     any
 }
 
-/// Whom a stopping leader hands its group to: a follower in sync (active, holding every
-/// committed entry), the preferred replica if it is one, else the one furthest ahead. raft-rs
-/// sends it what it still lacks before it lets it campaign. `None`: no follower in sync (the
-/// group keeps its leader until the broker stops; the others then elect one).
+/// Whom a stopping leader hands its group to (`cluster::step_down::successor`), its
+/// preferred replica first.
 fn successor(g: &Group) -> Option<u64> {
-    let raw = g.raw.borrow();
-    let (me, committed) = (raw.raft.id, raw.raft.raft_log.committed);
-    let in_sync = || {
-        raw.raft
-            .prs()
-            .iter()
-            .filter(move |(id, pr)| **id != me && pr.recent_active && pr.matched >= committed)
-    };
-    if in_sync().any(|(id, _)| *id == g.preferred) {
-        return Some(g.preferred);
-    }
-    in_sync()
-        .max_by_key(|(_, pr)| pr.matched)
-        .map(|(id, _)| *id)
+    crate::broker::cluster::successor(&g.raw.borrow().raft, Some(g.preferred))
 }
