@@ -99,6 +99,7 @@ pub(super) async fn core_main(
         shard.start_mesh(req_rx, resp_rx);
     }
     *shard.metadata_current.borrow_mut() = global.metadata_current.clone();
+    *shard.rejoin.borrow_mut() = global.rejoin.clone();
     let id = shard.id;
     let step = |s: usize| global.steps[id].store(s, Ordering::Relaxed);
     step(1);

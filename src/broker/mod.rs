@@ -358,6 +358,17 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     config.data_dir = std::path::absolute(&config.data_dir)
         .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
 
+    // A cluster broker's data directory identity, before anything is written there: a
+    // directory with no state rejoins its Raft groups (cluster::rejoin).
+    let rejoining = match (&cluster_addrs, config.node_id) {
+        (Some(_), Some(id)) => {
+            let had_state = cluster::store::path(&config.data_dir).exists();
+            let identity = cluster::rejoin::Identity::establish(&config.data_dir, id, had_state)?;
+            info!(node = id, directory_id = %identity.directory_id, "data directory");
+            identity.rejoining
+        }
+        _ => None,
+    };
     // Metadata: loaded (or created) before any executor starts; partitions are re-spread
     // if the core count changed since the last run.
     let mut meta = Metadata::load(&config.data_dir)?.unwrap_or_else(|| Metadata::empty(cores));
@@ -419,6 +430,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             log: cluster::store::load(&config.data_dir)?,
             applied: meta.applied_index,
             caught_up: Default::default(),
+            rejoin: Default::default(),
             tls: match config.inter_broker_protocol {
                 Some(weir::config::SecurityProtocol::Ssl) => Some(
                     cluster::peer_tls::PeerTls::load(&config.ssl, &config.voters)
@@ -437,13 +449,12 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let meta = Arc::new(meta);
     let config = Arc::new(config);
-    let global = Arc::new(Global::new(
-        cores,
-        listen_addrs.len(),
-        cluster_boot.is_some(),
-    ));
+    let mut global = Global::new(cores, listen_addrs.len(), cluster_boot.is_some());
+    global.rejoin = Arc::new(cluster::rejoin::Shared::new(rejoining));
+    let global = Arc::new(global);
     if let Some(boot) = cluster_boot.as_mut() {
         boot.caught_up = global.metadata_current.clone();
+        boot.rejoin = global.rejoin.clone();
     }
 
     // Signals: first SIGINT/SIGTERM starts a graceful shutdown, a second one exits at once;

@@ -82,4 +82,52 @@ impl Node {
             }
         }
     }
+
+    /// A rejoining replica of the metadata group that has caught up (`rejoin`) says so.
+    pub(super) fn check_rejoined(&self) {
+        let raw = self.raw.borrow();
+        if self.rejoin.became_sure(&raw.raft) {
+            info!(committed = raw.raft.raft_log.committed, leader_commit_first_heard = ?self.rejoin.target(),
+                "metadata group: this rejoining replica has caught up with the leader; it votes again");
+            self.rejoin_shared.done(&self.rejoin);
+            let record = self.rejoin.record();
+            glommio::spawn_local(async move {
+                if let Err(e) = weir_storage::io::off_reactor(record).await {
+                    warn!(error = %e, "recording that the metadata replica caught up failed (it rejoins again after a restart)");
+                }
+            })
+            .detach();
+        }
+    }
+
+    /// While the broker rejoins (`rejoin`): once the metadata group's replica is sure, the
+    /// metadata it holds is applied, and no partition replica on any core has been unsure for
+    /// `REJOIN_SETTLE` checks in a row (the cores open the partitions the metadata names a
+    /// moment after it is applied), the marker is removed and the broker is whole again.
+    pub(super) async fn watch_rejoin(self: Rc<Self>, _caught_up: Arc<AtomicBool>) {
+        const REJOIN_SETTLE: u32 = 3;
+        let mut settled = 0;
+        while self.rejoin_shared.active() {
+            glommio::timer::sleep(Duration::from_secs(1)).await;
+            let committed = self.raw.borrow().raft.raft_log.committed;
+            let ready = self.rejoin.is_sure()
+                && self.applied.get() >= committed
+                && self.rejoin_shared.unsure() == 0;
+            settled = if ready { settled + 1 } else { 0 };
+            if settled < REJOIN_SETTLE {
+                continue;
+            }
+            let shared = self.rejoin_shared.clone();
+            match weir_storage::io::off_reactor(move || shared.finish()).await {
+                Ok(()) => info!(
+                    "rejoin complete: every Raft replica on this broker has caught up; the data \
+                     directory is whole again"
+                ),
+                Err(e) => {
+                    warn!(error = %e, "removing the rejoin marker failed: retried");
+                    settled = 0;
+                }
+            }
+        }
+    }
 }

@@ -23,6 +23,7 @@ mod liveness;
 mod log;
 pub mod net;
 pub mod peer_tls;
+pub mod rejoin;
 mod step_down;
 pub mod store;
 
@@ -97,6 +98,8 @@ pub struct Boot {
     pub caught_up: Arc<std::sync::atomic::AtomicBool>,
     /// Mutual TLS with the peers (`security.inter.broker.protocol=SSL`); `None`: PLAINTEXT.
     pub tls: Option<peer_tls::PeerTls>,
+    /// Whether this broker's data directory rejoins (`rejoin`), shared with the other cores.
+    pub rejoin: Arc<rejoin::Shared>,
 }
 
 pub struct Node {
@@ -124,6 +127,9 @@ pub struct Node {
     next_req: Cell<u64>,
     /// The broker is stopping (`step_down`): it hands the leadership over and takes none.
     stopping: Cell<bool>,
+    /// This replica's standing in the metadata group while the broker rejoins (`rejoin`).
+    rejoin: rejoin::Rejoin,
+    rejoin_shared: Arc<rejoin::Shared>,
     hooks: Hooks,
 }
 
@@ -139,6 +145,7 @@ impl Node {
             applied,
             caught_up,
             tls,
+            rejoin: rejoin_shared,
         } = boot;
         let voters: Vec<u64> = peers.iter().map(|p| p.0).chain([id]).collect();
         let mem = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
@@ -204,6 +211,8 @@ impl Node {
                         & ((1 << 48) - 1)),
             ),
             stopping: Cell::new(false),
+            rejoin: rejoin_shared.open(rejoin_shared.metadata_sure_file()),
+            rejoin_shared,
             hooks,
         });
         let listener = glommio::net::TcpListener::bind(listen)
@@ -215,7 +224,8 @@ impl Node {
         }
         glommio::spawn_local(node.clone().accept(listener, tls)).detach();
         glommio::spawn_local(node.clone().watch_peers()).detach();
-        glommio::spawn_local(node.clone().catch_up(caught_up)).detach();
+        glommio::spawn_local(node.clone().catch_up(caught_up.clone())).detach();
+        glommio::spawn_local(node.clone().watch_rejoin(caught_up)).detach();
         let q = glommio::executor().create_task_queue(
             glommio::Shares::default(),
             glommio::Latency::Matters(Duration::from_millis(5)),
@@ -311,11 +321,18 @@ impl Node {
                 or(self.work.notified(), glommio::timer::sleep(next_tick - now)).await;
             }
             if Instant::now() >= next_tick {
+                self.rejoin.hold_election(&mut self.raw.borrow_mut().raft);
                 self.raw.borrow_mut().tick();
                 next_tick = Instant::now() + TICK;
             }
             let msgs = std::mem::take(&mut *self.inbox.borrow_mut());
-            for m in msgs {
+            for mut m in msgs {
+                if !self
+                    .rejoin
+                    .before_step(&mut self.raw.borrow_mut().raft, &mut m, &"metadata")
+                {
+                    continue;
+                }
                 if self.stopping.get()
                     && m.get_msg_type() == raft::prelude::MessageType::MsgTimeoutNow
                 {
@@ -329,6 +346,7 @@ impl Node {
                     debug!(error = %e, "stepping a Raft message");
                 }
             }
+            self.check_rejoined();
             let props = std::mem::take(&mut *self.proposals.borrow_mut());
             for (data, slot) in props {
                 let mut raw = self.raw.borrow_mut();

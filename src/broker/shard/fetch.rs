@@ -5,6 +5,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+use weir::metadata::Metadata;
 
 use tracing::warn;
 
@@ -40,6 +41,21 @@ impl Shard {
                 hws.push(0);
                 continue;
             };
+            // The metadata can name this broker the leader while its replica is not (yet):
+            // a restarted broker replays an old leadership record before its group hears
+            // from the leader elected meanwhile, and must not answer from its own log then
+            // (an empty one would say OFFSET_OUT_OF_RANGE, and the consumer would reset).
+            if !self.answers_as_leader(&p.topic, p.partition) {
+                out.push(FetchResult {
+                    error: errors::NOT_LEADER_OR_FOLLOWER,
+                    high_watermark: -1,
+                    last_stable_offset: -1,
+                    log_start_offset: -1,
+                    ..Default::default()
+                });
+                hws.push(0);
+                continue;
+            }
             let wm = part.log.watermarks();
             let mut r = FetchResult {
                 error: errors::NONE,
@@ -92,6 +108,23 @@ impl Shard {
             out.push(r);
         }
         (out, hws)
+    }
+
+    /// Whether this core may answer for `topic`-`partition` from its own log: a replicated
+    /// partition only while its Raft group here leads. A restarting broker opens a partition's
+    /// log before its group, and replays old leadership records before the group hears from
+    /// the leader elected meanwhile; answered from the log then, a Fetch would get
+    /// OFFSET_OUT_OF_RANGE and a Produce would be appended outside Raft.
+    pub(super) fn answers_as_leader(&self, topic: &str, partition: i32) -> bool {
+        match self.replica_group(topic, partition) {
+            Some(g) => g.is_leader(),
+            None => self
+                .meta
+                .borrow()
+                .topics
+                .get(topic)
+                .is_none_or(|t| Metadata::replication_factor(t) <= 1),
+        }
     }
 
     /// Serves a fetch for partitions this core owns; parks it in the wheel while it has

@@ -93,16 +93,38 @@ impl Shard {
         }
     }
 
-    /// A leader handing its leadership to this stopping broker (`MsgTimeoutNow`): declined,
-    /// the leader gives up the transfer after an election timeout and stays.
-    pub(super) fn declines(&self, g: &Group, m: &raft::prelude::Message) -> bool {
+    /// A message group `g` does not step: a leadership handed to this stopping broker
+    /// (`MsgTimeoutNow`: declined, the leader gives up the transfer after an election timeout
+    /// and stays), or one its replica may not answer while the broker rejoins
+    /// (`cluster::rejoin`, which also mends a heartbeat or a rejection from a follower that
+    /// lost its log).
+    pub(super) fn declines(&self, g: &Group, m: &mut raft::prelude::Message) -> bool {
         let offered = m.get_msg_type() == raft::prelude::MessageType::MsgTimeoutNow;
         if offered && self.stopping.is_fired() {
             debug!(topic = %g.topic, partition = g.partition, from = m.from,
                 "stopping: a leadership offered to this broker declined");
             return true;
         }
-        false
+        let what = GroupName(&g.topic, g.partition);
+        !g.rejoin.before_step(&mut g.raw.borrow_mut().raft, m, &what)
+    }
+
+    /// After a group's messages are stepped: a rejoining replica that caught up says so.
+    pub(super) fn check_rejoined(&self, g: &Group) {
+        let raw = g.raw.borrow();
+        if g.rejoin.became_sure(&raw.raft) {
+            info!(topic = %g.topic, partition = g.partition, committed = raw.raft.raft_log.committed,
+                leader_commit_first_heard = ?g.rejoin.target(),
+                "rejoining replica caught up with its leader; it votes again");
+            self.rejoin.borrow().done(&g.rejoin);
+            let (topic, partition, record) = (g.topic.clone(), g.partition, g.rejoin.record());
+            glommio::spawn_local(async move {
+                if let Err(e) = weir_storage::io::off_reactor(record).await {
+                    warn!(%topic, partition, error = %e, "recording that the replica caught up failed (it rejoins again after a restart)");
+                }
+            })
+            .detach();
+        }
     }
 
     /// At shutdown the replica driver stops: the produces still waiting on a group are
@@ -202,6 +224,15 @@ impl Shard {
     }
 }
 
+/// A partition group named in log lines (only formatted when a line is written).
+struct GroupName<'a>(&'a str, i32);
+
+impl std::fmt::Display for GroupName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.0, self.1)
+    }
+}
+
 /// A new group's preferred leader — its first replica, which placement spreads evenly over
 /// the brokers (`cluster::place`), as Kafka's preferred replica — campaigns at once and on
 /// each of its first ticks while no leader is known, so that it is elected before the others'
@@ -218,7 +249,7 @@ pub(super) fn campaign_if_preferred(g: &Group) {
         raw.raft.state,
         StateRole::Follower | StateRole::PreCandidate
     );
-    if raw.raft.leader_id != 0 || !idle {
+    if raw.raft.leader_id != 0 || !idle || !g.rejoin.may_campaign(&raw.raft) {
         g.eager_ticks.set(0);
         return;
     }

@@ -224,6 +224,7 @@ impl Shard {
         {
             g.failed.set(true);
             g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
+            self.rejoin.borrow().done(&g.rejoin);
         }
     }
 

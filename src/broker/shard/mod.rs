@@ -78,6 +78,8 @@ pub struct Global {
     /// after start-up (`cluster::Node::catch_up`; docs/replication.md, "A restarted broker
     /// catches up before answering Metadata").
     pub metadata_current: Arc<AtomicBool>,
+    /// Whether this broker's data directory rejoins its Raft groups (`cluster::rejoin`).
+    pub rejoin: Arc<crate::broker::cluster::rejoin::Shared>,
 }
 
 impl Global {
@@ -95,6 +97,7 @@ impl Global {
             exited: AtomicUsize::new(0),
             steps: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
             metadata_current: Arc::new(AtomicBool::new(!clustered)),
+            rejoin: Default::default(),
         }
     }
 }
@@ -234,6 +237,8 @@ pub struct Shard {
     creating_internal_topics: RefCell<HashSet<&'static str>>,
     /// `Global::metadata_current` (set at start-up; a standalone broker's is always true).
     pub metadata_current: RefCell<Arc<AtomicBool>>,
+    /// `Global::rejoin` (set at start-up).
+    pub rejoin: RefCell<Arc<crate::broker::cluster::rejoin::Shared>>,
 }
 
 /// The metadata change of an admin request could not be saved: every topic it would have
@@ -321,6 +326,7 @@ impl Shard {
             last_producer_tick: Cell::new(0),
             creating_internal_topics: RefCell::new(HashSet::new()),
             metadata_current: RefCell::new(Arc::new(AtomicBool::new(true))),
+            rejoin: Default::default(),
         })
     }
 

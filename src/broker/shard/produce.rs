@@ -73,6 +73,10 @@ impl Shard {
                 Err(code) => fail(code),
             };
         }
+        if !self.answers_as_leader(&p.topic, p.partition) {
+            // Replicated, but its Raft group is not open yet (a broker starting up).
+            return fail(errors::NOT_LEADER_OR_FOLLOWER);
+        }
         // Checked (`Log::append_produced`: Kafka's log validator, in one pass) and appended.
         match part.log.append_produced(p.records).await {
             Ok(info) => {

@@ -356,6 +356,7 @@ impl Shard {
     /// produced, serve lagging followers' reads, handle its `Ready`, apply retention.
     pub(super) async fn drive_group(self: &Rc<Self>, g: &Rc<Group>, tick: bool) {
         if tick {
+            g.rejoin.hold_election(&mut g.raw.borrow_mut().raft);
             g.raw.borrow_mut().tick();
             if self.config.replica_hibernate {
                 g.maybe_sleep();

@@ -99,6 +99,8 @@ pub struct Group {
     /// Ticks left in which this replica, the preferred leader of a new group, campaigns as
     /// long as no leader is known (`Shard::campaign_if_preferred`).
     pub(super) eager_ticks: Cell<u32>,
+    /// Its standing while the broker rejoins after a lost data directory (`cluster::rejoin`).
+    pub(super) rejoin: crate::broker::cluster::rejoin::Rejoin,
     /// The preferred leader (the first replica of the placement), and when this replica,
     /// leading, next checks whether to hand the leadership back to it
     /// (`Shard::restore_preferred_leader`).
@@ -354,6 +356,8 @@ impl Shard {
             term = state.term,
             "partition Raft group starting"
         );
+        let rejoin =
+            (self.rejoin.borrow()).open(dir.join(crate::broker::cluster::rejoin::REJOINED));
         let group = Rc::new(Group {
             topic: topic.to_string(),
             partition,
@@ -390,6 +394,7 @@ impl Shard {
             } else {
                 0
             }),
+            rejoin,
         });
         self.replicas
             .borrow_mut()
@@ -450,8 +455,8 @@ impl Shard {
 
     pub(super) fn step_and_propose(&self, g: &Group) {
         let msgs = std::mem::take(&mut *g.inbox.borrow_mut());
-        for m in msgs {
-            if self.declines(g, &m) {
+        for mut m in msgs {
+            if self.declines(g, &mut m) {
                 continue;
             }
             let quiet = !Group::wakes_on(&m);
@@ -471,6 +476,7 @@ impl Shard {
                 Ok(()) => {}
             }
         }
+        self.check_rejoined(g);
         let props = std::mem::take(&mut *g.proposals.borrow_mut());
         if !props.is_empty() {
             g.wake();
