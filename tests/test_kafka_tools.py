@@ -71,6 +71,7 @@ TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 QUORUM = "org.apache.kafka.tools.MetadataQuorumCommand"
+ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 
@@ -803,3 +804,59 @@ def test_topics_and_metadata_quorum_on_a_cluster(cluster):  # noqa: F811
     brokers[2].start()
     everyone = ",".join(x.bootstrap for x in brokers)
     wait_until("no partition under-replicated", lambda: under_replicated(everyone) == [] or None, timeout=60.0)
+
+
+# -- kafka-leader-election on three brokers ------------------------------------------------------
+
+
+@pytest.mark.parametrize("cluster", [{"auto.leader.rebalance.enable": "false"}], indirect=True)
+def test_leader_election_tool_moves_leaders_back_to_the_preferred_replicas(cluster):  # noqa: F811
+    """A broker restarts: the partitions it led are led elsewhere and, with automatic
+    rebalancing off, stay there. Kafka's `kafka-leader-election.sh --election-type PREFERRED`
+    moves them back (docs/operations.md); asked again, it finds nothing to do."""
+    from test_cluster_replication import isr_everywhere
+    brokers = cluster
+    b = ",".join(x.bootstrap for x in brokers)
+    topic = f"tools-elect-{uuid.uuid4().hex[:6]}"
+    tool(TOPICS, "--bootstrap-server", b, "--create", "--topic", topic, "--partitions", 3,
+         "--replication-factor", 3)
+    wait_for_topic(brokers[0].bootstrap, topic, 3, timeout=30)
+
+    def described(bootstrap: str) -> dict[int, tuple[int, int]]:
+        """partition -> (leader broker, preferred broker), from kafka-topics --describe."""
+        out = {}
+        for ln in lines(tool(TOPICS, "--bootstrap-server", bootstrap, "--describe", "--topic", topic).stdout)[1:]:
+            f = dict(re.findall(r"(\w+): ?([^\t]*)", ln))
+            out[int(f["Partition"])] = (int(f["Leader"]) // 1024, int(f["Replicas"].split(",")[0]) // 1024)
+        return out
+
+    for p in range(3):
+        isr_everywhere(brokers, topic, p, {1, 2, 3})
+    first = described(b)
+    # The broker leading partition 0 restarts (a controlled shutdown hands its leaderships over).
+    restarted = brokers[first[0][0] - 1]
+    restarted.stop()
+    restarted.start()
+    b = ",".join(x.bootstrap for x in brokers)
+    for p in range(3):
+        isr_everywhere(brokers, topic, p, {1, 2, 3})
+    time.sleep(2)
+    before = described(b)
+    off = sorted(p for p, (leader, preferred) in before.items() if leader != preferred)
+    assert off, f"every partition is led by its preferred replica after the restart: {before}"
+
+    r = tool(ELECTION, "--bootstrap-server", b, "--election-type", "PREFERRED", "--all-topic-partitions")
+    said = re.search(r"Successfully completed leader election \(PREFERRED\) for partitions (.*)", r.stdout)
+    assert said, shown(r)
+    moved = {x.strip() for x in said.group(1).split(",")}
+    assert {f"{topic}-{p}" for p in off} <= moved, shown(r)
+    def all_preferred():
+        d = described(b)
+        return d if all(leader == preferred for leader, preferred in d.values()) else None
+    after = wait_until("every partition led by its preferred replica", all_preferred, timeout=30.0)
+
+    r = tool(ELECTION, "--bootstrap-server", b, "--election-type", "PREFERRED", "--topic", topic,
+             "--partition", off[0])
+    assert f"Valid replica already elected for partitions {topic}-{off[0]}" in r.stdout, shown(r)
+    print(f"\nleaders (leader, preferred) after the restart {before}; after the tool {after}")
+

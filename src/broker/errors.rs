@@ -83,6 +83,15 @@ pub fn storage_error_code(e: &Error) -> i16 {
     }
 }
 
+/// ElectLeaders: the preferred replica is not in sync (or did not take over in time).
+pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+/// ElectLeaders (UNCLEAN): no replica may be elected.
+pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
+/// ElectLeaders: the replica asked for leads already.
+pub const ELECTION_NOT_NEEDED: i16 = 84;
+/// No leader is known for the partition now (one is being elected).
+pub const LEADER_NOT_AVAILABLE: i16 = 5;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,5 @@
-//! DescribeLogDirs, ElectLeaders, DescribeCluster: what a single node answers.
+//! DescribeLogDirs, ElectLeaders, DescribeCluster: what a single node answers (and, for
+//! ElectLeaders, what a cluster does).
 
 use crate::broker::errors;
 use crate::broker::shard::{Req, Resp, Shard};
@@ -62,15 +63,22 @@ pub(super) async fn describe_log_dirs(
     r
 }
 
-/// ElectLeaders on a single node: every partition already has its only replica as leader
-/// (ELECTION_NOT_NEEDED); unknown ones are UNKNOWN_TOPIC_OR_PARTITION. "All partitions"
-/// (null) lists none, as Kafka leaves out the partitions that needed no election.
-pub(super) fn elect_leaders(shard: &Rc<Shard>, e: &ElectLeadersRequest) -> ElectLeadersResponse {
+/// ElectLeaders. In a cluster, PREFERRED moves each partition's leadership to its preferred
+/// replica (`elect_in_cluster`). On a single node every partition already has its only
+/// replica as leader (ELECTION_NOT_NEEDED); unknown ones are UNKNOWN_TOPIC_OR_PARTITION. "All
+/// partitions" (null) lists none, as Kafka leaves out the partitions that needed no election.
+pub(super) async fn elect_leaders(
+    shard: &Rc<Shard>,
+    e: &ElectLeadersRequest,
+) -> ElectLeadersResponse {
     use kafka_protocol::messages::elect_leaders_response::{
         PartitionResult, ReplicaElectionResult,
     };
-    const ELECTION_NOT_NEEDED: i16 = 84;
+    const ELECTION_NOT_NEEDED: i16 = errors::ELECTION_NOT_NEEDED;
     let meta = shard.metadata();
+    if meta.local_broker.is_some() {
+        return elect_in_cluster(shard, e).await;
+    }
     let mut r = ElectLeadersResponse::default();
     for t in e.topic_partitions.iter().flatten() {
         let mut tr = ReplicaElectionResult::default();
@@ -88,6 +96,113 @@ pub(super) fn elect_leaders(shard: &Rc<Shard>, e: &ElectLeadersRequest) -> Elect
             tr.partition_result.push(pr);
         }
         r.replica_election_results.push(tr);
+    }
+    r
+}
+
+/// ElectLeaders in a cluster. PREFERRED: each partition named (or, for null, each replicated
+/// partition whose leader is not its preferred replica) is asked of its leader's broker,
+/// which hands the leadership over and answers once it moved (`Shard::elect_here`;
+/// docs/replication.md, "Preferred leaders"). UNCLEAN: weir never elects a replica that may
+/// lack acknowledged records, so a partition with a leader needs none
+/// (ELECTION_NOT_NEEDED) and one without gets ELIGIBLE_LEADERS_NOT_AVAILABLE.
+async fn elect_in_cluster(shard: &Rc<Shard>, e: &ElectLeadersRequest) -> ElectLeadersResponse {
+    use kafka_protocol::messages::elect_leaders_response::{
+        PartitionResult, ReplicaElectionResult,
+    };
+    let meta = shard.metadata();
+    let here = meta.local_broker.unwrap_or(0);
+    let asked: Vec<(String, i32)> = match &e.topic_partitions {
+        Some(tps) => tps
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|&p| (t.topic.to_string(), p)))
+            .collect(),
+        None => {
+            let mut all = Vec::new();
+            for (name, t) in &meta.topics {
+                for (p, replicas) in t.replicas.iter().enumerate() {
+                    if replicas.len() > 1 && t.brokers.get(p) != replicas.first().map(|r| &r.0) {
+                        all.push((name.clone(), p as i32));
+                    }
+                }
+            }
+            all
+        }
+    };
+    let unclean = e.election_type == 1;
+    let mut codes = vec![errors::NONE; asked.len()];
+    // Per leader broker: (index in `asked`, partition).
+    type Indexed = Vec<(usize, (String, i32))>;
+    let mut by_leader: BTreeMap<u64, Indexed> = BTreeMap::new();
+    for (i, (topic, p)) in asked.iter().enumerate() {
+        let Some(t) = meta.topics.get(topic) else {
+            codes[i] = errors::UNKNOWN_TOPIC_OR_PARTITION;
+            continue;
+        };
+        if usize::try_from(*p).map_or(true, |p| p >= t.owners.len()) {
+            codes[i] = errors::UNKNOWN_TOPIC_OR_PARTITION;
+            continue;
+        }
+        let leader = shard.leader_broker(topic, *p).await;
+        codes[i] = match leader {
+            _ if weir::metadata::Metadata::replication_factor(t) <= 1 => {
+                errors::ELECTION_NOT_NEEDED
+            }
+            Some(_) if unclean => errors::ELECTION_NOT_NEEDED,
+            None if unclean => errors::ELIGIBLE_LEADERS_NOT_AVAILABLE,
+            None => errors::LEADER_NOT_AVAILABLE,
+            Some(b) => {
+                by_leader
+                    .entry(b)
+                    .or_default()
+                    .push((i, (topic.clone(), *p)));
+                continue;
+            }
+        };
+    }
+    for (broker, parts) in by_leader {
+        let (at, parts): (Vec<usize>, Vec<(String, i32)>) = parts.into_iter().unzip();
+        let n = parts.len();
+        let got = if broker == here {
+            shard.elect_here(parts).await
+        } else {
+            match shard
+                .peer_call(broker, weir::protocol::peer::PeerCall::Elect { parts })
+                .await
+            {
+                Some(weir::protocol::peer::PeerAnswer::Codes(c)) if c.len() == n => c,
+                _ => vec![errors::REQUEST_TIMED_OUT; n],
+            }
+        };
+        for (i, c) in at.into_iter().zip(got) {
+            codes[i] = c;
+        }
+    }
+    let mut r = ElectLeadersResponse::default();
+    for ((topic, p), code) in asked.into_iter().zip(codes) {
+        if r.replica_election_results
+            .last()
+            .is_none_or(|t: &ReplicaElectionResult| t.topic.as_str() != topic)
+        {
+            let mut tr = ReplicaElectionResult::default();
+            tr.topic = s(&topic).into();
+            r.replica_election_results.push(tr);
+        }
+        let mut pr = PartitionResult::default();
+        pr.partition_id = p;
+        pr.error_code = code;
+        pr.error_message = match code {
+            errors::PREFERRED_LEADER_NOT_AVAILABLE => Some(s(
+                "the preferred replica is not in sync, or did not take the leadership over in time",
+            )),
+            errors::ELIGIBLE_LEADERS_NOT_AVAILABLE => Some(s(
+                "weir has no unclean leader election (it would lose acknowledged records)",
+            )),
+            _ => None,
+        };
+        if let Some(tr) = r.replica_election_results.last_mut() {
+            tr.partition_result.push(pr);
+        }
     }
     r
 }

@@ -219,7 +219,7 @@ async fn process_request(
             one(&req, &resp)
         }
         Body::ElectLeaders(e) => {
-            let resp = elect_leaders(&shard, e);
+            let resp = elect_leaders(&shard, e).await;
             one(&req, &resp)
         }
         Body::DescribeQuorum(d) => {

@@ -12,6 +12,7 @@ use tracing::{debug, info, warn};
 use super::replication::Group;
 use super::*;
 use crate::broker::cluster::Handover;
+use crate::broker::errors;
 
 /// How often a stopping core looks whether its leaderships have moved.
 const STEP_DOWN_POLL: Duration = Duration::from_millis(20);
@@ -133,6 +134,66 @@ impl Shard {
         for g in self.replicas.borrow().values() {
             g.fail_waiters(crate::broker::errors::NOT_LEADER_OR_FOLLOWER);
         }
+    }
+
+    /// ElectLeaders (PREFERRED; Kafka's `kafka-leader-election.sh`) for partitions whose
+    /// replica is on this core. A partition this replica leads is handed to its preferred
+    /// replica if that one holds every committed entry (raft-rs sends it the rest, then it
+    /// campaigns at once), and the answer waits up to `ELECT_WAIT` for it to take over. One
+    /// code per partition: NONE (moved), ELECTION_NOT_NEEDED (the preferred replica leads),
+    /// PREFERRED_LEADER_NOT_AVAILABLE (it is behind, or did not take over in time),
+    /// NOT_LEADER_OR_FOLLOWER (this replica does not lead: ask the leader).
+    pub(super) async fn elect_local(self: &Rc<Self>, parts: Vec<(String, i32)>) -> Vec<i16> {
+        const ELECT_WAIT: Duration = Duration::from_secs(5);
+        let mut codes = Vec::with_capacity(parts.len());
+        let mut moving = Vec::new();
+        for (topic, partition) in &parts {
+            let Some(g) = self.replica_group(topic, *partition) else {
+                codes.push(errors::NOT_LEADER_OR_FOLLOWER);
+                continue;
+            };
+            let ready = {
+                let raw = g.raw.borrow();
+                let committed = raw.raft.raft_log.committed;
+                if raw.raft.state != StateRole::Leader {
+                    Err(errors::NOT_LEADER_OR_FOLLOWER)
+                } else if raw.raft.id == g.preferred {
+                    Err(errors::ELECTION_NOT_NEEDED)
+                } else if raw
+                    .raft
+                    .prs()
+                    .get(g.preferred)
+                    .is_some_and(|pr| pr.matched >= committed)
+                {
+                    Ok(())
+                } else {
+                    Err(errors::PREFERRED_LEADER_NOT_AVAILABLE)
+                }
+            };
+            match ready {
+                Ok(()) => {
+                    info!(topic = %g.topic, partition = g.partition, to = g.preferred,
+                        "ElectLeaders: handing the leadership to the preferred replica");
+                    g.wake();
+                    g.raw.borrow_mut().transfer_leader(g.preferred);
+                    moving.push((codes.len(), g));
+                    codes.push(errors::NONE);
+                }
+                Err(code) => codes.push(code),
+            }
+        }
+        self.replica_work.notify();
+        let deadline = Instant::now() + ELECT_WAIT;
+        while Instant::now() < deadline && moving.iter().any(|(_, g)| g.leader.get() != g.preferred)
+        {
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        for (i, g) in moving {
+            if g.leader.get() != g.preferred {
+                codes[i] = errors::PREFERRED_LEADER_NOT_AVAILABLE;
+            }
+        }
+        codes
     }
 
     /// A replica that became leader checks its preferred replica one interval from now, as

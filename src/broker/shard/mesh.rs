@@ -194,6 +194,7 @@ impl Shard {
                 commit,
                 parts,
             } => Resp::Codes(self.markers_local(producer_id, epoch, commit, parts).await),
+            Req::Elect(parts) => Resp::Codes(self.elect_local(parts).await),
             Req::Txn(t) => {
                 // Boxed: ending a transaction calls other cores (`Shard::call` → here).
                 let serve: std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> =

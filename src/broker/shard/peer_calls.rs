@@ -113,6 +113,7 @@ impl Shard {
                 commit,
                 parts,
             } => PeerAnswer::Codes(self.markers_here(producer_id, epoch, commit, parts).await),
+            PeerCall::Elect { parts } => PeerAnswer::Codes(self.elect_here(parts).await),
             PeerCall::GroupTxnEnd {
                 group,
                 producer_id,
@@ -141,6 +142,29 @@ impl Shard {
         commit: bool,
         parts: Vec<(String, i32)>,
     ) -> Vec<i16> {
+        self.on_replica_cores(parts, |parts| Req::Markers {
+            producer_id,
+            epoch,
+            commit,
+            parts,
+        })
+        .await
+    }
+
+    /// ElectLeaders (PREFERRED) for partitions this broker leads, each on the core holding its
+    /// replica (`Shard::elect_local`). One code per partition, in order.
+    pub(crate) async fn elect_here(self: &Rc<Self>, parts: Vec<(String, i32)>) -> Vec<i16> {
+        self.on_replica_cores(parts, Req::Elect).await
+    }
+
+    /// Sends each core holding this broker's replica of some of `parts` (or its owner at
+    /// replication factor 1) the request `req` makes of them, at once, and gathers one code
+    /// per partition, in order.
+    async fn on_replica_cores(
+        self: &Rc<Self>,
+        parts: Vec<(String, i32)>,
+        req: impl Fn(Vec<(String, i32)>) -> Req,
+    ) -> Vec<i16> {
         let meta = self.metadata();
         let mut codes = vec![errors::NONE; parts.len()];
         let mut by_core: BTreeMap<usize, Indexed> = BTreeMap::new();
@@ -153,15 +177,10 @@ impl Shard {
         }
         let calls = by_core.into_iter().map(|(core, parts)| {
             let shard = self.clone();
+            let (at, parts): (Vec<usize>, Vec<(String, i32)>) = parts.into_iter().unzip();
+            let n = parts.len();
+            let req = req(parts);
             async move {
-                let (at, parts): (Vec<usize>, Vec<(String, i32)>) = parts.into_iter().unzip();
-                let n = parts.len();
-                let req = Req::Markers {
-                    producer_id,
-                    epoch,
-                    commit,
-                    parts,
-                };
                 let got = match shard.call(core, req).await {
                     Resp::Codes(c) if c.len() == n => c,
                     _ => vec![errors::COORDINATOR_NOT_AVAILABLE; n],
@@ -178,7 +197,7 @@ impl Shard {
     /// The broker leading `topic`-`partition`: its Raft group's leader if this broker holds
     /// a replica (it hears of a new leader at once), else the metadata's. `None` while no
     /// leader is known.
-    pub(super) async fn leader_broker(self: &Rc<Self>, topic: &str, partition: i32) -> Option<u64> {
+    pub(crate) async fn leader_broker(self: &Rc<Self>, topic: &str, partition: i32) -> Option<u64> {
         let meta = self.metadata();
         let t = meta.topics.get(topic)?;
         let p = usize::try_from(partition).ok()?;

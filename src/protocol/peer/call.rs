@@ -33,6 +33,9 @@ pub enum PeerCall {
         producer_id: i64,
         commit: bool,
     },
+    /// To the leader of these partitions: hand each one's leadership to its preferred
+    /// replica (ElectLeaders, PREFERRED). Answered `Codes`, one per partition.
+    Elect { parts: Vec<(String, i32)> },
     /// To the metadata group's leader: the state of its quorum (DescribeQuorum). Answered
     /// `Quorum`, or `Code` NOT_LEADER_OR_FOLLOWER when the callee is no longer the leader.
     Quorum,
