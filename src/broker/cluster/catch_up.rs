@@ -90,13 +90,7 @@ impl Node {
             info!(committed = raw.raft.raft_log.committed, leader_commit_first_heard = ?self.rejoin.target(),
                 "metadata group: this rejoining replica has caught up with the leader; it votes again");
             self.rejoin_shared.done(&self.rejoin);
-            let record = self.rejoin.record();
-            glommio::spawn_local(async move {
-                if let Err(e) = weir_storage::io::off_reactor(record).await {
-                    warn!(error = %e, "recording that the metadata replica caught up failed (it rejoins again after a restart)");
-                }
-            })
-            .detach();
+            self.rejoin.record_in_background("metadata".to_string());
         }
     }
 
@@ -104,7 +98,7 @@ impl Node {
     /// metadata it holds is applied, and no partition replica on any core has been unsure for
     /// `REJOIN_SETTLE` checks in a row (the cores open the partitions the metadata names a
     /// moment after it is applied), the marker is removed and the broker is whole again.
-    pub(super) async fn watch_rejoin(self: Rc<Self>, _caught_up: Arc<AtomicBool>) {
+    pub(super) async fn watch_rejoin(self: Rc<Self>) {
         const REJOIN_SETTLE: u32 = 3;
         let mut settled = 0;
         while self.rejoin_shared.active() {

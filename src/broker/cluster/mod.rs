@@ -224,8 +224,8 @@ impl Node {
         }
         glommio::spawn_local(node.clone().accept(listener, tls)).detach();
         glommio::spawn_local(node.clone().watch_peers()).detach();
-        glommio::spawn_local(node.clone().catch_up(caught_up.clone())).detach();
-        glommio::spawn_local(node.clone().watch_rejoin(caught_up)).detach();
+        glommio::spawn_local(node.clone().catch_up(caught_up)).detach();
+        glommio::spawn_local(node.clone().watch_rejoin()).detach();
         let q = glommio::executor().create_task_queue(
             glommio::Shares::default(),
             glommio::Latency::Matters(Duration::from_millis(5)),

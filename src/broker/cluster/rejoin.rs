@@ -162,8 +162,7 @@ impl Rejoin {
             debug!(group = %what, commit = m.commit, last_index = last,
                 "a heartbeat's commit index past this replica's log: answered as a rejected append");
             if !self.sure.get() {
-                self.target
-                    .set(Some(self.target.get().unwrap_or(0).max(m.commit)));
+                self.raise_target(m.commit);
             }
             m.set_msg_type(MessageType::MsgAppend);
             m.index = m.commit;
@@ -181,13 +180,11 @@ impl Rejoin {
         }
         match kind {
             MessageType::MsgAppend if m.term >= raft.term => {
-                self.target
-                    .set(Some(self.target.get().unwrap_or(0).max(m.commit)));
+                self.raise_target(m.commit);
             }
             MessageType::MsgSnapshot if m.term >= raft.term => {
                 let index = m.get_snapshot().get_metadata().index;
-                self.target
-                    .set(Some(self.target.get().unwrap_or(0).max(index)));
+                self.raise_target(index);
             }
             MessageType::MsgRequestVote | MessageType::MsgRequestPreVote => {
                 let voters = raft.prs().conf().voters().ids().len();
@@ -230,7 +227,7 @@ impl Rejoin {
 
     /// Records durably that this replica caught up (after `became_sure`; blocking: run off
     /// the reactor).
-    pub fn record(&self) -> impl FnOnce() -> Result<(), String> + Send + 'static {
+    fn record(&self) -> impl FnOnce() -> Result<(), String> + Send + 'static {
         let file = self.sure_file.clone();
         move || match file {
             Some(f) => write_synced(
@@ -239,6 +236,25 @@ impl Rejoin {
             ),
             None => Ok(()),
         }
+    }
+
+    /// The leader's commit this replica must hold before it is sure: the highest heard.
+    fn raise_target(&self, index: u64) {
+        self.target
+            .set(Some(self.target.get().unwrap_or(0).max(index)));
+    }
+
+    /// Records in the background (off the reactor) that this replica caught up; `what`
+    /// names it if that fails.
+    pub fn record_in_background(&self, what: String) {
+        let record = self.record();
+        glommio::spawn_local(async move {
+            if let Err(e) = weir_storage::io::off_reactor(record).await {
+                warn!(replica = %what, error = %e,
+                    "recording that the replica caught up failed (it rejoins again after a restart)");
+            }
+        })
+        .detach();
     }
 
     pub fn target(&self) -> Option<u64> {

@@ -30,32 +30,31 @@ impl Shard {
         let mut out = Vec::with_capacity(parts.len());
         let mut hws = Vec::with_capacity(parts.len());
         for p in parts {
-            let Some(part) = self.partition(&p.topic, p.partition) else {
-                out.push(FetchResult {
-                    error: errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    high_watermark: -1,
-                    last_stable_offset: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
-                });
-                hws.push(0);
-                continue;
-            };
             // The metadata can name this broker the leader while its replica is not (yet):
             // a restarted broker replays an old leadership record before its group hears
             // from the leader elected meanwhile, and must not answer from its own log then
             // (an empty one would say OFFSET_OUT_OF_RANGE, and the consumer would reset).
-            if !self.answers_as_leader(&p.topic, p.partition) {
-                out.push(FetchResult {
-                    error: errors::NOT_LEADER_OR_FOLLOWER,
-                    high_watermark: -1,
-                    last_stable_offset: -1,
-                    log_start_offset: -1,
-                    ..Default::default()
-                });
-                hws.push(0);
-                continue;
-            }
+            let part = match self.partition(&p.topic, p.partition) {
+                None => Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
+                Some(_) if !self.answers_as_leader(&p.topic, p.partition) => {
+                    Err(errors::NOT_LEADER_OR_FOLLOWER)
+                }
+                Some(part) => Ok(part),
+            };
+            let part = match part {
+                Ok(part) => part,
+                Err(error) => {
+                    out.push(FetchResult {
+                        error,
+                        high_watermark: -1,
+                        last_stable_offset: -1,
+                        log_start_offset: -1,
+                        ..Default::default()
+                    });
+                    hws.push(0);
+                    continue;
+                }
+            };
             let wm = part.log.watermarks();
             let mut r = FetchResult {
                 error: errors::NONE,

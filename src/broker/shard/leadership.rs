@@ -118,13 +118,8 @@ impl Shard {
                 leader_commit_first_heard = ?g.rejoin.target(),
                 "rejoining replica caught up with its leader; it votes again");
             self.rejoin.borrow().done(&g.rejoin);
-            let (topic, partition, record) = (g.topic.clone(), g.partition, g.rejoin.record());
-            glommio::spawn_local(async move {
-                if let Err(e) = weir_storage::io::off_reactor(record).await {
-                    warn!(%topic, partition, error = %e, "recording that the replica caught up failed (it rejoins again after a restart)");
-                }
-            })
-            .detach();
+            g.rejoin
+                .record_in_background(GroupName(&g.topic, g.partition).to_string());
         }
     }
 
