@@ -12,7 +12,8 @@
 # against three brokers in one cluster (node ids 1-3, one advertised broker each, as librdkafka's
 # 3-broker test cluster: its tests that create topics with replication factor 3);
 # cluster-noautocreate/ the same with topic auto-creation off, for the tests of librdkafka's
-# "noautocreate" scenario. --all runs every `run` entry of tests/librdkafka-suite.txt, the list that gives
+# "noautocreate" scenario; cluster-racks/ three brokers in racks RACK1-3 with Kafka's
+# rack-aware replica selector, for follower fetching (KIP-392). --all runs every `run` entry of tests/librdkafka-suite.txt, the list that gives
 # every test of librdkafka's test table a verdict (run / na / known-fail / local, with the
 # reason), N test-runner processes at a time (default $WEIR_LIBRDKAFKA_JOBS or 4), and prints
 # pass / fail / na / known-fail / local counts; --local also runs the `local` entries (tests
@@ -134,8 +135,12 @@ start_weir_sasl() {
 # three as bootstrap once each broker has seen all three register (a topic with replication
 # factor 3 needs them).
 start_weir_cluster() {
-    local name="$1" voters="" addrs="" i
+    local name="$1" voters="" addrs="" i racks=0
     shift
+    if [ "${1:-}" = --racks ]; then
+        racks=1
+        shift
+    fi
     local ports
     ports="$(python3 -c 'import socket
 s = [socket.socket() for _ in range(3)]
@@ -147,9 +152,12 @@ print(" ".join(str(x.getsockname()[1]) for x in s))')"
         i=$((i + 1))
     done
     for i in 1 2 3; do
+        local rack=()
+        [ "$racks" = 1 ] && rack=(--set broker.rack="RACK$i"
+            --set replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector)
         start_weir "$name-$i" --set node.id="$i" --set controller.quorum.voters="$voters" \
             --set security.inter.broker.protocol=PLAINTEXT \
-            --set listeners.per.core=false "$@"
+            --set listeners.per.core=false "${rack[@]}" "$@"
         addrs="${addrs:+$addrs,}$(sed -n 's/^bootstrap.servers=//p' "$WORK/$name-$i.conf")"
     done
     for i in 1 2 3; do
@@ -191,6 +199,10 @@ if [ "$ALL" = 0 ]; then
             cluster-noautocreate/*)
                 plain="${spec#cluster-noautocreate/}" conf="$WORK/cluster-na.conf" scenario=(-s noautocreate)
                 [ -f "$conf" ] || start_weir_cluster cluster-na --set auto.create.topics.enable=false
+                ;;
+            cluster-racks/*)
+                plain="${spec#cluster-racks/}" conf="$WORK/cluster-racks.conf"
+                [ -f "$conf" ] || start_weir_cluster cluster-racks --racks
                 ;;
         esac
         t="${plain%%:*}" sub=""

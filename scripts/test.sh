@@ -77,6 +77,9 @@ for tool in gcc g++ make; do command -v $tool >/dev/null 2>&1 || apt_install bui
 
 # iptables: tests/test_cluster_partitions.py cuts links between brokers (tests/cluster_net.py).
 command -v iptables >/dev/null 2>&1 || apt_install iptables
+# ip (iproute2): tests/test_cluster_hosts.py puts brokers on hosts of their own (network
+# namespaces, veth pairs, a bridge: tests/net_hosts.py).
+command -v ip >/dev/null 2>&1 || apt_install iproute2
 
 # gdb: a broker that hangs (start, stop) is reported with every thread's backtrace.
 command -v gdb >/dev/null 2>&1 || apt_install gdb

@@ -30,11 +30,14 @@ pub struct ListenerEndpoints {
     pub cores: Vec<(String, i32)>,
 }
 
-/// A registered broker: its core count and its client endpoints.
+/// A registered broker: its core count, its client endpoints and its rack.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct BrokerInfo {
     pub cores: usize,
     pub listeners: Vec<ListenerEndpoints>,
+    /// `broker.rack` (absent in records of brokers without one, and of older weirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

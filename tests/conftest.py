@@ -41,12 +41,12 @@ TMP_ROOT = REPO / "target" / "pytest-tmp"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 TEST_TIMEOUT_S = 180
-LISTENING_RE = re.compile(rb"listening on (127\.0\.0\.1):(\d+)")
+LISTENING_RE = re.compile(rb"listening on (\d+\.\d+\.\d+\.\d+):(\d+)")
 # Printed before the "listening on" line when metrics.listen is not off.
 METRICS_RE = re.compile(rb"metrics on (http://\S+/metrics)")
 # Printed before the "listening on" line, one per listener (`listeners=...,SSL://...`):
 # "SSL listener on 127.0.0.1:PORT", "SASL_PLAINTEXT listener on ...".
-LISTENER_RE = re.compile(rb"\b([A-Z_]+) listener on 127\.0\.0\.1:(\d+)")
+LISTENER_RE = re.compile(rb"\b([A-Z_]+) listener on \d+\.\d+\.\d+\.\d+:(\d+)")
 LOG_TAIL_BYTES = 64 * 1024
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 

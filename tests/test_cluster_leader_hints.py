@@ -7,8 +7,9 @@ node's endpoint (`NodeEndpoints`, a tagged field of the response), so a client (
 Three `weir serve` processes; a topic of one partition at replication factor 3. A Produce v10
 to each follower broker, decoded here byte by byte: the hint names the node and epoch that
 Metadata names, with that node's host and port; the same request to the leader is written.
-A Fetch v16 to a follower gets the same hint; one to the leader with an older leader epoch is
-answered FENCED_LEADER_EPOCH with the current one. After the leader's broker is stopped (controlled shutdown: a follower takes over), the
+A Fetch v16 to a follower is answered from its log (KIP-392); to a broker with no replica of
+the partition (replication factor 2) it gets the hint; one to the leader with an older leader
+epoch is answered FENCED_LEADER_EPOCH with the current one. After the leader's broker is stopped (controlled shutdown: a follower takes over), the
 remaining follower's answer names the new leader at its new epoch, and the node it names
 takes the next Produce.
 """
@@ -24,6 +25,7 @@ from test_cluster_metadata import NODE_ID_STRIDE, applied, cluster, create, meta
 from test_cluster_replication import leader_of
 
 TOPIC = "hinted"
+TOPIC_RF2 = "hinted-rf2"
 NOT_LEADER_OR_FOLLOWER = 6
 FENCED_LEADER_EPOCH = 74
 
@@ -195,11 +197,22 @@ def test_produce_to_a_follower_names_the_leader_and_its_endpoint(cluster):
         assert set(got["endpoints"]) == {leader}, got
         host, port = got["endpoints"][leader]
         assert (host, port) == ("127.0.0.1", nodes[leader]), (got, nodes)
-        # A consumer's Fetch v16 there gets the same hint.
+        # A consumer's Fetch v16 is answered there from the follower's own log (KIP-392:
+        # followers serve consumers' Fetch v11+), with no hint.
         topic_id = uuid.UUID(applied(b)["topics"][TOPIC]["id"])
         got = fetch_v16(b.bootstrap, topic_id)
-        assert got["error"] == NOT_LEADER_OR_FOLLOWER and got["current_leader"] == (leader, epoch), got
-        assert got["endpoints"] == {leader: ("127.0.0.1", nodes[leader])}, got
+        assert got["error"] == 0 and got["current_leader"] is None and not got["endpoints"], got
+    # On a broker holding no replica of a partition, a consumer's Fetch v16 gets the hint.
+    create(cluster[0].bootstrap, TOPIC_RF2, 1, replication_factor=2)
+    leader2, epoch2 = leader_of(cluster, TOPIC_RF2, 0)
+    _, topics = metadata_v1(cluster[0].bootstrap, [TOPIC_RF2], full=True)
+    replicas = {r // NODE_ID_STRIDE for r in topics[TOPIC_RF2][1][0][1]}
+    outsider = next(b for i, b in enumerate(cluster) if i + 1 not in replicas)
+    nodes, _ = metadata_v1(outsider.bootstrap, [TOPIC_RF2])
+    got = fetch_v16(outsider.bootstrap, uuid.UUID(applied(outsider)["topics"][TOPIC_RF2]["id"]))
+    assert got["error"] == NOT_LEADER_OR_FOLLOWER and got["current_leader"] == (leader2, epoch2), got
+    assert got["endpoints"] == {leader2: ("127.0.0.1", nodes[leader2])}, got
+
     # On the leader itself: a fetch with an older epoch than the leader's is fenced, and told
     # the epoch; one with the current epoch reads the records.
     topic_id = uuid.UUID(applied(cluster[0])["topics"][TOPIC]["id"])

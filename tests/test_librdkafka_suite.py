@@ -29,7 +29,11 @@ every test in tests/librdkafka-suite.txt; CI runs this quick subset, each a past
   transaction's control message and leader epoch), 0107 (a topic deleted and recreated) and
   0111 (a topic created while a producer waits for it) in librdkafka's "noautocreate"
   scenario, and 0081's CreatePartitions with replica assignments (which a cluster refused
-  before; the rest of 0081 needs dynamic broker configs). About 2 minutes together.
+  before; the rest of 0081 needs dynamic broker configs). And 0101 (fetch from follower,
+  KIP-392) against three brokers in racks RACK1-3 with the rack-aware replica selector
+  (`cluster-racks/`): a consumer in a follower's rack reads what was produced (the test
+  prints each broker's received bytes; it does not fail on them, tests/test_cluster_hosts.py
+  does on weir's own counters). About 2 minutes together.
 
 The first run builds librdkafka's test-runner into ~/.cache/weir-librdkafka (minutes); later
 runs reuse it.
@@ -56,7 +60,7 @@ SPECS = ["0011", "0017", "0019", "0030", "0090", "0092", "0102", "0113:commit_du
          "0129",
          "sasl/0135", "sasl/0142:reauth failure", "sasl/0142:reauth in the middle of a txn",
          "cluster/0103", "cluster-noautocreate/0107", "cluster-noautocreate/0111",
-         "cluster/0081:CreatePartitions"]
+         "cluster/0081:CreatePartitions", "cluster-racks/0101"]
 if os.environ.get("WEIR_LIBRDKAFKA_FULL") == "1":
     SPECS.append("0113")
 

@@ -218,7 +218,8 @@ impl StreamTask {
             }
             let max = credit.min(i64::from(self.max_push_bytes)) as i32;
             let wait = (self.deadline - now).min(PARK);
-            let replies = gather_fetch(&self.shard, &self.request(max, wait), false, None).await;
+            let replies =
+                gather_fetch(&self.shard, &self.request(max, wait), false, None, None).await;
             let mut pushed = Vec::new();
             let mut total = 0usize;
             let mut failed = None;

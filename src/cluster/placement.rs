@@ -34,7 +34,7 @@ pub(super) fn load(meta: &Metadata) -> Load {
 /// replica (the preferred leader) is the (broker, core) leading the fewest partitions, then
 /// on the broker leading the fewest, then holding the fewest replicas (ties: the lowest
 /// broker, then core) — so leaders spread over cores and over brokers; each further one is on
-/// another broker, on the same core index when that broker has as many cores as the
+/// another broker, in another rack than those chosen while one is left (`rack_taken`), on the same core index when that broker has as many cores as the
 /// first's (core-aligned: a partition's Raft traffic then flows between core *i* of each
 /// broker), else on its core holding the fewest replicas; among brokers, the one whose
 /// chosen core holds the fewest replicas. (Until 2026-11-25 the broker's leaders did not
@@ -66,11 +66,11 @@ pub(super) fn place(
                 .filter(|b| replicas.iter().all(|r| r.0 != **b))
                 .map(|&b| {
                     let c = follower_core(meta, load, b, (b0, c0));
-                    (held(load, b, c), b, c)
+                    (rack_taken(meta, &replicas, b), held(load, b, c), b, c)
                 })
                 .min();
             match best {
-                Some((_, b, c)) => replicas.push((b, c)),
+                Some((_, _, b, c)) => replicas.push((b, c)),
                 None => break,
             }
         }
@@ -129,6 +129,15 @@ pub fn place_assigned(meta: &Metadata, nodes: &[Vec<i32>]) -> Result<Vec<Vec<Pla
         out.push(taken(&mut load, replicas));
     }
     Ok(out)
+}
+
+/// Whether broker `b` is in the rack (`broker.rack`) of a replica chosen already: such a
+/// broker comes after every broker of another rack, so a partition's replicas span as many
+/// racks as there are, as Kafka's rack-aware assignment does. A broker without a rack is in
+/// none.
+fn rack_taken(meta: &Metadata, chosen: &[(u64, usize)], b: u64) -> bool {
+    let rack = |b: u64| meta.brokers.get(&b).and_then(|i| i.rack.as_deref());
+    rack(b).is_some_and(|r| chosen.iter().any(|&(o, _)| rack(o) == Some(r)))
 }
 
 /// One partition's replicas, counted into `load` (the first as its preferred leader).

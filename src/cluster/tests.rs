@@ -12,6 +12,7 @@ fn broker(cores: usize, port: i32) -> BrokerInfo {
                 .map(|c| ("127.0.0.1".into(), port + 1 + c as i32))
                 .collect(),
         }],
+        rack: None,
     }
 }
 
@@ -541,4 +542,58 @@ fn partition_leader_records() {
         "not the leader: requests go elsewhere"
     );
     assert!(m.placed_elsewhere("t", 0));
+}
+
+/// `broker.rack` travels in the broker's registration; a registration without one (a broker
+/// with no rack, or written by a weir before racks) reads as no rack, and one without a rack
+/// is written exactly as before.
+#[test]
+fn a_registration_carries_the_rack_and_older_ones_read_as_none() {
+    let mut info = broker(2, 9092);
+    let plain = serde_json::to_string(&info).unwrap();
+    assert!(!plain.contains("rack"), "{plain}");
+    let old: BrokerInfo = serde_json::from_str(&plain).unwrap();
+    assert_eq!(old.rack, None);
+    info.rack = Some("eu-west-1a".into());
+    let with = serde_json::to_vec(&info).unwrap();
+    let back: BrokerInfo = serde_json::from_slice(&with).unwrap();
+    assert_eq!(back, info);
+}
+
+/// With `broker.rack` set, every partition's replicas span as many racks as there are (Kafka's
+/// rack-aware assignment): six brokers in three racks, brokers 1-2 in one, 3-4, 5-6; without
+/// racks, the same cluster puts replicas of a partition on brokers of one rack.
+#[test]
+fn replicas_span_the_racks() {
+    let spread = |racks: bool| {
+        let mut m = Metadata::empty(2);
+        for id in 1..=6u64 {
+            let mut info = broker(2, 9000 + 100 * id as i32);
+            if racks {
+                info.rack = Some(format!("rack-{}", id.div_ceil(2)));
+            }
+            let reg = Record::RegisterBroker { id, info };
+            assert_eq!(apply(&mut m, &reg), Outcome::Done);
+        }
+        let mut r = create_rf("t", 24, 3);
+        r.plan(&m).unwrap();
+        assert_eq!(apply(&mut m, &r), Outcome::Done);
+        let t = &m.topics["t"];
+        (0..24)
+            .map(|p| {
+                let mut racks: Vec<u64> = Metadata::replicas_of(t, p, 0)
+                    .iter()
+                    .map(|&(b, _)| b.div_ceil(2))
+                    .collect();
+                racks.sort();
+                racks.dedup();
+                racks.len()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(spread(true).iter().all(|&n| n == 3), "{:?}", spread(true));
+    assert!(
+        spread(false).iter().any(|&n| n < 3),
+        "the test would pass without racks"
+    );
 }

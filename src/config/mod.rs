@@ -53,6 +53,32 @@ const fn setting(
 }
 
 /// `node.id`: -1 (standalone) or a broker id.
+/// `broker.rack`: a name of at most 255 printable characters; `none` or empty: no rack.
+fn parse_rack(key: &str, value: &str) -> Result<Option<String>, String> {
+    let r = value.trim();
+    if r.is_empty() || r == "none" {
+        return Ok(None);
+    }
+    if r.len() > 255 || r.chars().any(char::is_control) {
+        return Err(format!("{key} must be at most 255 printable characters"));
+    }
+    Ok(Some(r.to_string()))
+}
+
+/// `replica.selector.class`: whether it names Kafka's rack-aware selector (true) or its
+/// leader selector (false: `none`, empty, `LeaderSelector`).
+fn parse_selector(key: &str, value: &str) -> Result<bool, String> {
+    const PACKAGE: &str = "org.apache.kafka.common.replica.";
+    let v = value.trim();
+    match v.strip_prefix(PACKAGE).unwrap_or(v) {
+        "" | "none" | "LeaderSelector" => Ok(false),
+        "rack" | "RackAwareReplicaSelector" => Ok(true),
+        other => Err(format!(
+            "{key}: unknown selector {other:?} (RackAwareReplicaSelector, LeaderSelector or none)"
+        )),
+    }
+}
+
 fn parse_node_id(key: &str, value: &str) -> Result<Option<u64>, String> {
     let v = value.trim();
     if v == "-1" {
@@ -111,6 +137,10 @@ pub const SETTINGS: &[Setting] = &[
         "Also listen on one port per core for each listener (that listener's port + 1 + core, so listeners' ports must be more than the core count apart; kernel-picked when the port is 0) and advertise each core as its own broker in Metadata, the leader of the partitions it owns and the coordinator of its groups, so clients send produce and fetch straight to the owning core (no cross-core hop). Each listener's own port stays its bootstrap address."),
     setting("node.id", "-1", "id", None,
         "This broker's id in a cluster (1 to 2097150; flag `--node-id`); -1: a standalone broker. Needs `controller.quorum.voters` (docs/running.md, \"A cluster of brokers\")."),
+    setting("broker.rack", "none", "name", None,
+        "This broker's rack (or availability zone), as in Kafka: reported in Metadata and DescribeCluster, and used by `replica.selector.class` to send a consumer with the same `client.rack` to this broker's replica. `none`: no rack."),
+    setting("replica.selector.class", "none", "", None,
+        "Follower fetching (KIP-392): `org.apache.kafka.common.replica.RackAwareReplicaSelector` (or `rack`) makes a partition's leader name, to a consumer that gives its `client.rack` (Fetch v11+), an in-sync replica in that rack to read from (`preferred_read_replica`), as Kafka does. `none` (Kafka's LeaderSelector): consumers read from leaders. Followers answer consumers' Fetch v11+ from their own log either way, up to the high watermark they know."),
     setting("controller.quorum.voters", "none", "ID@HOST:PORT,...", None,
         "The brokers of a cluster and their inter-broker addresses (flag `--peers`), this broker's own included: every one is a voter of the metadata Raft group (docs/replication.md). This broker listens for the others on its own entry's address. `none`: a standalone broker (no Raft, today's single-node path)."),
     setting("offset.metadata.max.bytes", "4096", "bytes", None,
@@ -271,6 +301,11 @@ pub struct BrokerConfig {
     pub offset_metadata_max_bytes: usize,
     /// `node.id`: this broker's id in a cluster (`None`: standalone).
     pub node_id: Option<u64>,
+    /// `broker.rack` (`None`: no rack).
+    pub rack: Option<String>,
+    /// `replica.selector.class` is the rack-aware selector: leaders name a replica in the
+    /// consumer's rack to read from (KIP-392).
+    pub rack_aware_reads: bool,
     /// `controller.quorum.voters`: every broker of the cluster (empty: standalone).
     pub voters: Vec<crate::cluster::Voter>,
     pub socket_request_max_bytes: usize,
@@ -370,6 +405,8 @@ impl Default for BrokerConfig {
             listeners_per_core: true,
             offset_metadata_max_bytes: 4096,
             node_id: None,
+            rack: None,
+            rack_aware_reads: false,
             voters: Vec::new(),
             socket_request_max_bytes: 100 << 20,
             sasl_max_receive_bytes: 512 << 10,
@@ -529,6 +566,8 @@ impl BrokerConfig {
             }
             "listeners.per.core" => self.listeners_per_core = parse_bool(key, value)?,
             "node.id" => self.node_id = parse_node_id(key, value)?,
+            "broker.rack" => self.rack = parse_rack(key, value)?,
+            "replica.selector.class" => self.rack_aware_reads = parse_selector(key, value)?,
             "controller.quorum.voters" => self.voters = parse_voters_setting(value)?,
             "offset.metadata.max.bytes" => {
                 self.offset_metadata_max_bytes = parse_num(key, value)?;
@@ -734,6 +773,13 @@ impl BrokerConfig {
             "producer.id.expiration.ms" => self.producer_id_expiration_ms.to_string(),
             "listeners.per.core" => self.listeners_per_core.to_string(),
             "node.id" => self.node_id.map_or("-1".to_string(), |id| id.to_string()),
+            "broker.rack" => self.rack.clone().unwrap_or_else(|| "none".into()),
+            "replica.selector.class" => if self.rack_aware_reads {
+                "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+            } else {
+                "none"
+            }
+            .to_string(),
             "controller.quorum.voters" => match self.voters.as_slice() {
                 [] => "none".to_string(),
                 v => v

@@ -138,6 +138,33 @@ fn kafka_names_parse_and_minus_one_means_unlimited() {
     assert!(c.set("num.partitions", "x").is_err());
 }
 
+/// Follower fetching's settings take Kafka's values, and refuse what Kafka would not run.
+#[test]
+fn rack_settings_take_kafkas_values() {
+    let mut c = BrokerConfig::default();
+    assert_eq!((c.rack.as_deref(), c.rack_aware_reads), (None, false));
+    c.set("broker.rack", "eu-west-1a").unwrap();
+    c.set(
+        "replica.selector.class",
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+    )
+    .unwrap();
+    assert_eq!(
+        (c.rack.as_deref(), c.rack_aware_reads),
+        (Some("eu-west-1a"), true)
+    );
+    c.set(
+        "replica.selector.class",
+        "org.apache.kafka.common.replica.LeaderSelector",
+    )
+    .unwrap();
+    assert!(!c.rack_aware_reads);
+    c.set("broker.rack", "none").unwrap();
+    assert_eq!(c.rack, None);
+    assert!(c.set("replica.selector.class", "com.example.Mine").is_err());
+    assert!(c.set("broker.rack", &"r".repeat(256)).is_err());
+}
+
 #[test]
 fn every_setting_is_accepted_and_documented() {
     let doc = include_str!("../../docs/configuration.md");

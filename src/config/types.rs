@@ -31,7 +31,9 @@ pub fn config_type(name: &str) -> ConfigType {
         | "security.inter.broker.protocol"
         | "ssl.client.auth"
         | "authorizer.class.name"
-        | "super.users" => String,
+        | "super.users"
+        | "broker.rack"
+        | "replica.selector.class" => String,
         "controller.quorum.voters" => List,
         "listeners.per.core"
         | "auto.create.topics.enable"

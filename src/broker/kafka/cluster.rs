@@ -210,7 +210,7 @@ async fn elect_in_cluster(shard: &Rc<Shard>, e: &ElectLeadersRequest) -> ElectLe
 /// DescribeCluster: the same brokers as Metadata (one per core with `listeners.per.core`).
 pub(super) fn describe_cluster(shard: &Rc<Shard>, listener: usize) -> DescribeClusterResponse {
     use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
-    let endpoints = shard.brokers(listener);
+    let endpoints = shard.brokers_with_racks(listener);
     let mut r = DescribeClusterResponse::default();
     r.endpoint_type = 1;
     r.cluster_id = s("weir");
@@ -218,11 +218,12 @@ pub(super) fn describe_cluster(shard: &Rc<Shard>, listener: usize) -> DescribeCl
     r.cluster_authorized_operations = i32::MIN;
     r.brokers = endpoints
         .iter()
-        .map(|(id, host, port)| {
+        .map(|(id, host, port, rack)| {
             let mut b = DescribeClusterBroker::default();
             b.broker_id = BrokerId(*id);
             b.host = s(host);
             b.port = *port;
+            b.rack = rack.as_deref().map(s);
             b
         })
         .collect();

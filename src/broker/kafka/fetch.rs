@@ -19,8 +19,10 @@ pub(super) async fn fetch(
     session: &weir::acl::Session,
     listener: usize,
 ) -> Result<Response, ProtocolError> {
-    // v13+ names topics by id (KIP-516).
-    let replies = gather_fetch(shard, f, req.version >= 13, Some(session)).await;
+    // v13+ names topics by id (KIP-516); v11+ carries the consumer's rack (KIP-392), and
+    // may be answered by a follower.
+    let rack = (req.version >= 11 && f.replica_id.0 < 0).then_some(f.rack_id.as_str());
+    let replies = gather_fetch(shard, f, req.version >= 13, rack, Some(session)).await;
     let hints = if req.version >= 16 {
         leader_hints(shard, &replies, listener)
     } else {
@@ -71,14 +73,18 @@ fn leader_hints(
 /// `min_bytes` are there or `max_wait_ms` passes: the per-partition results, by topic.
 /// Also the data path of streaming fetch (`streaming.rs`). `by_id`: the request names its
 /// topics by id (Fetch v13+); an id this broker does not know gets UNKNOWN_TOPIC_ID.
-/// `session`: whose READ to check per topic (ACLs); `None` when already checked (streams).
+/// `rack`: a consumer's Fetch v11+ (KIP-392) and its `client.rack`: this broker's replica
+/// answers it whether or not it leads. `session`: whose READ to check per topic (ACLs);
+/// `None` when already checked (streams).
 pub async fn gather_fetch(
     shard: &Rc<Shard>,
     f: &FetchRequest,
     by_id: bool,
+    rack: Option<&str>,
     session: Option<&weir::acl::Session>,
 ) -> Vec<FetchReply> {
     let meta = shard.metadata();
+    let rack: Option<std::sync::Arc<str>> = rack.map(Into::into);
     // (topic index, partition index) of every part, grouped by owner.
     let mut replies: Vec<FetchReply> = Vec::new();
     let mut groups: Groups<FetchPart> = BTreeMap::new();
@@ -113,7 +119,11 @@ pub async fn gather_fetch(
                 ..Default::default()
             };
             let fenced = super::epochs::fence(&meta, &name, fp.partition, fp.current_leader_epoch);
-            match meta.owner(&name, fp.partition) {
+            let owner = match meta.owner(&name, fp.partition) {
+                None if rack.is_some() => meta.local_replica(&name, fp.partition),
+                owner => owner,
+            };
+            match owner {
                 _ if unknown != errors::NONE => r.error = unknown,
                 _ if fenced != errors::NONE => r.error = fenced,
                 None if meta.placed_elsewhere(&name, fp.partition) => {
@@ -128,6 +138,7 @@ pub async fn gather_fetch(
                         offset: fp.fetch_offset,
                         max_bytes: fp.partition_max_bytes,
                         committed: f.isolation_level == 1,
+                        rack: rack.clone(),
                     });
                     g.1.push((ti, pi));
                 }
@@ -222,7 +233,8 @@ pub async fn gather_fetch(
     replies
 }
 
-/// Puts an owner core's fetch results in their places; returns (bytes, any error). A core
+/// Puts an owner core's fetch results in their places; returns (bytes, whether to answer
+/// now: an error, or a partition sent to another replica). A core
 /// that could not answer (shutting down) gives its partitions NOT_LEADER_OR_FOLLOWER, which
 /// clients retry after a metadata refresh — never NONE with no data and -1 watermarks.
 pub(super) fn place(
@@ -233,7 +245,10 @@ pub(super) fn place(
     match resp {
         Resp::Fetch(rs) if rs.len() == slots.len() => {
             let bytes = rs.iter().map(|r| r.bytes()).sum();
-            let errored = rs.iter().any(|r| r.error != errors::NONE);
+            // A partition sent elsewhere (KIP-392) is answered at once, as an error is.
+            let errored = rs
+                .iter()
+                .any(|r| r.error != errors::NONE || r.preferred_read_replica.is_some());
             for (r, (ti, pi)) in rs.into_iter().zip(slots) {
                 replies[ti].partitions[pi].1 = r;
             }

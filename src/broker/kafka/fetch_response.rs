@@ -143,7 +143,7 @@ pub fn encode(
                 w.tags();
             }
             if version >= 11 {
-                w.buf.put_i32(-1); // preferred_read_replica
+                w.buf.put_i32(r.preferred_read_replica.unwrap_or(-1));
             }
             w.records(&r.chunks);
             match hints.partitions.get(&(ti, pi)).filter(|_| hinting) {
@@ -210,6 +210,7 @@ mod tests {
                             log_start_offset: 3,
                             aborted: vec![(7, 5), (9, 30)],
                             chunks: vec![big.clone(), small.clone()],
+                            preferred_read_replica: Some(3073),
                         },
                     ),
                     (
@@ -271,6 +272,12 @@ mod tests {
             if version >= 5 {
                 assert_eq!(p0.log_start_offset, 3);
             }
+            let preferred = |p: &kafka_protocol::messages::fetch_response::PartitionData| {
+                p.preferred_read_replica.0
+            };
+            let want = if version >= 11 { 3073 } else { -1 };
+            assert_eq!(preferred(p0), want, "v{version}");
+            assert_eq!(preferred(&r.responses[0].partitions[1]), -1, "v{version}");
             let recs = p0.records.as_ref().unwrap();
             assert_eq!(recs.len(), 3004);
             assert_eq!(&recs[3000..], b"tiny");

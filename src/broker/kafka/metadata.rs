@@ -99,15 +99,16 @@ pub(super) async fn metadata(
     }
     let meta = shard.metadata();
     // The endpoints of the listener the client came in on: SSL clients get SSL ports.
-    let endpoints = shard.brokers(listener);
+    let endpoints = shard.brokers_with_racks(listener);
     let mut r = MetadataResponse::default();
     r.brokers = endpoints
         .iter()
-        .map(|(id, host, port)| {
+        .map(|(id, host, port, rack)| {
             let mut broker = MetadataResponseBroker::default();
             broker.node_id = BrokerId(*id);
             broker.host = s(host);
             broker.port = *port;
+            broker.rack = rack.as_deref().map(s);
             broker
         })
         .collect();

@@ -36,9 +36,7 @@ impl Shard {
             // (an empty one would say OFFSET_OUT_OF_RANGE, and the consumer would reset).
             let part = match self.partition(&p.topic, p.partition) {
                 None => Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
-                Some(_) if !self.answers_as_leader(&p.topic, p.partition) => {
-                    Err(errors::NOT_LEADER_OR_FOLLOWER)
-                }
+                Some(_) if !self.answers_fetch(p) => Err(errors::NOT_LEADER_OR_FOLLOWER),
                 Some(part) => Ok(part),
             };
             let part = match part {
@@ -65,6 +63,9 @@ impl Shard {
             };
             if p.offset < 0 {
                 r.error = errors::OFFSET_OUT_OF_RANGE;
+            } else if let Some(node) = self.preferred_read_replica(p) {
+                // Sent to a replica in its rack: no records from here (as Kafka).
+                r.preferred_read_replica = Some(node);
             } else if remaining > 0 || out.iter().all(|r: &FetchResult| r.chunks.is_empty()) {
                 let limit = (p.max_bytes.max(0) as usize).min(remaining.max(1));
                 let read = if p.committed {
@@ -109,6 +110,71 @@ impl Shard {
         (out, hws)
     }
 
+    /// Whether this core answers fetch `p` from its own log: as `answers_as_leader`, and a
+    /// consumer's Fetch v11+ also on a follower (KIP-392), up to the high watermark it knows —
+    /// one whose replica is sure (not rejoining after a lost disk) and whose metadata names
+    /// another broker the leader. A restarting broker whose metadata still names it (an old
+    /// leadership record replayed) does not answer: a consumer that took it for the leader
+    /// would reset on the OFFSET_OUT_OF_RANGE of a log still catching up.
+    fn answers_fetch(&self, p: &FetchPart) -> bool {
+        if self.answers_as_leader(&p.topic, p.partition) {
+            return true;
+        }
+        p.rack.is_some()
+            && self.meta.borrow().placed_elsewhere(&p.topic, p.partition)
+            && self
+                .replica_group(&p.topic, p.partition)
+                .is_some_and(|g| g.rejoin.is_sure())
+    }
+
+    /// KIP-392's rack-aware selector (`replica.selector.class`), on a leader, for a consumer
+    /// that gave its rack: when this broker is in another rack, the node of an in-sync
+    /// replica in the consumer's rack that holds the fetch offset — the most caught up of
+    /// them — as Kafka's `RackAwareReplicaSelector` chooses.
+    fn preferred_read_replica(&self, p: &FetchPart) -> Option<i32> {
+        let rack = p.rack.as_deref().filter(|r| !r.is_empty())?;
+        if !self.config.rack_aware_reads {
+            return None;
+        }
+        let g = self.replica_group(&p.topic, p.partition)?;
+        let meta = self.metadata();
+        let here = meta.local_broker?;
+        if !g.is_leader() || self.rack_of(&meta, here).as_deref() == Some(rack) {
+            return None;
+        }
+        let replicas = meta
+            .topics
+            .get(&p.topic)?
+            .replicas
+            .get(p.partition as usize)?;
+        let raw = g.raw.borrow();
+        let mut best: Option<(u64, u64, usize)> = None;
+        for &(b, core) in replicas {
+            if b == here || self.rack_of(&meta, b).as_deref() != Some(rack) {
+                continue;
+            }
+            let Some(pr) = raw.raft.prs().get(b) else {
+                continue;
+            };
+            let holds = g.store.end_of(pr.matched) >= p.offset as u64;
+            if pr.recent_active && holds && best.is_none_or(|(m, _, _)| pr.matched > m) {
+                best = Some((pr.matched, b, core));
+            }
+        }
+        drop(raw);
+        let (_, b, core) = best?;
+        Some(self.node_at(&meta, b, core))
+    }
+
+    /// The `broker.rack` of broker `b` (this one's from its config, another's as it
+    /// registered it).
+    pub(super) fn rack_of(&self, meta: &Metadata, b: u64) -> Option<String> {
+        if meta.local_broker.is_none_or(|here| here == b) {
+            return self.config.rack.clone();
+        }
+        meta.brokers.get(&b).and_then(|i| i.rack.clone())
+    }
+
     /// Whether this core may answer for `topic`-`partition` from its own log: a replicated
     /// partition only while its Raft group here leads. A restarting broker opens a partition's
     /// log before its group, and replays old leadership records before the group hears from
@@ -143,7 +209,10 @@ impl Shard {
         loop {
             let (results, hws) = self.read_parts(parts, min_bytes, max_bytes).await;
             let total: usize = results.iter().map(FetchResult::bytes).sum();
-            let any_error = results.iter().any(|r| r.error != errors::NONE);
+            // Errors, and partitions sent to another replica (KIP-392), are answered at once.
+            let any_error = results
+                .iter()
+                .any(|r| r.error != errors::NONE || r.preferred_read_replica.is_some());
             if total as i64 >= i64::from(min_bytes)
                 || any_error
                 || external

@@ -3,6 +3,8 @@
 //! is not the preferred replica hands its leadership back to it once that one has caught up
 //! (Kafka's automatic preferred-leader election); a broker told to stop hands every
 //! leadership it holds to an in-sync replica before it stops (Kafka's controlled shutdown).
+//! Also who clients are told leads, and where: the brokers with their endpoints and racks
+//! (Metadata, DescribeCluster) and KIP-951 hints.
 
 use std::time::{Duration, Instant};
 
@@ -227,6 +229,58 @@ impl Shard {
             }
             _ => None,
         }
+    }
+
+    /// The brokers a client that came in on `listener` is told about, as (node id, host,
+    /// port): one per core with `listeners.per.core`, else one per broker (standalone: the
+    /// one node 0). In a cluster, every registered broker (and this one, registered or not).
+    pub fn brokers(&self, listener: usize) -> Vec<(i32, String, i32)> {
+        self.brokers_with_racks(listener)
+            .into_iter()
+            .map(|(id, h, p, _)| (id, h, p))
+            .collect()
+    }
+
+    /// `brokers`, each with its broker's `broker.rack` (Metadata, DescribeCluster).
+    pub fn brokers_with_racks(&self, listener: usize) -> Vec<(i32, String, i32, Option<String>)> {
+        let meta = self.metadata();
+        let Some(here) = meta.local_broker else {
+            let rack = &self.config.rack;
+            return match self.core_endpoints.borrow().get(listener) {
+                Some(e) => e
+                    .iter()
+                    .enumerate()
+                    .map(|(c, (h, p))| (c as i32, h.clone(), *p, rack.clone()))
+                    .collect(),
+                None => {
+                    let (h, p) = self
+                        .advertised
+                        .borrow()
+                        .get(listener)
+                        .cloned()
+                        .unwrap_or_default();
+                    vec![(0, h, p, rack.clone())]
+                }
+            };
+        };
+        let mut all = meta.brokers.clone();
+        all.insert(here, self.broker_info());
+        let mut out = Vec::new();
+        for (b, info) in all {
+            let Some(l) = info.listeners.get(listener).or(info.listeners.first()) else {
+                continue;
+            };
+            if l.cores.is_empty() {
+                let id = self.node_id(Some(b), 0, false);
+                out.push((id, l.host.clone(), l.port, info.rack.clone()));
+            } else {
+                for (c, (h, p)) in l.cores.iter().enumerate() {
+                    let id = self.node_id(Some(b), c, true);
+                    out.push((id, h.clone(), *p, info.rack.clone()));
+                }
+            }
+        }
+        out
     }
 
     /// KIP-951's `NodeEndpoints`: (node id, host, port) on `listener` of the nodes named.

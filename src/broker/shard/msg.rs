@@ -60,6 +60,10 @@ pub struct FetchPart {
     /// isolation_level=read_committed: stop at the last stable offset and list the aborted
     /// transactions read.
     pub committed: bool,
+    /// Fetch v11+ from a consumer (KIP-392): its `client.rack` ("" when it gave none). A
+    /// follower answers such a fetch from its own log; a leader may name a replica in that
+    /// rack instead (`replica.selector.class`). `None`: older fetches, leaders only.
+    pub rack: Option<std::sync::Arc<str>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -72,6 +76,9 @@ pub struct FetchResult {
     /// cover; the client skips those producers' records up to their abort markers.
     pub aborted: Vec<(i64, i64)>,
     pub chunks: Vec<Bytes>,
+    /// KIP-392: the node the consumer should fetch this partition from instead (no records
+    /// then); `None` is -1 on the wire.
+    pub preferred_read_replica: Option<i32>,
 }
 
 impl FetchResult {

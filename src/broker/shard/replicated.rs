@@ -1,6 +1,6 @@
 //! A broker in a cluster (`controller.quorum.voters`): topic, user and ACL administration
 //! through the metadata Raft group (core 0), applying its committed records, registering this broker's
-//! endpoints, and the node ids and brokers clients are told about.
+//! endpoints, and the node ids clients are told about (the brokers: `leadership`).
 //!
 //! Standalone (no voters) nothing here changes a thing: `cluster_node` is `None`, node ids
 //! are cores (or 0) and the brokers are this process's endpoints, as before.
@@ -433,7 +433,7 @@ impl Shard {
     }
 
     /// This broker's endpoints, as registered in the cluster metadata.
-    fn broker_info(&self) -> BrokerInfo {
+    pub(super) fn broker_info(&self) -> BrokerInfo {
         let advertised = self.advertised.borrow();
         let cores = self.core_endpoints.borrow();
         BrokerInfo {
@@ -447,6 +447,7 @@ impl Shard {
                     cores: cores.get(li).cloned().unwrap_or_default(),
                 })
                 .collect(),
+            rack: self.config.rack.clone(),
         }
     }
 
@@ -473,54 +474,13 @@ impl Shard {
     }
 
     /// The Kafka node id of core `core` of broker `broker` (`None`: standalone).
-    fn node_id(&self, broker: Option<u64>, core: usize, per_core: bool) -> i32 {
+    pub(super) fn node_id(&self, broker: Option<u64>, core: usize, per_core: bool) -> i32 {
         match broker {
             None if per_core => core as i32,
             None => 0,
             Some(b) if per_core => b as i32 * NODE_ID_STRIDE + core as i32,
             Some(b) => b as i32,
         }
-    }
-
-    /// The brokers a client that came in on `listener` is told about, as (node id, host,
-    /// port): one per core with `listeners.per.core`, else one per broker (standalone: the
-    /// one node 0). In a cluster, every registered broker (and this one, registered or not).
-    pub fn brokers(&self, listener: usize) -> Vec<(i32, String, i32)> {
-        let meta = self.metadata();
-        let Some(here) = meta.local_broker else {
-            return match self.core_endpoints.borrow().get(listener) {
-                Some(e) => e
-                    .iter()
-                    .enumerate()
-                    .map(|(c, (h, p))| (c as i32, h.clone(), *p))
-                    .collect(),
-                None => {
-                    let (h, p) = self
-                        .advertised
-                        .borrow()
-                        .get(listener)
-                        .cloned()
-                        .unwrap_or_default();
-                    vec![(0, h, p)]
-                }
-            };
-        };
-        let mut all = meta.brokers.clone();
-        all.insert(here, self.broker_info());
-        let mut out = Vec::new();
-        for (b, info) in all {
-            let Some(l) = info.listeners.get(listener).or(info.listeners.first()) else {
-                continue;
-            };
-            if l.cores.is_empty() {
-                out.push((self.node_id(Some(b), 0, false), l.host.clone(), l.port));
-            } else {
-                for (c, (h, p)) in l.cores.iter().enumerate() {
-                    out.push((self.node_id(Some(b), c, true), h.clone(), *p));
-                }
-            }
-        }
-        out
     }
 
     /// The node id that leads a partition owned by `core` of this broker (and coordinates a
