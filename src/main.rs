@@ -34,6 +34,8 @@ enum Command {
     User(weir::cli::UserArgs),
     /// ACLs on any Kafka-protocol broker: add, list, remove.
     Acl(weir::cli::AclArgs),
+    /// A cluster's brokers, racks, metadata quorum and partition spread: describe.
+    Cluster(weir::cli::ClusterArgs),
 }
 
 fn main() {
@@ -55,6 +57,7 @@ fn main() {
         Command::Group(args) => weir::cli::group(args),
         Command::User(args) => weir::cli::user(args),
         Command::Acl(args) => weir::cli::acl(args),
+        Command::Cluster(args) => weir::cli::cluster(args),
         Command::Bench(args) => {
             if weir::cli::bench::run(args) == std::process::ExitCode::SUCCESS {
                 0

@@ -10,6 +10,10 @@ Follower fetching (KIP-392; docs/replication.md, "Follower fetching"):
   the leader's rack, and one without a rack, read from the leader.
 - The same for the Java consumer (kafka-clients, tests/java/clients RackConsumerTest).
 
+`weir cluster describe` lists the brokers with their endpoints, racks and quorum membership,
+and with one host off the network shows its replicas under-replicated and its metadata
+replica lagging, until it is back.
+
 Hosts failing under load (an idempotent acks=all librdkafka producer and a consumer, every
 acknowledgement and read checked by tests/history.py), `WEIR_HOST_FAULT_CYCLES` rounds (1 in
 CI) of:
@@ -25,8 +29,10 @@ longest gap between acknowledgements per fault is printed (median and max over t
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
 import threading
 import time
 
@@ -34,6 +40,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from clients import rd_consume, rd_produce, rd_producer, sample_messages
+from conftest import WEIR_BIN
 from history import History
 from java_support import classpath
 from net_hosts import host_cluster_fixture
@@ -209,3 +216,46 @@ def test_hosts_off_the_network_or_lossy_lose_nothing_acknowledged(hosts_cluster,
         assert not found[kind], f"{kind}: {len(found[kind])}, e.g. {found[kind][:5]}"
     last_fault_end = max(b for _, _, b in faults)
     assert any(t > last_fault_end for t, _ in acked_at), "no acknowledgement after the last fault"
+
+
+def describe(broker) -> dict:
+    p = subprocess.run([str(WEIR_BIN), "cluster", "describe", "--json", "--bootstrap", broker.bootstrap],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"weir cluster describe: {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return json.loads(p.stdout)
+
+
+def test_cluster_describe_shows_brokers_racks_quorum_and_lagging_replicas(hosts_cluster):
+    hosts, cluster = hosts_cluster
+    create(cluster[0].bootstrap, "described", 6, replication_factor=3)
+    for p in range(6):
+        leader_of(cluster, "described", p)
+    d = describe(cluster[0])
+    assert [(b["broker"], b["rack"], b["voter"]) for b in d["brokers"]] == \
+        [(b.host, rack(b.host), True) for b in cluster]
+    assert all({e.rsplit(":", 1)[0] for e in b["endpoints"]} == {b2.addr} for b, b2 in zip(d["brokers"], cluster))
+    assert d["quorum"]["leader"] in {b.host for b in cluster}
+    assert all(b["replicas"] >= 6 for b in d["brokers"]), d["brokers"]
+    assert sum(b["leaders"] for b in d["brokers"]) == d["partitions"] and not d["without_leader"]
+    assert not d["under_replicated"], d["under_replicated"]
+    human = subprocess.run([str(WEIR_BIN), "cluster", "describe", "--bootstrap", cluster[0].bootstrap],
+                           capture_output=True, text=True, timeout=60).stdout
+    assert "BROKER" in human and rack(1) in human and "under-replicated: none" in human, human
+
+    # A host off the network: its replicas fall out of the in-sync sets, and its metadata
+    # replica lags behind the quorum's high watermark once the metadata moves.
+    gone = next(b for b in cluster if b.host != d["quorum"]["leader"])
+    hosts.link_down(gone.host)
+    asked = next(b for b in cluster if b is not gone)
+    create(asked.bootstrap, "described-later", 1, replication_factor=2)
+
+    def degraded():
+        d = describe(asked)
+        lagging = {b["broker"]: b["log_end"] for b in d["brokers"]}
+        described = [tp for tp in d["under_replicated"] if tp.startswith("described-")]
+        return d if len(described) >= 6 and lagging[gone.host] < d["quorum"]["high_watermark"] else None
+    d = wait_until("the cut-off broker's replicas under-replicated and its metadata lagging", degraded,
+                   timeout=60)
+    print(f"\nwith host {gone.host} off the network: {len(d['under_replicated'])} under-replicated")
+    hosts.link_up(gone.host)
+    wait_until("every replica in sync again", lambda: not describe(asked)["under_replicated"], timeout=60)
