@@ -139,7 +139,7 @@ impl Shard {
         let g = self.replica_group(&p.topic, p.partition)?;
         let meta = self.metadata();
         let here = meta.local_broker?;
-        if !g.is_leader() || self.rack_of(&meta, here).as_deref() == Some(rack) {
+        if !g.is_leader() || self.rack_of(&meta, here) == Some(rack) {
             return None;
         }
         let replicas = meta
@@ -150,7 +150,7 @@ impl Shard {
         let raw = g.raw.borrow();
         let mut best: Option<(u64, u64, usize)> = None;
         for &(b, core) in replicas {
-            if b == here || self.rack_of(&meta, b).as_deref() != Some(rack) {
+            if b == here || self.rack_of(&meta, b) != Some(rack) {
                 continue;
             }
             let Some(pr) = raw.raft.prs().get(b) else {
@@ -168,11 +168,11 @@ impl Shard {
 
     /// The `broker.rack` of broker `b` (this one's from its config, another's as it
     /// registered it).
-    pub(super) fn rack_of(&self, meta: &Metadata, b: u64) -> Option<String> {
+    fn rack_of<'a>(&'a self, meta: &'a Metadata, b: u64) -> Option<&'a str> {
         if meta.local_broker.is_none_or(|here| here == b) {
-            return self.config.rack.clone();
+            return self.config.rack.as_deref();
         }
-        meta.brokers.get(&b).and_then(|i| i.rack.clone())
+        meta.brokers.get(&b).and_then(|i| i.rack.as_deref())
     }
 
     /// Whether this core may answer for `topic`-`partition` from its own log: a replicated
