@@ -19,10 +19,13 @@ moves meanwhile is measured by benches/bombs.py (reported in docs/bench.md), not
 
 from __future__ import annotations
 
+import struct
+import time
 from pathlib import Path
 
+import kafka_wire as kw
 from clients import kp_consume, rd_consume, rd_create_topic
-from record_batches import Batch, bomb, produce_v8
+from record_batches import CODECS, Batch, bomb, produce_v8
 
 INVALID_RECORD = 87
 GiB = 1 << 30
@@ -62,3 +65,89 @@ def test_bombs_are_refused_and_memory_stays_bounded(broker_factory, topic_name):
         assert [r.offset for r in rd_consume(b, t, [0], 1)] == [0]
         assert [r.offset for r in kp_consume(b, t, [0], 1)] == [0]
         assert produce_v8(b, t, Batch.of(2).encode()).base_offset == 1
+
+
+def _produce_v8_body(topic: str, parts: list[tuple[int, bytes]]) -> bytes:
+    body = kw.string(None) + struct.pack(">hi", -1, 30_000)
+    body += struct.pack(">i", 1) + kw.string(topic) + struct.pack(">i", len(parts))
+    for partition, records in parts:
+        body += struct.pack(">ii", partition, len(records)) + records
+    return body
+
+
+def _produce_v8_errors(resp: bytes) -> dict[int, int]:
+    """Partition -> error code of a Produce v8 answer for one topic."""
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        v = struct.unpack_from(fmt, resp, pos)
+        pos += struct.calcsize(fmt)
+        return v
+
+    def skip_nstring():
+        nonlocal pos
+        (n,) = take(">h")
+        pos += max(n, 0)
+
+    (n_topics,) = take(">i")
+    assert n_topics == 1
+    skip_nstring()
+    (n_parts,) = take(">i")
+    out = {}
+    for _ in range(n_parts):
+        partition, error, _base, _append_time, _log_start = take(">ihqqq")
+        (n_errors,) = take(">i")
+        for _ in range(n_errors):
+            take(">i")
+            skip_nstring()
+        skip_nstring()
+        out[partition] = error
+    return out
+
+
+def test_compressed_partitions_of_one_request_get_their_turn_after_a_long_walk(broker_factory, topic_name):
+    """Regression, found when franz-go's suite wedged (2026-11-27): a core walks one compressed
+    batch at a time (the decoder's window is held across its yields), and the broker checks a
+    produce request's partitions side by side in one task. Two of them waiting for that turn
+    from one task kept only the later one's place in the wake-up list, so when the turn came
+    to the earlier one nobody woke it: the request never got an answer, and every compressed
+    produce on that core queued behind it for good (franz-go: Produce i/o timeouts, an ETL
+    consumer stuck in Produce missed its rebalance, "saw double offset").
+
+    Here a 384 MiB gzip batch (accepted: under the 512 MiB decompression limit) holds the turn
+    for a long walk while a request with two gzip partitions on the same core arrives; each
+    must be answered, every round, and the core still takes compressed batches afterwards."""
+    # 64 MiB batches: the decompression limit follows (8x: 512 MiB).
+    broker = broker_factory({"message.max.bytes": str(64 << 20)}, cores=1)
+    b = broker.bootstrap
+    rd_create_topic(b, topic_name, 3)
+    big, _ = bomb("gzip", 384 << 20)
+    big_wire = big.encode()
+    small = Batch.of(3)
+    small.codec = CODECS["gzip"]
+    small_wire = small.encode()
+    for round_ in range(5):
+        long_walk = kw.connect(b, timeout=60)
+        side_by_side = kw.connect(b, timeout=30)
+        try:
+            long_walk.sendall(kw.frame(kw.API_PRODUCE, 8, 1, _produce_v8_body(topic_name, [(0, big_wire)])))
+            time.sleep(0.02)  # the long walk has the core's turn now
+            side_by_side.sendall(kw.frame(kw.API_PRODUCE, 8, 2, _produce_v8_body(
+                topic_name, [(1, small_wire), (2, small_wire)])))
+            started = time.monotonic()
+            try:
+                _, resp = kw.read_response(side_by_side, timeout=20)
+            except (TimeoutError, OSError) as e:
+                raise AssertionError(f"round {round_}: the two-partition request got no answer in 20 s "
+                                     f"({e}): its partitions never got the core's inflate turn") from e
+            assert _produce_v8_errors(resp) == {1: 0, 2: 0}, f"round {round_}"
+            print(f"round {round_}: two-partition request answered {time.monotonic() - started:.3f} s after it was sent")
+            _, resp = kw.read_response(long_walk, timeout=60)
+            assert _produce_v8_errors(resp) == {0: 0}, f"round {round_}: the 384 MiB batch"
+            print(f"round {round_}: the 384 MiB batch answered {time.monotonic() - started:.3f} s after it")
+        finally:
+            long_walk.close()
+            side_by_side.close()
+    assert produce_v8(b, topic_name, small_wire, partition=1).error == 0
+    assert [r.offset for r in rd_consume(b, topic_name, [2], 15)][-1] == 14

@@ -120,7 +120,13 @@ impl Watch {
         }
         let mut w = self.waiters.borrow_mut();
         match w.iter_mut().find(|(_, wk)| wk.will_wake(cx.waker())) {
-            Some(entry) => entry.0 = target,
+            // One task can wait for several targets at once: futures polled together in one
+            // task (a produce request's partitions, checked side by side, each waiting for
+            // the core's inflate turn, a `FifoLock`). Its entry keeps the lowest target, so
+            // the first one reached wakes it; it polls them all again and the rest register
+            // anew. Keeping the last one polled instead lost that wake-up: the turn came to
+            // a waiter nobody woke, and every compressed produce on the core hung behind it.
+            Some(entry) => entry.0 = entry.0.min(target),
             None => w.push((target, cx.waker().clone())),
         }
         Poll::Pending
@@ -223,6 +229,77 @@ impl Drop for FifoGuard<'_> {
 mod tests {
     use super::*;
     use std::rc::Rc;
+
+    /// Regression: two waits polled by one task (one waker) for different targets. The
+    /// second one's registration replaced the first's target, so reaching the lower target
+    /// woke nobody: a FifoLock whose turn came to such a waiter stayed taken for good (every
+    /// compressed produce on a core hung behind the thread's inflate turn).
+    #[test]
+    fn one_task_waiting_for_two_targets_wakes_at_the_lower_one() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let watch = Rc::new(Watch::new(0));
+                let w = watch.clone();
+                glommio::spawn_local(async move {
+                    glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+                    w.advance(5);
+                })
+                .detach();
+                let both = futures_lite::future::or(
+                    async {
+                        watch.wait_for(5).await;
+                        "lower"
+                    },
+                    async {
+                        watch.wait_for(10).await;
+                        "higher"
+                    },
+                );
+                // The timeout first: `or` prefers its first future when both are ready.
+                let got = futures_lite::future::or(
+                    async {
+                        glommio::timer::sleep(std::time::Duration::from_secs(2)).await;
+                        "nothing within 2 s"
+                    },
+                    both,
+                )
+                .await;
+                assert_eq!(got, "lower");
+
+                // The same through a FifoLock: two places in line taken in one task, the
+                // turn reaching the first while the second was polled last.
+                // 'static, so the guard can move into the task that lets it go.
+                let lock: &'static FifoLock = Box::leak(Box::default());
+                let held = lock.lock().await.expect("open");
+                let (a, b) = (lock.lock(), lock.lock());
+                glommio::spawn_local(async move {
+                    glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+                    drop(held);
+                })
+                .detach();
+                let first = futures_lite::future::or(
+                    async {
+                        glommio::timer::sleep(std::time::Duration::from_secs(2)).await;
+                        "nothing within 2 s"
+                    },
+                    futures_lite::future::or(
+                        async {
+                            a.await.expect("open");
+                            "first"
+                        },
+                        async {
+                            let _g = b.await;
+                            "second before first"
+                        },
+                    ),
+                )
+                .await;
+                assert_eq!(first, "first");
+            })
+            .expect("spawn")
+            .join()
+            .expect("join");
+    }
 
     #[test]
     fn fifo_lock_serves_in_call_order_even_when_waiters_give_up() {
