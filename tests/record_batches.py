@@ -127,17 +127,17 @@ class ProduceAnswer:
     message: str | None
 
 
-def produce_v8(bootstrap: str, topic: str, records: bytes, acks: int = -1, partition: int = 0,
-               timeout: float = 30.0) -> ProduceAnswer:
-    body = kw.string(None) + struct.pack(">hi", acks, 10_000)
-    body += struct.pack(">i", 1) + kw.string(topic) + struct.pack(">i", 1)
-    body += struct.pack(">ii", partition, len(records)) + records
-    s = kw.connect(bootstrap, timeout=timeout)
-    try:
-        s.sendall(kw.frame(kw.API_PRODUCE, 8, 1, body))
-        _, resp = kw.read_response(s, timeout=timeout)
-    finally:
-        s.close()
+def produce_v8_body(topic: str, parts: list[tuple[int, bytes]], acks: int = -1, timeout_ms: int = 10_000) -> bytes:
+    """A Produce v8 request body for one topic: (partition, record set) each."""
+    body = kw.string(None) + struct.pack(">hi", acks, timeout_ms)
+    body += struct.pack(">i", 1) + kw.string(topic) + struct.pack(">i", len(parts))
+    for partition, records in parts:
+        body += struct.pack(">ii", partition, len(records)) + records
+    return body
+
+
+def parse_produce_v8(resp: bytes) -> dict[int, ProduceAnswer]:
+    """Partition -> its answer, from a Produce v8 response for one topic."""
     pos = 0
 
     def take(fmt: str):
@@ -159,15 +159,30 @@ def produce_v8(bootstrap: str, topic: str, records: bytes, acks: int = -1, parti
     assert n_topics == 1
     nstring()
     (n_parts,) = take(">i")
-    assert n_parts == 1
-    _, error, base, append_time, log_start = take(">ihqqq")
-    (n_errors,) = take(">i")
-    errors = []
-    for _ in range(n_errors):
-        (i,) = take(">i")
-        errors.append((i, nstring()))
-    message = nstring()
-    return ProduceAnswer(error, base, append_time, log_start, errors, message)
+    out = {}
+    for _ in range(n_parts):
+        partition, error, base, append_time, log_start = take(">ihqqq")
+        (n_errors,) = take(">i")
+        errors = []
+        for _ in range(n_errors):
+            (i,) = take(">i")
+            errors.append((i, nstring()))
+        message = nstring()
+        out[partition] = ProduceAnswer(error, base, append_time, log_start, errors, message)
+    return out
+
+
+def produce_v8(bootstrap: str, topic: str, records: bytes, acks: int = -1, partition: int = 0,
+               timeout: float = 30.0) -> ProduceAnswer:
+    s = kw.connect(bootstrap, timeout=timeout)
+    try:
+        s.sendall(kw.frame(kw.API_PRODUCE, 8, 1, produce_v8_body(topic, [(partition, records)], acks)))
+        _, resp = kw.read_response(s, timeout=timeout)
+    finally:
+        s.close()
+    answers = parse_produce_v8(resp)
+    assert len(answers) == 1
+    return next(iter(answers.values()))
 
 
 def gzip_of_zeros(n: int, chunk: int = 64 << 20) -> bytes:

@@ -19,13 +19,12 @@ moves meanwhile is measured by benches/bombs.py (reported in docs/bench.md), not
 
 from __future__ import annotations
 
-import struct
 import time
 from pathlib import Path
 
 import kafka_wire as kw
 from clients import kp_consume, rd_consume, rd_create_topic
-from record_batches import CODECS, Batch, bomb, produce_v8
+from record_batches import CODECS, Batch, bomb, parse_produce_v8, produce_v8, produce_v8_body
 
 INVALID_RECORD = 87
 GiB = 1 << 30
@@ -67,45 +66,6 @@ def test_bombs_are_refused_and_memory_stays_bounded(broker_factory, topic_name):
         assert produce_v8(b, t, Batch.of(2).encode()).base_offset == 1
 
 
-def _produce_v8_body(topic: str, parts: list[tuple[int, bytes]]) -> bytes:
-    body = kw.string(None) + struct.pack(">hi", -1, 30_000)
-    body += struct.pack(">i", 1) + kw.string(topic) + struct.pack(">i", len(parts))
-    for partition, records in parts:
-        body += struct.pack(">ii", partition, len(records)) + records
-    return body
-
-
-def _produce_v8_errors(resp: bytes) -> dict[int, int]:
-    """Partition -> error code of a Produce v8 answer for one topic."""
-    pos = 0
-
-    def take(fmt: str):
-        nonlocal pos
-        v = struct.unpack_from(fmt, resp, pos)
-        pos += struct.calcsize(fmt)
-        return v
-
-    def skip_nstring():
-        nonlocal pos
-        (n,) = take(">h")
-        pos += max(n, 0)
-
-    (n_topics,) = take(">i")
-    assert n_topics == 1
-    skip_nstring()
-    (n_parts,) = take(">i")
-    out = {}
-    for _ in range(n_parts):
-        partition, error, _base, _append_time, _log_start = take(">ihqqq")
-        (n_errors,) = take(">i")
-        for _ in range(n_errors):
-            take(">i")
-            skip_nstring()
-        skip_nstring()
-        out[partition] = error
-    return out
-
-
 def test_compressed_partitions_of_one_request_get_their_turn_after_a_long_walk(broker_factory, topic_name):
     """Regression, found when franz-go's suite wedged (2026-11-27): a core walks one compressed
     batch at a time (the decoder's window is held across its yields), and the broker checks a
@@ -131,20 +91,20 @@ def test_compressed_partitions_of_one_request_get_their_turn_after_a_long_walk(b
         long_walk = kw.connect(b, timeout=60)
         side_by_side = kw.connect(b, timeout=30)
         try:
-            long_walk.sendall(kw.frame(kw.API_PRODUCE, 8, 1, _produce_v8_body(topic_name, [(0, big_wire)])))
+            long_walk.sendall(kw.frame(kw.API_PRODUCE, 8, 1, produce_v8_body(topic_name, [(0, big_wire)], timeout_ms=30_000)))
             time.sleep(0.02)  # the long walk has the core's turn now
-            side_by_side.sendall(kw.frame(kw.API_PRODUCE, 8, 2, _produce_v8_body(
-                topic_name, [(1, small_wire), (2, small_wire)])))
+            side_by_side.sendall(kw.frame(kw.API_PRODUCE, 8, 2, produce_v8_body(
+                topic_name, [(1, small_wire), (2, small_wire)], timeout_ms=30_000)))
             started = time.monotonic()
             try:
                 _, resp = kw.read_response(side_by_side, timeout=20)
             except (TimeoutError, OSError) as e:
                 raise AssertionError(f"round {round_}: the two-partition request got no answer in 20 s "
                                      f"({e}): its partitions never got the core's inflate turn") from e
-            assert _produce_v8_errors(resp) == {1: 0, 2: 0}, f"round {round_}"
+            assert {p: a.error for p, a in parse_produce_v8(resp).items()} == {1: 0, 2: 0}, f"round {round_}"
             print(f"round {round_}: two-partition request answered {time.monotonic() - started:.3f} s after it was sent")
             _, resp = kw.read_response(long_walk, timeout=60)
-            assert _produce_v8_errors(resp) == {0: 0}, f"round {round_}: the 384 MiB batch"
+            assert {p: a.error for p, a in parse_produce_v8(resp).items()} == {0: 0}, f"round {round_}: the 384 MiB batch"
             print(f"round {round_}: the 384 MiB batch answered {time.monotonic() - started:.3f} s after it")
         finally:
             long_walk.close()
