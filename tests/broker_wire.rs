@@ -552,7 +552,8 @@ fn data_and_topics_survive_sigterm_and_kill9() {
 /// minimal request of that version — and decodes the response at that version. Each must be
 /// answered on the same connection: a client that picks an advertised version must never
 /// have its connection closed. (CreateTopics v0-1, DeleteTopics v0, DescribeConfigs v0,
-/// OffsetCommit v0-1 and OffsetFetch v0 were advertised although the decoder refused them.)
+/// OffsetCommit v0-1 and OffsetFetch v0 were once advertised although the decoder refused
+/// them; since they are served again, through weir's patched codec, this sends them too.)
 #[test]
 fn every_advertised_version_is_answered() {
     let b = Broker::start();
@@ -1291,6 +1292,15 @@ fn leader_epochs_on_a_single_node() {
         l.topics = vec![lt];
         let r: ListOffsetsResponse = call(&mut s, ApiKey::ListOffsets, version, &l);
         let p = &r.topics[0].partitions[0];
+        if version == 0 {
+            // v0 (Burrow 1.2, old sarama) answers a list of offsets instead of one.
+            assert_eq!(
+                (p.error_code, p.old_style_offsets.clone()),
+                (0, vec![3]),
+                "ListOffsets v0"
+            );
+            continue;
+        }
         let epoch = if version >= 4 { 0 } else { -1 };
         assert_eq!(
             (p.error_code, p.offset, p.leader_epoch),

@@ -9,36 +9,40 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::Decodable;
 
 /// (api key, min version, max version) — only what weir really implements, and only
-/// versions the codec (kafka-protocol, which follows Kafka 4.0's message definitions and so
-/// dropped the versions KIP-896 removed) decodes: `tests::advertised_versions_decode` checks
-/// each range against the codec's, and tests/broker_wire.rs sends every advertised pair.
+/// versions the codec decodes: `tests::advertised_versions_decode` checks each range against
+/// the codec's, and tests/broker_wire.rs sends every advertised pair. kafka-protocol follows
+/// Kafka 4's message definitions, which dropped the versions KIP-896 removed; weir's copy
+/// (vendor/kafka-protocol/WEIR-PATCH.md) speaks again the ones that need no record-format
+/// conversion and that Kafka 3.9 still served — ListOffsets v0, CreateTopics v0-1,
+/// DeleteTopics v0, DescribeConfigs v0, OffsetCommit v0-1, OffsetFetch v0 — for older
+/// clients (Burrow 1.2, sarama before 1.x's Kafka 1.1 mode, kafka-go 0.2; docs/protocol.md).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // v0-2 are advertised as Kafka 4.0 does (KAFKA-18659: librdkafka turns compression off
     // when Produce v0 is missing) and answered with UNSUPPORTED_VERSION (`LegacyProduce`).
     (ApiKey::Produce, 0, 13),
     (ApiKey::Fetch, 4, 18),
-    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::ListOffsets, 0, 10),
     // KIP-320: consumers check their position after a leader change (docs/replication.md,
     // "Leader epochs on the wire").
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::CreateTopics, 2, 7),
-    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreateTopics, 0, 7),
+    (ApiKey::DeleteTopics, 0, 6),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DescribeConfigs, 0, 4),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 9),
-    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::OffsetCommit, 0, 9),
+    (ApiKey::OffsetFetch, 0, 9),
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),

@@ -54,6 +54,9 @@ pub(super) fn describe_configs(
             e.value = Some(s(&value));
             e.read_only = false;
             e.config_source = source;
+            // Version 0 says "not set" with a flag (encoded only at v0; Kafka derived it
+            // from the source the same way).
+            e.is_default = source == SOURCE_DEFAULT;
             e.config_type = weir::config::config_type(name) as i8;
             e.is_sensitive = false;
             e

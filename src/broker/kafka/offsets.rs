@@ -77,7 +77,27 @@ pub(super) async fn list_offsets(
             }
         }
     }
+    if version == 0 {
+        old_style_offsets(l, &mut resp);
+    }
     resp
+}
+
+/// Version 0 (before KIP-79; Burrow 1.2, sarama before Kafka 0.10.1) answers a list of up
+/// to `max_num_offsets` offsets instead of one offset and its timestamp. weir lists the one
+/// offset a v1 request would get: the log end for LATEST (-1), the log start for EARLIEST
+/// (-2), else the first offset whose record is at or after the timestamp; none if there is
+/// none or the client asked for none. (Kafka 3.x listed, for a timestamp, the base offsets of
+/// the segments older than it, and for LATEST the log end followed by them; every client
+/// seen asks for one offset of LATEST or EARLIEST.)
+fn old_style_offsets(l: &ListOffsetsRequest, resp: &mut ListOffsetsResponse) {
+    for (t, tr) in l.topics.iter().zip(resp.topics.iter_mut()) {
+        for (p, pr) in t.partitions.iter().zip(tr.partitions.iter_mut()) {
+            if pr.error_code == errors::NONE && pr.offset >= 0 && p.max_num_offsets > 0 {
+                pr.old_style_offsets = vec![pr.offset];
+            }
+        }
+    }
 }
 
 // ---- DeleteRecords, DescribeCluster ----

@@ -15,6 +15,9 @@
 //	    Consumer groups: one member takes every partition, a second joins and gets half
 //	    (resuming from the first member's commits), the second leaves and the first gets
 //	    everything back at once, then a new member resumes from the committed offsets.
+//	sarama_scenarios old -brokers B -topic T -group G
+//	    The request versions KIP-896 removed, as sarama sends them when Config.Version
+//	    names an old Kafka or a request is built at an old version (old_versions.go).
 //
 // Every subcommand ends with one JSON line on stdout; it exits 1 on an error it cannot
 // report otherwise (with "error" set). The test asserts on the JSON.
@@ -96,7 +99,7 @@ func fail(out map[string]any, err error) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: sarama_scenarios idempotent|txn|group [flags]")
+		fmt.Fprintln(os.Stderr, "usage: sarama_scenarios idempotent|txn|group|old [flags]")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -113,6 +116,8 @@ func main() {
 		txn()
 	case "group":
 		group()
+	case "old":
+		oldVersions()
 	default:
 		fmt.Fprintf(os.Stderr, "unknown subcommand %q\n", cmd)
 		os.Exit(2)

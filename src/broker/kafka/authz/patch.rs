@@ -222,6 +222,7 @@ pub(crate) fn patch_list_offsets(shard: &Shard, session: &Session, r: &mut ListO
                 p.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
                 p.offset = -1;
                 p.timestamp = -1;
+                p.old_style_offsets.clear();
             }
         }
     }

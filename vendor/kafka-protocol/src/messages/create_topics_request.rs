@@ -23,12 +23,12 @@ use crate::protocol::{
 pub struct CreatableReplicaAssignment {
     /// The partition index.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub partition_index: i32,
 
     /// The brokers to place the partition on.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub broker_ids: Vec<super::BrokerId>,
 
     /// Other tagged fields
@@ -40,7 +40,7 @@ impl CreatableReplicaAssignment {
     ///
     /// The partition index.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_partition_index(mut self, value: i32) -> Self {
         self.partition_index = value;
         self
@@ -49,7 +49,7 @@ impl CreatableReplicaAssignment {
     ///
     /// The brokers to place the partition on.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_broker_ids(mut self, value: Vec<super::BrokerId>) -> Self {
         self.broker_ids = value;
         self
@@ -69,7 +69,7 @@ impl CreatableReplicaAssignment {
 #[cfg(feature = "client")]
 impl Encodable for CreatableReplicaAssignment {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
@@ -119,7 +119,7 @@ impl Encodable for CreatableReplicaAssignment {
 #[cfg(feature = "broker")]
 impl Decodable for CreatableReplicaAssignment {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
@@ -157,7 +157,7 @@ impl Default for CreatableReplicaAssignment {
 }
 
 impl Message for CreatableReplicaAssignment {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -167,27 +167,27 @@ impl Message for CreatableReplicaAssignment {
 pub struct CreatableTopic {
     /// The topic name.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub name: super::TopicName,
 
     /// The number of partitions to create in the topic, or -1 if we are either specifying a manual partition assignment or using the default partitions.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub num_partitions: i32,
 
     /// The number of replicas to create for each partition in the topic, or -1 if we are either specifying a manual partition assignment or using the default replication factor.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub replication_factor: i16,
 
     /// The manual partition assignment, or the empty array if we are using automatic assignment.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub assignments: Vec<CreatableReplicaAssignment>,
 
     /// The custom topic configurations to set.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub configs: Vec<CreatableTopicConfig>,
 
     /// Other tagged fields
@@ -199,7 +199,7 @@ impl CreatableTopic {
     ///
     /// The topic name.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_name(mut self, value: super::TopicName) -> Self {
         self.name = value;
         self
@@ -208,7 +208,7 @@ impl CreatableTopic {
     ///
     /// The number of partitions to create in the topic, or -1 if we are either specifying a manual partition assignment or using the default partitions.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_num_partitions(mut self, value: i32) -> Self {
         self.num_partitions = value;
         self
@@ -217,7 +217,7 @@ impl CreatableTopic {
     ///
     /// The number of replicas to create for each partition in the topic, or -1 if we are either specifying a manual partition assignment or using the default replication factor.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_replication_factor(mut self, value: i16) -> Self {
         self.replication_factor = value;
         self
@@ -226,7 +226,7 @@ impl CreatableTopic {
     ///
     /// The manual partition assignment, or the empty array if we are using automatic assignment.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_assignments(mut self, value: Vec<CreatableReplicaAssignment>) -> Self {
         self.assignments = value;
         self
@@ -235,7 +235,7 @@ impl CreatableTopic {
     ///
     /// The custom topic configurations to set.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_configs(mut self, value: Vec<CreatableTopicConfig>) -> Self {
         self.configs = value;
         self
@@ -255,7 +255,7 @@ impl CreatableTopic {
 #[cfg(feature = "client")]
 impl Encodable for CreatableTopic {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         if version >= 5 {
@@ -330,7 +330,7 @@ impl Encodable for CreatableTopic {
 #[cfg(feature = "broker")]
 impl Decodable for CreatableTopic {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 5 {
@@ -385,7 +385,7 @@ impl Default for CreatableTopic {
 }
 
 impl Message for CreatableTopic {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -395,12 +395,12 @@ impl Message for CreatableTopic {
 pub struct CreatableTopicConfig {
     /// The configuration name.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub name: StrBytes,
 
     /// The configuration value.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub value: Option<StrBytes>,
 
     /// Other tagged fields
@@ -412,7 +412,7 @@ impl CreatableTopicConfig {
     ///
     /// The configuration name.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_name(mut self, value: StrBytes) -> Self {
         self.name = value;
         self
@@ -421,7 +421,7 @@ impl CreatableTopicConfig {
     ///
     /// The configuration value.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_value(mut self, value: Option<StrBytes>) -> Self {
         self.value = value;
         self
@@ -441,7 +441,7 @@ impl CreatableTopicConfig {
 #[cfg(feature = "client")]
 impl Encodable for CreatableTopicConfig {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         if version >= 5 {
@@ -499,7 +499,7 @@ impl Encodable for CreatableTopicConfig {
 #[cfg(feature = "broker")]
 impl Decodable for CreatableTopicConfig {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 5 {
@@ -541,7 +541,7 @@ impl Default for CreatableTopicConfig {
 }
 
 impl Message for CreatableTopicConfig {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -551,17 +551,17 @@ impl Message for CreatableTopicConfig {
 pub struct CreateTopicsRequest {
     /// The topics to create.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub topics: Vec<CreatableTopic>,
 
     /// How long to wait in milliseconds before timing out the request.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub timeout_ms: i32,
 
     /// If true, check that the topics can be created as specified, but don't create anything.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 1-7
     pub validate_only: bool,
 
     /// Other tagged fields
@@ -573,7 +573,7 @@ impl CreateTopicsRequest {
     ///
     /// The topics to create.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_topics(mut self, value: Vec<CreatableTopic>) -> Self {
         self.topics = value;
         self
@@ -582,7 +582,7 @@ impl CreateTopicsRequest {
     ///
     /// How long to wait in milliseconds before timing out the request.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 0-7
     pub fn with_timeout_ms(mut self, value: i32) -> Self {
         self.timeout_ms = value;
         self
@@ -591,7 +591,7 @@ impl CreateTopicsRequest {
     ///
     /// If true, check that the topics can be created as specified, but don't create anything.
     ///
-    /// Supported API versions: 2-7
+    /// Supported API versions: 1-7
     pub fn with_validate_only(mut self, value: bool) -> Self {
         self.validate_only = value;
         self
@@ -611,7 +611,7 @@ impl CreateTopicsRequest {
 #[cfg(feature = "client")]
 impl Encodable for CreateTopicsRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         if version >= 5 {
@@ -620,7 +620,9 @@ impl Encodable for CreateTopicsRequest {
             types::Array(types::Struct { version }).encode(buf, &self.topics)?;
         }
         types::Int32.encode(buf, &self.timeout_ms)?;
-        types::Boolean.encode(buf, &self.validate_only)?;
+        if version >= 1 {
+            types::Boolean.encode(buf, &self.validate_only)?;
+        }
         if version >= 5 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -644,7 +646,9 @@ impl Encodable for CreateTopicsRequest {
             total_size += types::Array(types::Struct { version }).compute_size(&self.topics)?;
         }
         total_size += types::Int32.compute_size(&self.timeout_ms)?;
-        total_size += types::Boolean.compute_size(&self.validate_only)?;
+        if version >= 1 {
+            total_size += types::Boolean.compute_size(&self.validate_only)?;
+        }
         if version >= 5 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -664,7 +668,7 @@ impl Encodable for CreateTopicsRequest {
 #[cfg(feature = "broker")]
 impl Decodable for CreateTopicsRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 2 || version > 7 {
+        if version < 0 || version > 7 {
             bail!("specified version not supported by this message type");
         }
         let topics = if version >= 5 {
@@ -673,7 +677,11 @@ impl Decodable for CreateTopicsRequest {
             types::Array(types::Struct { version }).decode(buf)?
         };
         let timeout_ms = types::Int32.decode(buf)?;
-        let validate_only = types::Boolean.decode(buf)?;
+        let validate_only = if version >= 1 {
+            types::Boolean.decode(buf)?
+        } else {
+            false
+        };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 5 {
             let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
@@ -705,7 +713,7 @@ impl Default for CreateTopicsRequest {
 }
 
 impl Message for CreateTopicsRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 2, max: 7 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 7 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

@@ -69,7 +69,7 @@ impl DeleteTopicState {
 #[cfg(feature = "client")]
 impl Encodable for DeleteTopicState {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         if version >= 6 {
@@ -135,7 +135,7 @@ impl Encodable for DeleteTopicState {
 #[cfg(feature = "broker")]
 impl Decodable for DeleteTopicState {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 6 {
@@ -177,7 +177,7 @@ impl Default for DeleteTopicState {
 }
 
 impl Message for DeleteTopicState {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 6 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -192,12 +192,12 @@ pub struct DeleteTopicsRequest {
 
     /// The names of the topics to delete.
     ///
-    /// Supported API versions: 1-5
+    /// Supported API versions: 0-5
     pub topic_names: Vec<super::TopicName>,
 
     /// The length of time in milliseconds to wait for the deletions to complete.
     ///
-    /// Supported API versions: 1-6
+    /// Supported API versions: 0-6
     pub timeout_ms: i32,
 
     /// Other tagged fields
@@ -218,7 +218,7 @@ impl DeleteTopicsRequest {
     ///
     /// The names of the topics to delete.
     ///
-    /// Supported API versions: 1-5
+    /// Supported API versions: 0-5
     pub fn with_topic_names(mut self, value: Vec<super::TopicName>) -> Self {
         self.topic_names = value;
         self
@@ -227,7 +227,7 @@ impl DeleteTopicsRequest {
     ///
     /// The length of time in milliseconds to wait for the deletions to complete.
     ///
-    /// Supported API versions: 1-6
+    /// Supported API versions: 0-6
     pub fn with_timeout_ms(mut self, value: i32) -> Self {
         self.timeout_ms = value;
         self
@@ -247,7 +247,7 @@ impl DeleteTopicsRequest {
 #[cfg(feature = "client")]
 impl Encodable for DeleteTopicsRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         if version >= 6 {
@@ -317,7 +317,7 @@ impl Encodable for DeleteTopicsRequest {
 #[cfg(feature = "broker")]
 impl Decodable for DeleteTopicsRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         let topics = if version >= 6 {
@@ -366,7 +366,7 @@ impl Default for DeleteTopicsRequest {
 }
 
 impl Message for DeleteTopicsRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 6 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

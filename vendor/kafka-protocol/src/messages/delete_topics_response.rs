@@ -23,7 +23,7 @@ use crate::protocol::{
 pub struct DeletableTopicResult {
     /// The topic name.
     ///
-    /// Supported API versions: 1-6
+    /// Supported API versions: 0-6
     pub name: Option<super::TopicName>,
 
     /// The unique topic ID.
@@ -33,7 +33,7 @@ pub struct DeletableTopicResult {
 
     /// The deletion error, or 0 if the deletion succeeded.
     ///
-    /// Supported API versions: 1-6
+    /// Supported API versions: 0-6
     pub error_code: i16,
 
     /// The error message, or null if there was no error.
@@ -50,7 +50,7 @@ impl DeletableTopicResult {
     ///
     /// The topic name.
     ///
-    /// Supported API versions: 1-6
+    /// Supported API versions: 0-6
     pub fn with_name(mut self, value: Option<super::TopicName>) -> Self {
         self.name = value;
         self
@@ -68,7 +68,7 @@ impl DeletableTopicResult {
     ///
     /// The deletion error, or 0 if the deletion succeeded.
     ///
-    /// Supported API versions: 1-6
+    /// Supported API versions: 0-6
     pub fn with_error_code(mut self, value: i16) -> Self {
         self.error_code = value;
         self
@@ -97,7 +97,7 @@ impl DeletableTopicResult {
 #[cfg(feature = "broker")]
 impl Encodable for DeletableTopicResult {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         if version >= 4 {
@@ -159,7 +159,7 @@ impl Encodable for DeletableTopicResult {
 #[cfg(feature = "client")]
 impl Decodable for DeletableTopicResult {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 4 {
@@ -211,7 +211,7 @@ impl Default for DeletableTopicResult {
 }
 
 impl Message for DeletableTopicResult {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 6 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
@@ -226,7 +226,7 @@ pub struct DeleteTopicsResponse {
 
     /// The results for each topic we tried to delete.
     ///
-    /// Supported API versions: 1-6
+    /// Supported API versions: 0-6
     pub responses: Vec<DeletableTopicResult>,
 
     /// Other tagged fields
@@ -247,7 +247,7 @@ impl DeleteTopicsResponse {
     ///
     /// The results for each topic we tried to delete.
     ///
-    /// Supported API versions: 1-6
+    /// Supported API versions: 0-6
     pub fn with_responses(mut self, value: Vec<DeletableTopicResult>) -> Self {
         self.responses = value;
         self
@@ -267,10 +267,12 @@ impl DeleteTopicsResponse {
 #[cfg(feature = "broker")]
 impl Encodable for DeleteTopicsResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
-        types::Int32.encode(buf, &self.throttle_time_ms)?;
+        if version >= 1 {
+            types::Int32.encode(buf, &self.throttle_time_ms)?;
+        }
         if version >= 4 {
             types::CompactArray(types::Struct { version }).encode(buf, &self.responses)?;
         } else {
@@ -292,7 +294,9 @@ impl Encodable for DeleteTopicsResponse {
     }
     fn compute_size(&self, version: i16) -> Result<usize> {
         let mut total_size = 0;
-        total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        if version >= 1 {
+            total_size += types::Int32.compute_size(&self.throttle_time_ms)?;
+        }
         if version >= 4 {
             total_size +=
                 types::CompactArray(types::Struct { version }).compute_size(&self.responses)?;
@@ -318,10 +322,14 @@ impl Encodable for DeleteTopicsResponse {
 #[cfg(feature = "client")]
 impl Decodable for DeleteTopicsResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 6 {
+        if version < 0 || version > 6 {
             bail!("specified version not supported by this message type");
         }
-        let throttle_time_ms = types::Int32.decode(buf)?;
+        let throttle_time_ms = if version >= 1 {
+            types::Int32.decode(buf)?
+        } else {
+            0
+        };
         let responses = if version >= 4 {
             types::CompactArray(types::Struct { version }).decode(buf)?
         } else {
@@ -356,7 +364,7 @@ impl Default for DeleteTopicsResponse {
 }
 
 impl Message for DeleteTopicsResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 6 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 6 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

@@ -17,13 +17,13 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsPartition {
     /// The partition index.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub partition_index: i32,
 
     /// The current leader epoch.
@@ -33,8 +33,14 @@ pub struct ListOffsetsPartition {
 
     /// The current timestamp.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub timestamp: i64,
+
+    /// The maximum number of offsets to report (version 0 only). Added by weir's patch:
+    /// Kafka 3.x's schema, dropped by KIP-896.
+    ///
+    /// Supported API versions: 0
+    pub max_num_offsets: i32,
 
     /// Other tagged fields
     pub unknown_tagged_fields: BTreeMap<i32, Bytes>,
@@ -45,7 +51,7 @@ impl ListOffsetsPartition {
     ///
     /// The partition index.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_partition_index(mut self, value: i32) -> Self {
         self.partition_index = value;
         self
@@ -63,9 +69,16 @@ impl ListOffsetsPartition {
     ///
     /// The current timestamp.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_timestamp(mut self, value: i64) -> Self {
         self.timestamp = value;
+        self
+    }
+    /// Sets `max_num_offsets` to the passed value.
+    ///
+    /// Supported API versions: 0
+    pub fn with_max_num_offsets(mut self, value: i32) -> Self {
+        self.max_num_offsets = value;
         self
     }
     /// Sets unknown_tagged_fields to the passed value.
@@ -83,7 +96,7 @@ impl ListOffsetsPartition {
 #[cfg(feature = "client")]
 impl Encodable for ListOffsetsPartition {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
@@ -91,6 +104,9 @@ impl Encodable for ListOffsetsPartition {
             types::Int32.encode(buf, &self.current_leader_epoch)?;
         }
         types::Int64.encode(buf, &self.timestamp)?;
+        if version == 0 {
+            types::Int32.encode(buf, &self.max_num_offsets)?;
+        }
         if version >= 6 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -112,6 +128,9 @@ impl Encodable for ListOffsetsPartition {
             total_size += types::Int32.compute_size(&self.current_leader_epoch)?;
         }
         total_size += types::Int64.compute_size(&self.timestamp)?;
+        if version == 0 {
+            total_size += types::Int32.compute_size(&self.max_num_offsets)?;
+        }
         if version >= 6 {
             let num_tagged_fields = self.unknown_tagged_fields.len();
             if num_tagged_fields > std::u32::MAX as usize {
@@ -131,7 +150,7 @@ impl Encodable for ListOffsetsPartition {
 #[cfg(feature = "broker")]
 impl Decodable for ListOffsetsPartition {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
@@ -141,6 +160,11 @@ impl Decodable for ListOffsetsPartition {
             -1
         };
         let timestamp = types::Int64.decode(buf)?;
+        let max_num_offsets = if version == 0 {
+            types::Int32.decode(buf)?
+        } else {
+            1
+        };
         let mut unknown_tagged_fields = BTreeMap::new();
         if version >= 6 {
             let num_tagged_fields = types::UnsignedVarInt.decode(buf)?;
@@ -155,6 +179,7 @@ impl Decodable for ListOffsetsPartition {
             partition_index,
             current_leader_epoch,
             timestamp,
+            max_num_offsets,
             unknown_tagged_fields,
         })
     }
@@ -166,23 +191,24 @@ impl Default for ListOffsetsPartition {
             partition_index: 0,
             current_leader_epoch: -1,
             timestamp: 0,
+            max_num_offsets: 1,
             unknown_tagged_fields: BTreeMap::new(),
         }
     }
 }
 
 impl Message for ListOffsetsPartition {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsRequest {
     /// The broker ID of the requester, or -1 if this request is being made by a normal consumer.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub replica_id: super::BrokerId,
 
     /// This setting controls the visibility of transactional records. Using READ_UNCOMMITTED (isolation_level = 0) makes all records visible. With READ_COMMITTED (isolation_level = 1), non-transactional and COMMITTED transactional records are visible. To be more concrete, READ_COMMITTED returns all data from offsets smaller than the current LSO (last stable offset), and enables the inclusion of the list of aborted transactions in the result, which allows consumers to discard ABORTED transactional records.
@@ -192,7 +218,7 @@ pub struct ListOffsetsRequest {
 
     /// Each topic in the request.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub topics: Vec<ListOffsetsTopic>,
 
     /// The timeout to await a response in milliseconds for requests that require reading from remote storage for topics enabled with tiered storage.
@@ -209,7 +235,7 @@ impl ListOffsetsRequest {
     ///
     /// The broker ID of the requester, or -1 if this request is being made by a normal consumer.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_replica_id(mut self, value: super::BrokerId) -> Self {
         self.replica_id = value;
         self
@@ -227,7 +253,7 @@ impl ListOffsetsRequest {
     ///
     /// Each topic in the request.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_topics(mut self, value: Vec<ListOffsetsTopic>) -> Self {
         self.topics = value;
         self
@@ -256,7 +282,7 @@ impl ListOffsetsRequest {
 #[cfg(feature = "client")]
 impl Encodable for ListOffsetsRequest {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.replica_id)?;
@@ -327,7 +353,7 @@ impl Encodable for ListOffsetsRequest {
 #[cfg(feature = "broker")]
 impl Decodable for ListOffsetsRequest {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let replica_id = types::Int32.decode(buf)?;
@@ -379,22 +405,22 @@ impl Default for ListOffsetsRequest {
 }
 
 impl Message for ListOffsetsRequest {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsTopic {
     /// The topic name.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub name: super::TopicName,
 
     /// Each partition in the request.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub partitions: Vec<ListOffsetsPartition>,
 
     /// Other tagged fields
@@ -406,7 +432,7 @@ impl ListOffsetsTopic {
     ///
     /// The topic name.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_name(mut self, value: super::TopicName) -> Self {
         self.name = value;
         self
@@ -415,7 +441,7 @@ impl ListOffsetsTopic {
     ///
     /// Each partition in the request.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_partitions(mut self, value: Vec<ListOffsetsPartition>) -> Self {
         self.partitions = value;
         self
@@ -435,7 +461,7 @@ impl ListOffsetsTopic {
 #[cfg(feature = "client")]
 impl Encodable for ListOffsetsTopic {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         if version >= 6 {
@@ -494,7 +520,7 @@ impl Encodable for ListOffsetsTopic {
 #[cfg(feature = "broker")]
 impl Decodable for ListOffsetsTopic {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 6 {
@@ -536,7 +562,7 @@ impl Default for ListOffsetsTopic {
 }
 
 impl Message for ListOffsetsTopic {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 

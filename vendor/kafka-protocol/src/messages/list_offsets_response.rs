@@ -17,19 +17,25 @@ use crate::protocol::{
     Encodable, Encoder, HeaderVersion, Message, StrBytes, VersionRange,
 };
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsPartitionResponse {
     /// The partition index.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub partition_index: i32,
 
     /// The partition error code, or 0 if there was no error.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub error_code: i16,
+
+    /// The offsets found (version 0 only; later versions answer one `offset`). Added by
+    /// weir's patch: Kafka 3.x's schema, dropped by KIP-896.
+    ///
+    /// Supported API versions: 0
+    pub old_style_offsets: Vec<i64>,
 
     /// The timestamp associated with the returned offset.
     ///
@@ -55,7 +61,7 @@ impl ListOffsetsPartitionResponse {
     ///
     /// The partition index.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_partition_index(mut self, value: i32) -> Self {
         self.partition_index = value;
         self
@@ -64,9 +70,16 @@ impl ListOffsetsPartitionResponse {
     ///
     /// The partition error code, or 0 if there was no error.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_error_code(mut self, value: i16) -> Self {
         self.error_code = value;
+        self
+    }
+    /// Sets `old_style_offsets` to the passed value.
+    ///
+    /// Supported API versions: 0
+    pub fn with_old_style_offsets(mut self, value: Vec<i64>) -> Self {
+        self.old_style_offsets = value;
         self
     }
     /// Sets `timestamp` to the passed value.
@@ -111,13 +124,20 @@ impl ListOffsetsPartitionResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ListOffsetsPartitionResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         types::Int32.encode(buf, &self.partition_index)?;
         types::Int16.encode(buf, &self.error_code)?;
-        types::Int64.encode(buf, &self.timestamp)?;
-        types::Int64.encode(buf, &self.offset)?;
+        if version == 0 {
+            types::Array(types::Int64).encode(buf, &self.old_style_offsets)?;
+        }
+        if version >= 1 {
+            types::Int64.encode(buf, &self.timestamp)?;
+        }
+        if version >= 1 {
+            types::Int64.encode(buf, &self.offset)?;
+        }
         if version >= 4 {
             types::Int32.encode(buf, &self.leader_epoch)?;
         } else {
@@ -143,8 +163,15 @@ impl Encodable for ListOffsetsPartitionResponse {
         let mut total_size = 0;
         total_size += types::Int32.compute_size(&self.partition_index)?;
         total_size += types::Int16.compute_size(&self.error_code)?;
-        total_size += types::Int64.compute_size(&self.timestamp)?;
-        total_size += types::Int64.compute_size(&self.offset)?;
+        if version == 0 {
+            total_size += types::Array(types::Int64).compute_size(&self.old_style_offsets)?;
+        }
+        if version >= 1 {
+            total_size += types::Int64.compute_size(&self.timestamp)?;
+        }
+        if version >= 1 {
+            total_size += types::Int64.compute_size(&self.offset)?;
+        }
         if version >= 4 {
             total_size += types::Int32.compute_size(&self.leader_epoch)?;
         } else {
@@ -171,13 +198,26 @@ impl Encodable for ListOffsetsPartitionResponse {
 #[cfg(feature = "client")]
 impl Decodable for ListOffsetsPartitionResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let partition_index = types::Int32.decode(buf)?;
         let error_code = types::Int16.decode(buf)?;
-        let timestamp = types::Int64.decode(buf)?;
-        let offset = types::Int64.decode(buf)?;
+        let old_style_offsets = if version == 0 {
+            types::Array(types::Int64).decode(buf)?
+        } else {
+            Vec::new()
+        };
+        let timestamp = if version >= 1 {
+            types::Int64.decode(buf)?
+        } else {
+            -1
+        };
+        let offset = if version >= 1 {
+            types::Int64.decode(buf)?
+        } else {
+            -1
+        };
         let leader_epoch = if version >= 4 {
             types::Int32.decode(buf)?
         } else {
@@ -196,6 +236,7 @@ impl Decodable for ListOffsetsPartitionResponse {
         Ok(Self {
             partition_index,
             error_code,
+            old_style_offsets,
             timestamp,
             offset,
             leader_epoch,
@@ -209,6 +250,7 @@ impl Default for ListOffsetsPartitionResponse {
         Self {
             partition_index: 0,
             error_code: 0,
+            old_style_offsets: Vec::new(),
             timestamp: -1,
             offset: -1,
             leader_epoch: -1,
@@ -218,11 +260,11 @@ impl Default for ListOffsetsPartitionResponse {
 }
 
 impl Message for ListOffsetsPartitionResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsResponse {
@@ -233,7 +275,7 @@ pub struct ListOffsetsResponse {
 
     /// Each topic in the response.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub topics: Vec<ListOffsetsTopicResponse>,
 
     /// Other tagged fields
@@ -254,7 +296,7 @@ impl ListOffsetsResponse {
     ///
     /// Each topic in the response.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_topics(mut self, value: Vec<ListOffsetsTopicResponse>) -> Self {
         self.topics = value;
         self
@@ -274,7 +316,7 @@ impl ListOffsetsResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ListOffsetsResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         if version >= 2 {
@@ -329,7 +371,7 @@ impl Encodable for ListOffsetsResponse {
 #[cfg(feature = "client")]
 impl Decodable for ListOffsetsResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let throttle_time_ms = if version >= 2 {
@@ -371,22 +413,22 @@ impl Default for ListOffsetsResponse {
 }
 
 impl Message for ListOffsetsResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
-/// Valid versions: 1-10
+/// Valid versions: 0-10
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsTopicResponse {
     /// The topic name.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub name: super::TopicName,
 
     /// Each partition in the response.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub partitions: Vec<ListOffsetsPartitionResponse>,
 
     /// Other tagged fields
@@ -398,7 +440,7 @@ impl ListOffsetsTopicResponse {
     ///
     /// The topic name.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_name(mut self, value: super::TopicName) -> Self {
         self.name = value;
         self
@@ -407,7 +449,7 @@ impl ListOffsetsTopicResponse {
     ///
     /// Each partition in the response.
     ///
-    /// Supported API versions: 1-10
+    /// Supported API versions: 0-10
     pub fn with_partitions(mut self, value: Vec<ListOffsetsPartitionResponse>) -> Self {
         self.partitions = value;
         self
@@ -427,7 +469,7 @@ impl ListOffsetsTopicResponse {
 #[cfg(feature = "broker")]
 impl Encodable for ListOffsetsTopicResponse {
     fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> Result<()> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         if version >= 6 {
@@ -486,7 +528,7 @@ impl Encodable for ListOffsetsTopicResponse {
 #[cfg(feature = "client")]
 impl Decodable for ListOffsetsTopicResponse {
     fn decode<B: ByteBuf>(buf: &mut B, version: i16) -> Result<Self> {
-        if version < 1 || version > 10 {
+        if version < 0 || version > 10 {
             bail!("specified version not supported by this message type");
         }
         let name = if version >= 6 {
@@ -528,7 +570,7 @@ impl Default for ListOffsetsTopicResponse {
 }
 
 impl Message for ListOffsetsTopicResponse {
-    const VERSIONS: VersionRange = VersionRange { min: 1, max: 10 };
+    const VERSIONS: VersionRange = VersionRange { min: 0, max: 10 };
     const DEPRECATED_VERSIONS: Option<VersionRange> = None;
 }
 
