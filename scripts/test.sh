@@ -26,6 +26,10 @@
 #   WEIR_FRANZ_GO_FULL=1  franz-go's suite (tests/test_franz_go_suite.py, about 2 minutes, always run
 #                         against one broker) with its local tests too; WEIR_FRANZ_GO_CLUSTER=1 also on
 #                         three brokers
+#   WEIR_UPGRADE=1        upgrade tests: the previous release (scripts/previous-release, built from
+#                         source into target/previous, ~5 minutes once) upgraded in place
+#                         (tests/test_upgrade.py) and as a rolling upgrade of a 3-broker cluster under
+#                         load (tests/test_cluster_rolling_restart.py); never in CI (the build)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

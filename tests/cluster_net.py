@@ -24,6 +24,7 @@ import re
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,8 @@ def free_ports_on(hosts: list[str]) -> list[int]:
 
 
 def start_cluster(request, n: int, own_addresses: bool, peer_tls: bool = True,
-                  settings: dict[str, str] | None = None, fixed_ports: bool = False) -> list[Broker]:
+                  settings: dict[str, str] | None = None, fixed_ports: bool = False,
+                  binary: Path | None = None) -> list[Broker]:
     """n brokers, ids 1..n, each with its own inter-broker port named in every one's voters
     list; on 127.0.0.2.. with `own_addresses`, else all on 127.0.0.1. The brokers talk to each
     other over mutual TLS (`security.inter.broker.protocol=SSL`), each with a certificate for
@@ -62,7 +64,8 @@ def start_cluster(request, n: int, own_addresses: bool, peer_tls: bool = True,
     listener (and its per-core ports) stays where it was across restarts, as a real broker's
     does (librdkafka backs off reconnecting to a port that went away). Returns once every
     broker has registered (partitions are placed on registered brokers only). The caller's
-    fixture must call `close_brokers(request, brokers)` at teardown."""
+    fixture must call `close_brokers(request, brokers)` at teardown. `binary`: the weir binary
+    the brokers start with (default: the one under test)."""
     hosts = [host_of(i + 1) if own_addresses else "127.0.0.1" for i in range(n)]
     ports = free_ports_on(hosts)
     voters = ",".join(f"{i + 1}@{h}:{p}" for i, (h, p) in enumerate(zip(hosts, ports)))
@@ -80,6 +83,8 @@ def start_cluster(request, n: int, own_addresses: bool, peer_tls: bool = True,
             listener = {"listeners": f"PLAINTEXT://127.0.0.1:{base}"}
         brokers.append(Broker(workdir, {"node.id": str(i + 1), "controller.quorum.voters": voters, **security,
                                         **listener, **(settings or {})}, cores=CORES))
+        if binary is not None:
+            brokers[-1].binary = binary
     for b in brokers:
         b.start()
     every_node = sorted(bid * NODE_ID_STRIDE + c for bid in range(1, n + 1) for c in range(CORES))

@@ -75,13 +75,15 @@ class Broker:
         # Bound port of each listener by its name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).
         self.listener_ports: dict[str, int] = {}
         self.starts = 0
+        # The weir binary the next start runs (a rolling upgrade swaps it between restarts).
+        self.binary = WEIR_BIN
         self._stopped = False  # True once we stopped or killed it on purpose
         self._log = open(self.log_path, "ab", buffering=0)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def command(self) -> list[str]:
-        cmd = [str(WEIR_BIN), "serve"]
+        cmd = [str(self.binary), "serve"]
         if not self.fixed_port and "listeners" not in self.settings:
             cmd += ["--listen", "127.0.0.1:0"]
         if "metrics.listen" not in self.settings and not self.fixed_port:
@@ -95,8 +97,8 @@ class Broker:
 
     def start(self) -> "Broker":
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
-        if not WEIR_BIN.is_file():
-            raise BrokerError(f"{WEIR_BIN} does not exist: run `cargo build --release` (scripts/test.sh does)")
+        if not self.binary.is_file():
+            raise BrokerError(f"{self.binary} does not exist: run `cargo build --release` (scripts/test.sh does)")
         self.starts += 1
         self._stopped = False
         cmd = self.command()

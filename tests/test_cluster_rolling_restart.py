@@ -19,6 +19,15 @@ moves.
 `WEIR_ROLLING_BASELINE=1` the test runs a second time with `controlled.shutdown.enable=false`
 (the brokers just stop; the others elect leaders after an election timeout), checking the
 same safety and printing the same gaps, for comparison.
+
+With `WEIR_UPGRADE=1` it also runs as a **rolling upgrade** (docs/operations.md, "Upgrade"):
+the cluster starts on the previous release (tests/previous_release.py: the commit in
+scripts/previous-release, built from source — several minutes, hence a long mode) and each
+broker is started again on the build under test, so for a while old and new brokers serve
+the same partitions and metadata together: the new binary reads the old one's data
+directory (segments, Raft state and side logs, metadata, offsets and transaction logs) and
+the two talk over the inter-broker protocol in both directions. The same checks hold, and
+afterwards the upgraded cluster creates a topic and serves it.
 """
 
 from __future__ import annotations
@@ -32,9 +41,11 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from clients import CLIENT_TIMEOUT_S, rd_conf
+from clients import (CLIENT_TIMEOUT_S, assert_exact, rd_conf, rd_consume, rd_produce, rd_producer,
+                     sample_messages)
 from cluster_net import start_cluster
-from conftest import ANSI_RE, close_brokers
+from conftest import ANSI_RE, WEIR_BIN, close_brokers
+from previous_release import BUILD_TIMEOUT_S, previous_binary
 from history import History
 from test_cluster_faults import (TXN_TOPIC, check_transactions, consumer_loop, consumer_reached, producer_loop,
                                  read_whole, txn_loop)
@@ -51,16 +62,21 @@ STOP_WITHIN_S = 9.0
 # Acknowledgements of a partition whose leader stops resume within this (measured gaps are
 # printed; a few hundred ms with controlled shutdown, an election timeout and more without).
 GAP_WITHIN_S = 5.0
-MODES = [True] + ([False] if os.environ.get("WEIR_ROLLING_BASELINE") else [])
+MODES = (["controlled"] + (["baseline"] if os.environ.get("WEIR_ROLLING_BASELINE") else [])
+         + (["upgrade"] if os.environ.get("WEIR_UPGRADE") == "1" else []))
 
 
 @pytest.fixture
 def cluster(request):
-    controlled = request.param
+    mode = request.param
+    previous = None
+    if mode == "upgrade":
+        previous, commit = previous_binary()
+        print(f"\nupgrading from the previous release {commit} ({previous}) to {WEIR_BIN}")
     try:
-        brokers = start_cluster(request, 3, own_addresses=True, fixed_ports=True,
-                                settings={"controlled.shutdown.enable": "true" if controlled else "false"})
-        yield brokers, controlled
+        brokers = start_cluster(request, 3, own_addresses=True, fixed_ports=True, binary=previous,
+                                settings={"controlled.shutdown.enable": "false" if mode == "baseline" else "true"})
+        yield brokers, mode
     finally:
         close_brokers(request, getattr(request.node, "_weir_brokers", []))
 
@@ -93,10 +109,11 @@ def longest_gap(acked_at: list, partitions: set[int], lo: float, hi: float) -> f
     return worst
 
 
-@pytest.mark.timeout(300 + 150 * CYCLES)
-@pytest.mark.parametrize("cluster", MODES, indirect=True, ids=lambda c: "controlled" if c else "baseline")
+@pytest.mark.timeout(300 + 150 * CYCLES + (BUILD_TIMEOUT_S if "upgrade" in MODES else 0))
+@pytest.mark.parametrize("cluster", MODES, indirect=True)
 def test_rolling_restart_under_load_moves_leaders_first_and_loses_nothing(cluster, request):
-    cluster, controlled = cluster
+    cluster, mode = cluster
+    controlled = mode != "baseline"
     everyone = ",".join(b.bootstrap for b in cluster)
     create(cluster[0].bootstrap, TOPIC, PARTITIONS, replication_factor=3)
     create(cluster[0].bootstrap, TXN_TOPIC, 2, replication_factor=3)
@@ -152,6 +169,7 @@ def test_rolling_restart_under_load_moves_leaders_first_and_loses_nothing(cluste
                     assert took < STOP_WITHIN_S, f"broker {bid} took {took:.1f}s to stop\n{b.log_tail()}"
                     assert gap < GAP_WITHIN_S, (
                         f"partitions {sorted(led)} of broker {bid} acknowledged nothing for {gap:.2f}s")
+                b.binary = WEIR_BIN  # an upgrade: the build under test from now on
                 b.start()
                 for p in range(PARTITIONS):
                     isr_everywhere(cluster, TOPIC, p, {1, 2, 3})
@@ -173,6 +191,7 @@ def test_rolling_restart_under_load_moves_leaders_first_and_loses_nothing(cluste
     acked = hist.acked()
     failed = [a for a in hist.attempts.values() if a.error is not None]
 
+    print(f"\nmode: {mode}")
     mode = "controlled shutdown" if controlled else "no controlled shutdown (baseline)"
     print(f"\n{mode}: per stop (cycle, broker, partitions it led, seconds to stop, longest gap "
           f"between acknowledgements of those partitions):")
@@ -210,3 +229,13 @@ def test_rolling_restart_under_load_moves_leaders_first_and_loses_nothing(cluste
     for tp in committed:
         assert tp.error is None, tp
         assert 0 < tp.offset <= ends[tp.partition], (tp, ends)
+
+    if mode == "upgrade":
+        # Every broker now runs the build under test: a new topic is placed, led and served.
+        create(cluster[0].bootstrap, "upgraded", 2, replication_factor=3)
+        for p in range(2):
+            leader_of(cluster, "upgraded", p)
+        sent = sample_messages(20, 2)
+        producer = rd_producer(everyone, **{"acks": "all"})
+        rd_produce(producer, "upgraded", sent)
+        assert_exact(sent, rd_consume(everyone, "upgraded", [0, 1], len(sent)))
