@@ -12,6 +12,9 @@ sarama (tests/go/sarama_scenarios, `old` subcommand) sends them the way its user
   back, and so does a current client;
 - DeleteTopics v0: the topic is gone for a current client.
 
+And under ACLs (SASL/PLAIN): a user without DESCRIBE on a topic gets TOPIC_AUTHORIZATION_FAILED
+from ListOffsets v0 and no offsets listed; with the ACL, the offset.
+
 Before these versions were served, weir closed the connection on each of them, as Kafka 4
 does, and sarama reported "EOF" or ran out of brokers.
 """
@@ -24,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from clients import Msg, rd_create_topic, rd_produce, rd_producer
 from conftest import go_build
+from test_acls import SETTINGS as ACL_SETTINGS, acl_add, setup
 
 SCENARIOS_DIR = Path(__file__).resolve().parent / "go" / "sarama_scenarios"
 GO_BUILD_TIMEOUT_S = 600
@@ -77,3 +82,30 @@ def test_sarama_in_old_modes_creates_describes_lists_commits_and_deletes(sarama_
     # DeleteTopics v0.
     assert r["delete_v0"] == "", r
     assert r["deleted"] is True, r
+
+
+TOPIC_AUTHORIZATION_FAILED = 29
+
+
+@pytest.mark.timeout(GO_BUILD_TIMEOUT_S + 60)
+def test_list_offsets_v0_under_acls_lists_nothing_to_a_user_without_describe(sarama_scenarios, broker_factory,
+                                                                              topic_name):
+    b = broker_factory(settings=ACL_SETTINGS)
+    rd_create_topic(b.bootstrap, topic_name, 1)
+    rd_produce(rd_producer(b.bootstrap), topic_name, [Msg(None, b"x%d" % i, partition=0) for i in range(3)])
+    sasl = setup(b, "alice")
+
+    def list_v0() -> dict:
+        proc = subprocess.run([str(sarama_scenarios), "list0", "-brokers", sasl, "-topic", topic_name,
+                               "-user", "alice", "-password", "alice-pw"],
+                              capture_output=True, text=True, timeout=60)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        assert lines and proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-2000:]}"
+        return json.loads(lines[-1])
+
+    denied = list_v0()
+    assert denied["code"] == TOPIC_AUTHORIZATION_FAILED, denied
+    assert not denied["offsets"], f"offsets listed to a user who may not describe the topic: {denied}"
+    acl_add(b, "--principal", "User:alice", "--operation", "describe", "--topic", topic_name)
+    allowed = list_v0()
+    assert (allowed["code"], allowed["offsets"]) == (0, [3]), allowed

@@ -18,6 +18,8 @@
 //	sarama_scenarios old -brokers B -topic T -group G
 //	    The request versions KIP-896 removed, as sarama sends them when Config.Version
 //	    names an old Kafka or a request is built at an old version (old_versions.go).
+//	sarama_scenarios list0 -brokers B -topic T [-user U -password P]
+//	    One ListOffsets v0, over SASL/PLAIN with a user: the error and offsets listed.
 //
 // Every subcommand ends with one JSON line on stdout; it exits 1 on an error it cannot
 // report otherwise (with "error" set). The test asserts on the JSON.
@@ -42,15 +44,17 @@ import (
 )
 
 var (
-	brokersFlag = flag.String("brokers", "127.0.0.1:9092", "bootstrap brokers, comma-separated")
-	topicFlag   = flag.String("topic", "", "topic")
-	groupFlag   = flag.String("group", "", "consumer group")
-	partsFlag   = flag.Int("partitions", 3, "partitions of the topic (idempotent)")
-	countFlag   = flag.Int("count", 1000, "records per partition (idempotent)")
-	pauseFlag   = flag.Duration("pause", 10*time.Millisecond, "pause between batches of 10 records per partition (idempotent)")
-	versionFlag = flag.String("version", "4.0.0", "sarama's Config.Version (the Kafka version it assumes)")
-	verboseFlag = flag.Bool("v", false, "sarama's log on stderr")
-	restartFlag = flag.Bool("restart-handshake", false, "group: once the group is empty, print RESTART and wait for a line on stdin (the test restarts the broker) before phase 4")
+	brokersFlag  = flag.String("brokers", "127.0.0.1:9092", "bootstrap brokers, comma-separated")
+	topicFlag    = flag.String("topic", "", "topic")
+	groupFlag    = flag.String("group", "", "consumer group")
+	partsFlag    = flag.Int("partitions", 3, "partitions of the topic (idempotent)")
+	countFlag    = flag.Int("count", 1000, "records per partition (idempotent)")
+	pauseFlag    = flag.Duration("pause", 10*time.Millisecond, "pause between batches of 10 records per partition (idempotent)")
+	versionFlag  = flag.String("version", "4.0.0", "sarama's Config.Version (the Kafka version it assumes)")
+	verboseFlag  = flag.Bool("v", false, "sarama's log on stderr")
+	userFlag     = flag.String("user", "", "SASL/PLAIN user (list0)")
+	passwordFlag = flag.String("password", "", "SASL/PLAIN password (list0)")
+	restartFlag  = flag.Bool("restart-handshake", false, "group: once the group is empty, print RESTART and wait for a line on stdin (the test restarts the broker) before phase 4")
 )
 
 func saramaVersion() string {
@@ -99,7 +103,7 @@ func fail(out map[string]any, err error) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: sarama_scenarios idempotent|txn|group|old [flags]")
+		fmt.Fprintln(os.Stderr, "usage: sarama_scenarios idempotent|txn|group|old|list0 [flags]")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -118,6 +122,8 @@ func main() {
 		group()
 	case "old":
 		oldVersions()
+	case "list0":
+		listV0()
 	default:
 		fmt.Fprintf(os.Stderr, "unknown subcommand %q\n", cmd)
 		os.Exit(2)

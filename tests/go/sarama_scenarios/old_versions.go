@@ -190,3 +190,41 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// sarama_scenarios list0 -brokers B -topic T [-user U -password P]
+//
+// One ListOffsets v0 (newest offset of partition 0) as sarama sends it below Kafka 0.10.1,
+// over SASL/PLAIN when a user is given: prints the partition's error code and the offsets
+// listed, so the test can check that a partition the user may not describe lists none.
+func listV0() {
+	out := map[string]any{}
+	cfg := configAt(sarama.V0_10_0_0)
+	if *userFlag != "" {
+		cfg.Net.SASL.Enable = true
+		cfg.Net.SASL.Mechanism = sarama.SASLTypePlaintext
+		cfg.Net.SASL.User = *userFlag
+		cfg.Net.SASL.Password = *passwordFlag
+		cfg.Net.SASL.Handshake = true
+		// What a client of Kafka 0.10 speaks: SaslHandshake v0, then the raw token, no ApiVersions.
+		cfg.Net.SASL.Version = sarama.SASLHandshakeV0
+		cfg.ApiVersionsRequest = false
+	}
+	b := sarama.NewBroker(brokers()[0])
+	if err := b.Open(cfg); err != nil {
+		fail(out, fmt.Errorf("connect: %w", err))
+	}
+	defer b.Close()
+	req := &sarama.OffsetRequest{Version: 0}
+	req.AddBlock(*topicFlag, 0, sarama.OffsetNewest, 10)
+	resp, err := b.GetAvailableOffsets(req)
+	if err != nil {
+		fail(out, fmt.Errorf("ListOffsets v0: %w", err))
+	}
+	block := resp.GetBlock(*topicFlag, 0)
+	if block == nil {
+		fail(out, fmt.Errorf("ListOffsets v0: no answer for partition 0"))
+	}
+	out["code"] = int16(block.Err)
+	out["offsets"] = block.Offsets
+	emit(out)
+}
