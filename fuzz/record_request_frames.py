@@ -1,8 +1,11 @@
 """Records seed frames for the `request_frames` fuzz target: starts weir, puts a TCP proxy in
 front of it, drives librdkafka (confluent-kafka) and kafka-python through produce, fetch,
-metadata, admin and consumer-group calls, and writes every client→broker frame (size prefix
-stripped) to fuzz/corpus/request_frames/seed-<api>-v<version>-<sha1>. Run from the repository root
-after `cargo build --release`:  python3 fuzz/record_request_frames.py
+metadata, admin and consumer-group calls, and sarama (tests/go/sarama_scenarios, built with
+Go) through the old request versions KIP-896 removed and weir serves (docs/protocol.md, "Older
+clients"), and writes every client→broker frame (size prefix stripped) to
+fuzz/corpus/request_frames/seed-<api>-v<version>-<sha1> (or to the directory given as the first
+argument). Run from the repository root after `cargo build --release`:
+python3 fuzz/record_request_frames.py [OUT_DIR]
 """
 
 import hashlib
@@ -16,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "fuzz" / "corpus" / "request_frames"
+OUT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus" / "request_frames"
 sys.path.insert(0, str(ROOT / "tests"))
 
 
@@ -83,7 +86,9 @@ def main():
         proc.wait(10)
         proc2 = subprocess.Popen([str(ROOT / "target/release/weir"), "serve", "--set", "metrics.listen=off", "--data-dir", str(work / "data"),
                                   "--listen", f"127.0.0.1:{port}", "--set",
-                                  f"advertised.listeners=PLAINTEXT://127.0.0.1:{pport}"],
+                                  f"advertised.listeners=PLAINTEXT://127.0.0.1:{pport}",
+                                  # One port: every client connection goes through the proxy.
+                                  "--set", "listeners.per.core=false"],
                                  stdout=log, stderr=subprocess.STDOUT)
         time.sleep(1.0)
         try:
@@ -133,6 +138,13 @@ def drive(bootstrap):
         admin.delete_consumer_groups(["seed-group"], request_timeout=5)["seed-group"].result(5)
     except Exception as e:  # noqa: BLE001 — seeds only; an error reply is fine
         print("admin group calls:", e)
+    # sarama in its old modes: ListOffsets v0, CreateTopics v0-1, DeleteTopics v0,
+    # DescribeConfigs v0, OffsetCommit v0-1, OffsetFetch v0.
+    from conftest import go_build
+    sarama = go_build(ROOT / "tests" / "go" / "sarama_scenarios", "sarama_scenarios")
+    for args in (["old", "-topic", "seeds-old", "-group", "seeds-old-group"], ["list0", "-topic", "seeds"]):
+        r = subprocess.run([str(sarama), *args, "-brokers", bootstrap], capture_output=True, text=True, timeout=120)
+        print(f"sarama {args[0]}: exit {r.returncode}", r.stdout.strip()[-200:])
 
 
 if __name__ == "__main__":

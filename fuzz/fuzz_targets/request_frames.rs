@@ -4,8 +4,9 @@
 //! allocation, or a hang — for every API key and version the broker accepts.
 //!
 //! Input: the frame itself. Seeds (fuzz/corpus/request_frames) are frames recorded from
-//! librdkafka and kafka-python talking to weir: produce, fetch, metadata, admin and group
-//! requests of the versions those clients really send.
+//! librdkafka, kafka-python and sarama (in its old modes: the versions KIP-896 removed, which
+//! weir serves) talking to weir: produce, fetch, metadata, admin and group requests of the
+//! versions those clients really send.
 #![no_main]
 
 use bytes::Bytes;
