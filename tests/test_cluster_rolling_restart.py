@@ -191,9 +191,8 @@ def test_rolling_restart_under_load_moves_leaders_first_and_loses_nothing(cluste
     acked = hist.acked()
     failed = [a for a in hist.attempts.values() if a.error is not None]
 
-    print(f"\nmode: {mode}")
-    mode = "controlled shutdown" if controlled else "no controlled shutdown (baseline)"
-    print(f"\n{mode}: per stop (cycle, broker, partitions it led, seconds to stop, longest gap "
+    shutdown = "controlled shutdown" if controlled else "no controlled shutdown (baseline)"
+    print(f"\nmode {mode}, {shutdown}: per stop (cycle, broker, partitions it led, seconds to stop, longest gap "
           f"between acknowledgements of those partitions):")
     for cycle, bid, led, took, gap, each in stops:
         print(f"  cycle {cycle}, broker {bid}, led {led}: stopped in {took:.2f}s, gap {gap:.3f}s "

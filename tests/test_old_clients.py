@@ -21,36 +21,18 @@ does, and sarama reported "EOF" or ran out of brokers.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from clients import Msg, rd_create_topic, rd_produce, rd_producer
-from conftest import go_build
 from test_acls import SETTINGS as ACL_SETTINGS, acl_add, setup
-
-SCENARIOS_DIR = Path(__file__).resolve().parent / "go" / "sarama_scenarios"
-GO_BUILD_TIMEOUT_S = 600
-
-
-@pytest.fixture(scope="session")
-def sarama_scenarios() -> Path:
-    return go_build(SCENARIOS_DIR, "sarama_scenarios", GO_BUILD_TIMEOUT_S)
+from test_sarama_scenarios import GO_BUILD_TIMEOUT_S, run, sarama_scenarios  # noqa: F401 (a fixture)
 
 
 @pytest.mark.timeout(GO_BUILD_TIMEOUT_S + 120)
 def test_sarama_in_old_modes_creates_describes_lists_commits_and_deletes(sarama_scenarios, broker,
                                                                           topic_name):
     group = f"{topic_name}-group"
-    proc = subprocess.run([str(sarama_scenarios), "old", "-brokers", broker.bootstrap, "-topic", topic_name,
-                           "-group", group], capture_output=True, text=True, timeout=120)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"no result (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}"
-    r = json.loads(lines[-1])
-    assert "error" not in r, r
-    assert proc.returncode == 0, r
+    r = run(sarama_scenarios, "old", "-brokers", broker.bootstrap, "-topic", topic_name, "-group", group)
 
     # CreateTopics v0 and v1.
     assert r["create_v0"] == "", r
@@ -96,12 +78,8 @@ def test_list_offsets_v0_under_acls_lists_nothing_to_a_user_without_describe(sar
     sasl = setup(b, "alice")
 
     def list_v0() -> dict:
-        proc = subprocess.run([str(sarama_scenarios), "list0", "-brokers", sasl, "-topic", topic_name,
-                               "-user", "alice", "-password", "alice-pw"],
-                              capture_output=True, text=True, timeout=60)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        assert lines and proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-2000:]}"
-        return json.loads(lines[-1])
+        return run(sarama_scenarios, "list0", "-brokers", sasl, "-topic", topic_name,
+                   "-user", "alice", "-password", "alice-pw")
 
     denied = list_v0()
     assert denied["code"] == TOPIC_AUTHORIZATION_FAILED, denied
