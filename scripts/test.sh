@@ -87,6 +87,8 @@ command -v ip >/dev/null 2>&1 || apt_install iproute2
 
 # gdb: a broker that hangs (start, stop) is reported with every thread's backtrace.
 command -v gdb >/dev/null 2>&1 || apt_install gdb
+# Burrow 1.2.1 (tests/test_burrow.py; the binary is /usr/bin/Burrow).
+command -v Burrow >/dev/null 2>&1 || apt_install burrow
 
 # `weir bench --client rdkafka` links librdkafka, which rdkafka-sys builds from source
 # (cmake-build feature): cmake, a C toolchain and libcurl's headers.

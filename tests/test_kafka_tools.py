@@ -753,6 +753,60 @@ def test_console_producer_and_consumer_round_trip(tb, topic_name):
     assert committed(b, group, topic_name, 1) == {0: 3}
 
 
+# -- kafka-console-consumer on __consumer_offsets, with Kafka's own formatters --------------------
+
+
+def test_console_consumer_reads_consumer_offsets_with_kafkas_formatters(tb, topic_name):
+    """Kafka's OffsetsMessageFormatter and GroupMetadataMessageFormatter decode what weir serves
+    as `__consumer_offsets` (tests/test_consumer_offsets_topic.py has the details): the
+    committed offsets as OffsetFetch answers them, and the group's Stable membership."""
+    b = tb.bootstrap
+    rd_create_topic(b, topic_name, 2)
+    group = f"tools-offsets-{uuid.uuid4().hex[:6]}"
+    rd_produce(rd_producer(b), topic_name, [Msg(None, b"v", partition=p) for p in (0, 1) for _ in range(6)])
+    c = rd_consumer(b, **{"group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic_name])
+        rd_poll(c, 12)
+        c.commit(offsets=[TopicPartition(topic_name, 0, 3), TopicPartition(topic_name, 1, 5)],
+                 asynchronous=False)
+    finally:
+        c.close()
+    assert committed(b, group, topic_name, 2) == {0: 3, 1: 5}
+    # kafka-topics describes it as Kafka's (DescribeTopicPartitions and DescribeConfigs).
+    r = tool(TOPICS, "--bootstrap-server", b, "--describe", "--topic", "__consumer_offsets")
+    head = lines(r.stdout)[0]
+    assert "PartitionCount: 16\t" in head and "cleanup.policy=compact" in head, shown(r)
+
+    def formatted(formatter: str) -> list[dict]:
+        r = tool(CONSOLE_CONSUMER, "--bootstrap-server", b, "--topic", "__consumer_offsets",
+                 "--from-beginning", "--timeout-ms", 8000, "--formatter",
+                 f"org.apache.kafka.tools.consumer.{formatter}", ok=False)
+        assert "Processed a total of" in r.stderr, shown(r)
+        # One JSON object per record (the formatter prints them without a separator).
+        out, text, decoder = [], r.stdout.strip(), json.JSONDecoder()
+        while text:
+            obj, end = decoder.raw_decode(text)
+            out.append(obj)
+            text = text[end:].lstrip()
+        assert out, shown(r)
+        return out
+
+    offsets = {}
+    for rec in formatted("OffsetsMessageFormatter"):
+        key = rec["key"]["data"]
+        if key["group"] == group:
+            assert rec["value"]["version"] == 3, rec
+            offsets[(key["topic"], key["partition"])] = rec["value"]["data"]["offset"]
+    assert offsets == {(topic_name, 0): 3, (topic_name, 1): 5}, offsets
+
+    groups = [rec for rec in formatted("GroupMetadataMessageFormatter")
+              if rec["key"]["data"]["group"] == group and rec.get("value") not in (None, "NULL")]
+    assert groups, "the group's membership was stored while it was Stable"
+    g = groups[0]["value"]["data"]
+    assert g["protocolType"] == "consumer" and g["generation"] >= 1 and len(g["members"]) == 1, g
+
+
 # -- kafka-metadata-quorum, and kafka-topics on three brokers -------------------------------------
 
 

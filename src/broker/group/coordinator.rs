@@ -72,6 +72,12 @@ impl Coordinator {
         OffsetRouter::core_of(group, cores)
     }
 
+    /// On a standalone broker, the offset store of `bucket` if it is open (one of this
+    /// core's buckets with something committed to it).
+    pub fn bucket_store(&self, bucket: usize) -> Option<Rc<super::offsets::OffsetStore>> {
+        self.offsets.bucket_store(bucket)
+    }
+
     pub(super) fn group(&self, id: &str) -> Option<Rc<RefCell<Group>>> {
         self.groups.borrow().get(id).cloned()
     }

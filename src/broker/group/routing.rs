@@ -158,6 +158,14 @@ impl OffsetRouter {
         }
     }
 
+    /// On a standalone broker, the store of `bucket` if it is open (`None` in a cluster).
+    pub fn bucket_store(&self, bucket: usize) -> Option<Rc<OffsetStore>> {
+        if self.is_cluster() {
+            return None;
+        }
+        self.stores.borrow().get(&bucket).cloned()
+    }
+
     /// The stores opened so far (in a cluster: those being served).
     pub fn open_stores(&self) -> Vec<Rc<OffsetStore>> {
         match self.replica() {

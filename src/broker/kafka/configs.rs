@@ -1,6 +1,7 @@
 //! DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics and the broker.
 
 use crate::broker::errors;
+use crate::broker::group::offsets::OFFSETS_TOPIC;
 use crate::broker::shard::{ConfigChange, Req, Resp, Shard};
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
@@ -39,6 +40,7 @@ pub(super) fn describe_configs(
             })
             .collect::<Vec<_>>()
     };
+    let offsets_view = shard.offsets_view();
     for res in &d.resources {
         let mut out = DescribeConfigsResult::default();
         out.resource_type = res.resource_type;
@@ -62,7 +64,12 @@ pub(super) fn describe_configs(
             e
         };
         match res.resource_type {
-            RESOURCE_TOPIC => match meta.topics.get(res.resource_name.as_str()) {
+            RESOURCE_TOPIC => match meta.topics.get(res.resource_name.as_str()).or(
+                // A standalone broker's `__consumer_offsets` (`Shard::offsets_view`).
+                offsets_view
+                    .as_ref()
+                    .filter(|_| res.resource_name.as_str() == OFFSETS_TOPIC),
+            ) {
                 None => {
                     out.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION;
                     out.error_message = Some(s("unknown topic"));

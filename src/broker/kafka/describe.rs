@@ -31,13 +31,18 @@ pub(super) fn describe_topic_partitions(
     may_describe: impl Fn(&str) -> bool,
 ) -> DescribeTopicPartitionsResponse {
     let meta = shard.metadata();
+    // A standalone broker's `__consumer_offsets` (`Shard::offsets_view`), as Metadata lists it.
+    let view = shard.offsets_view();
+    let view_name = crate::broker::group::offsets::OFFSETS_TOPIC;
     // Kafka answers topics in name order; an empty list means every topic (that the
     // principal may describe: the others are not paged over either).
     let mut names: Vec<String> = if req.topics.is_empty() {
         meta.topics
             .keys()
+            .map(String::as_str)
+            .chain(view.as_ref().map(|_| view_name))
             .filter(|n| may_describe(n))
-            .cloned()
+            .map(str::to_string)
             .collect()
     } else {
         req.topics.iter().map(|t| t.name.to_string()).collect()
@@ -63,7 +68,8 @@ pub(super) fn describe_topic_partitions(
             r.topics.push(t);
             continue;
         }
-        let Some(tm) = meta.topics.get(&name) else {
+        let in_view = view.as_ref().filter(|_| name == view_name);
+        let Some(tm) = meta.topics.get(&name).or(in_view) else {
             t.error_code = if valid_topic_name(&name) {
                 errors::UNKNOWN_TOPIC_OR_PARTITION
             } else {
@@ -73,6 +79,7 @@ pub(super) fn describe_topic_partitions(
             continue;
         };
         t.topic_id = topic_uuid(&tm.id);
+        t.is_internal = super::is_internal_topic(&name);
         let start = if name == first_topic {
             first_partition as usize
         } else {
@@ -91,7 +98,10 @@ pub(super) fn describe_topic_partitions(
             let mut mp = DescribeTopicPartitionsResponsePartition::default();
             mp.partition_index = p as i32;
             mp.leader_id = leader;
-            mp.leader_epoch = weir::metadata::Metadata::leader_epoch(tm, p) as i32;
+            mp.leader_epoch = match in_view {
+                Some(_) => -1,
+                None => weir::metadata::Metadata::leader_epoch(tm, p) as i32,
+            };
             mp.replica_nodes = shard
                 .replica_nodes(&meta, tm, p)
                 .into_iter()

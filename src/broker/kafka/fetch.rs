@@ -119,7 +119,7 @@ pub async fn gather_fetch(
                 ..Default::default()
             };
             let fenced = super::epochs::fence(&meta, &name, fp.partition, fp.current_leader_epoch);
-            let owner = match meta.owner(&name, fp.partition) {
+            let owner = match super::owner(shard, &meta, &name, fp.partition) {
                 None if rack.is_some() => meta.local_replica(&name, fp.partition),
                 owner => owner,
             };

@@ -2,6 +2,7 @@
 //! `listeners.per.core`), and topic auto-creation.
 
 use crate::broker::errors;
+use crate::broker::group::offsets::OFFSETS_TOPIC;
 use crate::broker::shard::{NewTopic, Req, Resp, Shard};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -115,15 +116,26 @@ pub(super) async fn metadata(
     r.cluster_id = Some(s("weir"));
     r.controller_id = BrokerId(shard.controller_node());
     r.cluster_authorized_operations = i32::MIN;
+    // A standalone broker's `__consumer_offsets`: listed as Kafka lists it, read from the
+    // group coordinators' buckets (`Shard::offsets_view`).
+    let offsets_view = shard.offsets_view();
     let names: Vec<String> = match requested {
-        None => meta.topics.keys().cloned().collect(),
+        None => {
+            let mut all: Vec<String> = meta.topics.keys().cloned().collect();
+            if offsets_view.is_some() {
+                all.push(OFFSETS_TOPIC.to_string());
+                all.sort();
+            }
+            all
+        }
         Some(n) => n,
     };
     for name in names {
         let mut t = MetadataResponseTopic::default();
         t.name = Some(TopicName(s(&name)));
         t.topic_authorized_operations = i32::MIN;
-        match meta.topics.get(&name) {
+        let view = offsets_view.as_ref().filter(|_| name == OFFSETS_TOPIC);
+        match meta.topics.get(&name).or(view) {
             None => {
                 t.error_code = if valid_topic_name(&name) {
                     errors::UNKNOWN_TOPIC_OR_PARTITION
@@ -140,7 +152,11 @@ pub(super) async fn metadata(
                         let mut mp = MetadataResponsePartition::default();
                         mp.partition_index = p as i32;
                         mp.leader_id = leader;
-                        mp.leader_epoch = weir::metadata::Metadata::leader_epoch(tm, p) as i32;
+                        // The view's partitions have no leader epoch (none to fence with).
+                        mp.leader_epoch = match view {
+                            Some(_) => -1,
+                            None => weir::metadata::Metadata::leader_epoch(tm, p) as i32,
+                        };
                         mp.replica_nodes = shard
                             .replica_nodes(&meta, tm, p)
                             .into_iter()

@@ -100,6 +100,23 @@ fn is_internal_topic(name: &str) -> bool {
     name == crate::broker::group::offsets::OFFSETS_TOPIC || name == crate::broker::txn::TXN_TOPIC
 }
 
+/// The core that answers for `partition` of `topic`: its owner in the metadata, or on a
+/// standalone broker the core of an offsets bucket (`Shard::offsets_view`).
+fn owner(
+    shard: &crate::broker::shard::Shard,
+    meta: &weir::metadata::Metadata,
+    topic: &str,
+    partition: i32,
+) -> Option<usize> {
+    meta.owner(topic, partition).or_else(|| {
+        if topic != crate::broker::group::offsets::OFFSETS_TOPIC {
+            return None;
+        }
+        let view = shard.offsets_view()?;
+        view.owners.get(usize::try_from(partition).ok()?).copied()
+    })
+}
+
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }

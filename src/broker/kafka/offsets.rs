@@ -33,7 +33,7 @@ pub(super) async fn list_offsets(
             pr.leader_epoch = -1;
             let fenced =
                 super::epochs::fence(&meta, &name, p.partition_index, p.current_leader_epoch);
-            match meta.owner(&name, p.partition_index) {
+            match super::owner(shard, &meta, &name, p.partition_index) {
                 _ if fenced != errors::NONE => pr.error_code = fenced,
                 None if meta.placed_elsewhere(&name, p.partition_index) => {
                     pr.error_code = errors::NOT_LEADER_OR_FOLLOWER

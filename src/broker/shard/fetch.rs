@@ -11,6 +11,7 @@ use tracing::warn;
 
 use super::*;
 use crate::broker::errors::{self, storage_error_code};
+use crate::broker::group::offsets::{kafka_view, OffsetStore, OFFSETS_TOPIC};
 use crate::broker::sync::Event;
 use crate::broker::wheel::WheelKey;
 
@@ -35,6 +36,18 @@ impl Shard {
             // from the leader elected meanwhile, and must not answer from its own log then
             // (an empty one would say OFFSET_OUT_OF_RANGE, and the consumer would reset).
             let part = match self.partition(&p.topic, p.partition) {
+                None if p.offset >= 0 => match self.offsets_bucket(&p.topic, p.partition) {
+                    Some(bucket) => {
+                        let limit = (p.max_bytes.max(0) as usize).min(remaining.max(1));
+                        let r = self.read_offsets_bucket(bucket, p, wanted, limit).await;
+                        remaining = remaining.saturating_sub(r.bytes());
+                        wanted = wanted.saturating_sub(r.bytes()).max(1);
+                        hws.push(r.high_watermark.max(0) as u64);
+                        out.push(r);
+                        continue;
+                    }
+                    None => Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
+                },
                 None => Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
                 Some(_) if !self.answers_fetch(p) => Err(errors::NOT_LEADER_OR_FOLLOWER),
                 Some(part) => Ok(part),
@@ -94,7 +107,12 @@ impl Shard {
                         }
                         remaining = remaining.saturating_sub(read.len());
                         wanted = wanted.saturating_sub(read.len()).max(1);
-                        r.chunks = read.chunks;
+                        r.chunks = if p.topic == OFFSETS_TOPIC {
+                            // In a cluster the topic's partitions hold weir's records.
+                            kafka_view(&read.chunks)
+                        } else {
+                            read.chunks
+                        };
                     }
                     Err(e) => {
                         if e.is_storage_error() {
@@ -108,6 +126,47 @@ impl Shard {
             out.push(r);
         }
         (out, hws)
+    }
+
+    /// A fetch of a standalone broker's offsets bucket (`Shard::offsets_bucket`), in
+    /// Kafka's format; `None`, a bucket nothing was committed to, reads as an empty log.
+    async fn read_offsets_bucket(
+        &self,
+        bucket: Option<Rc<OffsetStore>>,
+        p: &FetchPart,
+        wanted: usize,
+        limit: usize,
+    ) -> FetchResult {
+        let mut r = FetchResult {
+            error: errors::NONE,
+            high_watermark: 0,
+            last_stable_offset: 0,
+            log_start_offset: 0,
+            ..Default::default()
+        };
+        let Some(store) = bucket else {
+            if p.offset > 0 {
+                r.error = errors::OFFSET_OUT_OF_RANGE;
+            }
+            return r;
+        };
+        match store
+            .log()
+            .read_available(p.offset as u64, wanted, limit)
+            .await
+        {
+            Ok(read) => {
+                r.high_watermark = read.watermarks.high_watermark as i64;
+                r.last_stable_offset = read.watermarks.last_stable_offset as i64;
+                r.log_start_offset = read.watermarks.log_start_offset as i64;
+                r.chunks = kafka_view(&read.chunks);
+            }
+            Err(e) => {
+                warn!(topic = %p.topic, partition = p.partition, error = %e, "reading an offsets bucket failed");
+                r.error = storage_error_code(&e);
+            }
+        }
+        r
     }
 
     /// Whether this core answers fetch `p` from its own log: as `answers_as_leader`, and a

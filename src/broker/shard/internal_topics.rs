@@ -130,7 +130,56 @@ impl BucketReplica for BucketReplicas {
     }
 }
 
+/// The topic id clients are given for `__consumer_offsets` on a standalone broker
+/// ([`Shard::offsets_view`]): fixed, as the topic is never created or deleted there.
+pub const OFFSETS_VIEW_ID: &str = "5f5f636f6e73756d65725f6f66667365";
+
 impl Shard {
+    /// On a standalone broker, `__consumer_offsets` as clients see it. It is not a topic of
+    /// the metadata there (its partitions are the group coordinators' own bucket logs, one
+    /// per bucket, bucket `b` on core `b % cores`), but Metadata lists it, and Fetch and
+    /// ListOffsets read the buckets in Kafka's format (`group::offsets::kafka_view`), so
+    /// tools that consume it (Burrow, Kafka's `OffsetsMessageFormatter`) find it as on Kafka.
+    /// `None` in a cluster, where it is a replicated topic of the metadata.
+    pub fn offsets_view(&self) -> Option<weir::metadata::TopicMeta> {
+        let meta = self.metadata();
+        if meta.local_broker.is_some() || meta.topics.contains_key(OFFSETS_TOPIC) {
+            return None;
+        }
+        let mut configs = std::collections::BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        Some(weir::metadata::TopicMeta {
+            id: OFFSETS_VIEW_ID.to_string(),
+            owners: (0..offsets::BUCKETS)
+                .map(|b| b % self.cores.max(1))
+                .collect(),
+            configs,
+            brokers: Vec::new(),
+            replicas: Vec::new(),
+            leader_epochs: Vec::new(),
+            isr: Vec::new(),
+        })
+    }
+
+    /// On a standalone broker, the offsets bucket behind `partition` of `__consumer_offsets`
+    /// when this core owns it: `Some(None)` when nothing was committed to it yet (an empty
+    /// partition). `None` for any other topic, and in a cluster.
+    pub(super) fn offsets_bucket(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Option<Option<Rc<offsets::OffsetStore>>> {
+        if topic != OFFSETS_TOPIC || self.offsets_view().is_none() {
+            return None;
+        }
+        let bucket = usize::try_from(partition).ok()?;
+        if bucket >= offsets::BUCKETS || bucket % self.cores.max(1) != self.id {
+            return None;
+        }
+        let groups = self.groups.borrow().clone()?;
+        Some(groups.bucket_store(bucket))
+    }
+
     /// The core of this broker that coordinates `group`: standalone, its bucket's core; in
     /// a cluster, the core holding this broker's replica of the bucket's `__consumer_offsets`
     /// partition (any core, if it holds none: that core answers NOT_COORDINATOR).

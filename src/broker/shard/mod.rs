@@ -332,7 +332,12 @@ impl Shard {
 
     /// The name of the topic with id `id` in the current snapshot.
     pub fn topic_name(&self, id: &uuid::Uuid) -> Option<String> {
-        self.topic_ids.borrow().get(id).cloned()
+        let name = self.topic_ids.borrow().get(id).cloned();
+        name.or_else(|| {
+            let view = self.offsets_view()?;
+            (uuid::Uuid::try_parse(&view.id).ok()? == *id)
+                .then(|| crate::broker::group::offsets::OFFSETS_TOPIC.to_string())
+        })
     }
 
     /// Installs a metadata snapshot (and its topic-id index).

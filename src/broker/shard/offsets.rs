@@ -113,6 +113,13 @@ impl Shard {
     pub(super) async fn list_offsets_local(&self, parts: Vec<ListPart>) -> Vec<ListResult> {
         let mut out = Vec::with_capacity(parts.len());
         for p in parts {
+            if let (None, Some(bucket)) = (
+                self.partition(&p.topic, p.partition),
+                self.offsets_bucket(&p.topic, p.partition),
+            ) {
+                out.push(offsets_bucket_list(bucket.as_deref(), p.timestamp).await);
+                continue;
+            }
             let Some(part) = self.partition(&p.topic, p.partition) else {
                 out.push(ListResult {
                     error: errors::UNKNOWN_TOPIC_OR_PARTITION,
@@ -219,4 +226,42 @@ impl Shard {
 /// `i32` on the wire), 0 if not.
 fn epoch_of(g: Option<&Group>) -> i32 {
     g.map_or(0, |g| i32::try_from(g.term()).unwrap_or(i32::MAX))
+}
+
+/// ListOffsets of a standalone broker's offsets bucket (`Shard::offsets_bucket`; `None`: one
+/// nothing was committed to, an empty log), as of any log. Leader epochs are not told
+/// (-1: the view's partitions have none, as Metadata says).
+async fn offsets_bucket_list(
+    bucket: Option<&crate::broker::group::offsets::OffsetStore>,
+    timestamp: i64,
+) -> ListResult {
+    let mut r = ListResult {
+        error: errors::NONE,
+        offset: 0,
+        timestamp: -1,
+        leader_epoch: -1,
+    };
+    let Some(log) = bucket.map(|s| s.log()) else {
+        if timestamp == -3 || timestamp == -5 || timestamp >= 0 {
+            r.offset = -1;
+        }
+        return r;
+    };
+    let wm = log.watermarks();
+    let found = match timestamp {
+        -2 | -4 => Ok(Some((wm.log_start_offset, -1))),
+        -3 => log.max_timestamp_offset().await,
+        -5 => Ok(None),
+        ts if ts < 0 => Ok(Some((wm.high_watermark, -1))),
+        ts => log.offset_for_timestamp(ts).await,
+    };
+    match found {
+        Ok(Some((offset, ts))) => (r.offset, r.timestamp) = (offset as i64, ts),
+        Ok(None) => r.offset = -1,
+        Err(e) => {
+            r.error = storage_error_code(&e);
+            r.offset = -1;
+        }
+    }
+    r
 }

@@ -143,6 +143,10 @@ pub struct RecordBatchBuilder {
     producer_epoch: i16,
     base_sequence: i32,
     count: i32,
+    /// The offset delta of the next record (`count` unless offsets were left out).
+    next_delta: i32,
+    /// At least this last offset delta (a batch covering offsets past its last record).
+    last_delta: i32,
     records: BytesMut,
 }
 
@@ -157,6 +161,8 @@ impl RecordBatchBuilder {
             producer_epoch: -1,
             base_sequence: -1,
             count: 0,
+            next_delta: 0,
+            last_delta: 0,
             records: BytesMut::new(),
         }
     }
@@ -184,6 +190,21 @@ impl RecordBatchBuilder {
         self
     }
 
+    /// Leaves offsets out: the next record gets offset delta `delta` (ignored unless it is
+    /// past the delta the next record would get), as a compacted batch holds its records.
+    pub fn next_offset_delta(mut self, delta: i32) -> Self {
+        self.next_delta = self.next_delta.max(delta);
+        self
+    }
+
+    /// Makes the batch cover offsets up to `delta` past its base even where its last record
+    /// is before that (as compaction leaves a batch whose last records were removed, and
+    /// consumers move past it to the offset after its last offset delta).
+    pub fn last_offset_delta(mut self, delta: i32) -> Self {
+        self.last_delta = self.last_delta.max(delta);
+        self
+    }
+
     /// Adds a record stamped with the base timestamp.
     pub fn record(
         self,
@@ -206,7 +227,7 @@ impl RecordBatchBuilder {
         let mut body = BytesMut::new();
         body.put_u8(0);
         put_varlong(&mut body, timestamp - self.base_timestamp);
-        put_varlong(&mut body, i64::from(self.count));
+        put_varlong(&mut body, i64::from(self.next_delta));
         for field in [key, value] {
             match field {
                 Some(b) => {
@@ -226,6 +247,8 @@ impl RecordBatchBuilder {
         put_varlong(&mut self.records, body.len() as i64);
         self.records.put_slice(&body);
         self.max_timestamp = self.max_timestamp.max(timestamp);
+        self.last_delta = self.last_delta.max(self.next_delta);
+        self.next_delta += 1;
         self.count += 1;
         self
     }
@@ -261,7 +284,7 @@ impl RecordBatchBuilder {
         out.put_i8(MAGIC_V2);
         out.put_u32(0);
         out.put_i16(self.attributes);
-        out.put_i32((self.count - 1).max(0));
+        out.put_i32(self.last_delta);
         out.put_i64(self.base_timestamp);
         out.put_i64(self.max_timestamp);
         out.put_i64(self.producer_id);

@@ -32,10 +32,12 @@ use weir_storage::{BatchCache, Log, LogConfig};
 
 mod backing;
 mod group_state;
+mod kafka_format;
 mod txn;
 
 pub use backing::{cut_below, Backing, BucketError, BucketReplica, COMPACTION_MIN_BYTES};
 pub use group_state::{StoredGroup, StoredMember};
+pub use kafka_format::kafka_view;
 
 use group_state::KIND_GROUP;
 
@@ -254,7 +256,8 @@ impl OffsetStore {
         }
     }
 
-    fn log(&self) -> &Log {
+    /// The log the store writes (its own, or its replicated partition's).
+    pub fn log(&self) -> &Log {
         self.backing.log()
     }
 

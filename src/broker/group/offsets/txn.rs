@@ -29,7 +29,7 @@ fn put_str(k: &mut BytesMut, s: &str) {
     k.put_slice(s.as_bytes());
 }
 
-fn pending_key(pid: i64, group: &str, topic: &str, partition: i32) -> Bytes {
+pub(super) fn pending_key(pid: i64, group: &str, topic: &str, partition: i32) -> Bytes {
     let mut k = BytesMut::with_capacity(17 + group.len() + topic.len());
     k.put_u8(KIND_TXN_OFFSET);
     k.put_i64(pid);
@@ -39,12 +39,37 @@ fn pending_key(pid: i64, group: &str, topic: &str, partition: i32) -> Bytes {
     k.freeze()
 }
 
-fn end_key(pid: i64, group: &str) -> Bytes {
+pub(super) fn end_key(pid: i64, group: &str) -> Bytes {
     let mut k = BytesMut::with_capacity(11 + group.len());
     k.put_u8(KIND_TXN_END);
     k.put_i64(pid);
     put_str(&mut k, group);
     k.freeze()
+}
+
+/// A kind 2 or 3 key: (kind, producer id, group, the topic and partition of a pending
+/// offset — `None` for a transaction end).
+pub(crate) type TxnKey = (u8, i64, String, Option<(String, i32)>);
+
+/// Decodes a kind 2 or 3 key (`None` for any other or a malformed one).
+pub(crate) fn decode_key(mut k: &[u8]) -> Option<TxnKey> {
+    if k.remaining() < 9 {
+        return None;
+    }
+    let kind = k.get_u8();
+    let pid = k.get_i64();
+    let group = get_str(&mut k)?;
+    match kind {
+        KIND_TXN_OFFSET => {
+            let topic = get_str(&mut k)?;
+            if k.remaining() != 4 {
+                return None;
+            }
+            Some((kind, pid, group, Some((topic, k.get_i32()))))
+        }
+        KIND_TXN_END if k.is_empty() => Some((kind, pid, group, None)),
+        _ => None,
+    }
 }
 
 /// Replays one record of kind 2 or 3 (`key[0]`) into `pending` and `entries`.
