@@ -917,6 +917,23 @@ fn answered(s: &mut TcpStream, key: ApiKey, version: i16) {
             r.duration_filter = -1;
             r
         }),
+        ApiKey::ConsumerGroupHeartbeat => {
+            go::<_, ConsumerGroupHeartbeatResponse>(s, key, version, {
+                let mut r = ConsumerGroupHeartbeatRequest::default();
+                r.group_id = GroupId(StrBytes::from_string(format!("wire-test-kip848-{version}")));
+                r.member_id = StrBytes::from_string(format!("wire-test-member-{version}"));
+                r.rebalance_timeout_ms = 30_000;
+                r.subscribed_topic_names =
+                    Some(vec![TopicName(StrBytes::from_static_str("wire-test"))]);
+                r.topic_partitions = Some(Vec::new());
+                r
+            })
+        }
+        ApiKey::ConsumerGroupDescribe => go::<_, ConsumerGroupDescribeResponse>(s, key, version, {
+            let mut r = ConsumerGroupDescribeRequest::default();
+            r.group_ids = vec![GroupId(StrBytes::from_static_str("wire-test-kip848-0"))];
+            r
+        }),
         other => panic!("{other:?} is advertised: add a generated request for it here"),
     }
 }

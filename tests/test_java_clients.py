@@ -14,6 +14,11 @@ What a user of the Java client notices:
   (split, rebalance when a member leaves, which callbacks fire), static membership (a member
   restarted within its session timeout gets its partitions back with no rebalance), and
   onPartitionsLost after a missed max.poll.interval.ms.
+- ConsumerProtocolTest: consumer-protocol groups (KIP-848, group.protocol=consumer): the
+  broker's uniform assignor splits and rebalances incrementally (a member gives up only the
+  partitions that move), nothing is read twice after a commit or skipped across a join and a
+  leave, Admin.describeConsumerGroups sees a CONSUMER group; the range assignor gives
+  co-partitioned topics the same partitions.
 - ConsumerPositionsTest: auto commit, commitSync/commitAsync and committed(), seek,
   offsetsForTimes, beginningOffsets/endOffsets (after DeleteRecords), pause/resume.
 - AdminTest: every AdminClient call weir has an API for but ACLs and SCRAM (topics and their
@@ -83,7 +88,8 @@ def junit(cp: str, bootstrap: str, *classes: str, props: dict[str, str] | None =
 
 # ---- plaintext: producer, transactions, consumers, admin ---------------------------------------
 
-PLAINTEXT_CLASSES = ["ProducerTest", "TransactionsTest", "ConsumerGroupTest", "ConsumerPositionsTest", "AdminTest"]
+PLAINTEXT_CLASSES = ["ProducerTest", "TransactionsTest", "ConsumerGroupTest", "ConsumerProtocolTest",
+                     "ConsumerPositionsTest", "AdminTest"]
 # Run below against brokers with their own settings; RackConsumerTest by
 # tests/test_cluster_hosts.py against brokers in racks.
 OTHER_CLASSES = ["SecuredAdminTest", "SecureRoundTripTest", "RackConsumerTest"]

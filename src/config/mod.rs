@@ -225,6 +225,10 @@ pub const SETTINGS: &[Setting] = &[
         "A connection with nothing in flight and no bytes received for this long is closed."),
     setting("fetch.max.parked", "100000", "fetches per core", None,
         "Long-poll fetches parked per core; past it a fetch is answered at once (empty), with a warning."),
+    setting("group.consumer.session.timeout.ms", "45000", "ms", None,
+        "Consumer-protocol groups (KIP-848): a member without a heartbeat for this long is fenced and its partitions go to the others."),
+    setting("group.consumer.heartbeat.interval.ms", "5000", "ms", None,
+        "Consumer-protocol groups (KIP-848): how often members heartbeat (the broker tells them); a rebalance step waits for the next heartbeat of the member it concerns."),
     setting("fetch.max.wait.ms", "30000", "ms", None,
         "Longest a fetch is parked, whatever the client asks (below clients' request timeouts)."),
     setting("cache.bytes.per.core", "268435456", "bytes", None,
@@ -326,6 +330,10 @@ pub struct BrokerConfig {
     /// Longest a fetch is parked, whatever the client asks (must stay below clients'
     /// request timeouts: librdkafka's default socket timeout is 60 s).
     pub fetch_max_wait_ms: u64,
+    /// `group.consumer.session.timeout.ms` (KIP-848 groups).
+    pub consumer_session_timeout_ms: u64,
+    /// `group.consumer.heartbeat.interval.ms` (KIP-848 groups).
+    pub consumer_heartbeat_interval_ms: u64,
     /// `max.connections`: open client connections per broker (spread over the cores);
     /// connections past it are closed at once, with a warning.
     pub max_connections: usize,
@@ -417,6 +425,8 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 30_000,
             max_parked_fetches: 100_000,
             fetch_max_wait_ms: 30_000,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
             max_connections: 100_000,
             connections_max_idle_ms: 600_000,
             max_inflight_per_connection: 64,
@@ -644,6 +654,12 @@ impl BrokerConfig {
                 self.connections_max_idle_ms = parse_num::<u64>(key, value)?.max(1)
             }
             "fetch.max.parked" => self.max_parked_fetches = parse_num(key, value)?,
+            "group.consumer.session.timeout.ms" => {
+                self.consumer_session_timeout_ms = parse_bounded(key, value, 1, i32::MAX as u64)?
+            }
+            "group.consumer.heartbeat.interval.ms" => {
+                self.consumer_heartbeat_interval_ms = parse_bounded(key, value, 1, i32::MAX as u64)?
+            }
             "fetch.max.wait.ms" => {
                 // Clients send max_wait_ms as an i32.
                 self.fetch_max_wait_ms = parse_bounded(key, value, 0, i32::MAX as u64)?
@@ -845,6 +861,10 @@ impl BrokerConfig {
                 .join(","),
             "fetch.max.parked" => self.max_parked_fetches.to_string(),
             "fetch.max.wait.ms" => self.fetch_max_wait_ms.to_string(),
+            "group.consumer.session.timeout.ms" => self.consumer_session_timeout_ms.to_string(),
+            "group.consumer.heartbeat.interval.ms" => {
+                self.consumer_heartbeat_interval_ms.to_string()
+            }
             "internal.topics.compaction.min.bytes" => {
                 self.internal_topics_compaction_min_bytes.to_string()
             }

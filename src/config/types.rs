@@ -66,6 +66,8 @@ pub fn config_type(name: &str) -> ConfigType {
         | "connections.max.idle.ms"
         | "connections.max.reauth.ms"
         | "fetch.max.wait.ms"
+        | "group.consumer.session.timeout.ms"
+        | "group.consumer.heartbeat.interval.ms"
         | "cache.bytes.per.core"
         | "internal.topics.compaction.min.bytes"
         | "leader.imbalance.check.interval.seconds"

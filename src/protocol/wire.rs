@@ -45,6 +45,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 0, 9),
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
@@ -143,6 +145,8 @@ pub enum Body {
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
     DeleteGroups(DeleteGroupsRequest),
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest),
+    ConsumerGroupDescribe(ConsumerGroupDescribeRequest),
     /// weir's streaming fetch extension (API key `stream_fetch::API_KEY`).
     StreamFetch(crate::protocol::stream_fetch::StreamOp),
     AlterConfigs(AlterConfigsRequest),
@@ -353,6 +357,10 @@ pub fn decode_request(mut frame: Bytes) -> Result<Request, ProtocolError> {
         ApiKey::DescribeGroups => Body::DescribeGroups(decode(&mut frame, version)?),
         ApiKey::ListGroups => Body::ListGroups(decode(&mut frame, version)?),
         ApiKey::DeleteGroups => Body::DeleteGroups(decode(&mut frame, version)?),
+        ApiKey::ConsumerGroupHeartbeat => {
+            Body::ConsumerGroupHeartbeat(decode(&mut frame, version)?)
+        }
+        ApiKey::ConsumerGroupDescribe => Body::ConsumerGroupDescribe(decode(&mut frame, version)?),
         ApiKey::AlterConfigs => Body::AlterConfigs(decode(&mut frame, version)?),
         ApiKey::IncrementalAlterConfigs => {
             Body::IncrementalAlterConfigs(decode(&mut frame, version)?)
@@ -443,6 +451,15 @@ mod tests {
             ApiKey::OffsetFetch => r!(OffsetFetchRequest, OffsetFetchResponse),
             ApiKey::DescribeGroups => r!(DescribeGroupsRequest, DescribeGroupsResponse),
             ApiKey::ListGroups => r!(ListGroupsRequest, ListGroupsResponse),
+            ApiKey::ConsumerGroupHeartbeat => {
+                r!(
+                    ConsumerGroupHeartbeatRequest,
+                    ConsumerGroupHeartbeatResponse
+                )
+            }
+            ApiKey::ConsumerGroupDescribe => {
+                r!(ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse)
+            }
             ApiKey::DeleteGroups => r!(DeleteGroupsRequest, DeleteGroupsResponse),
             ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
             ApiKey::DeleteRecords => r!(DeleteRecordsRequest, DeleteRecordsResponse),

@@ -42,6 +42,8 @@ pub struct Coordinator {
     next_member: std::cell::Cell<u64>,
     /// Orders the writes of group states (`persist.rs`).
     pub(super) persist_lock: Rc<glommio::sync::Semaphore>,
+    /// The consumer-protocol groups (KIP-848) of this core's buckets.
+    pub(super) consumer: super::consumer::ConsumerGroups,
 }
 
 impl Coordinator {
@@ -52,6 +54,7 @@ impl Coordinator {
         cores: usize,
         cache: Rc<BatchCache>,
         config: GroupConfig,
+        consumer_config: super::consumer::ConsumerConfig,
     ) -> Result<Coordinator, weir_storage::Error> {
         let c = Coordinator {
             config,
@@ -59,6 +62,7 @@ impl Coordinator {
             offsets: OffsetRouter::open(data_dir, core, cores, cache).await?,
             next_member: std::cell::Cell::new(0),
             persist_lock: Rc::new(glommio::sync::Semaphore::new(1)),
+            consumer: super::consumer::ConsumerGroups::new(consumer_config),
         };
         // A standalone broker resumes its groups as they were stored (in a cluster
         // `set_replica` drops these: groups follow the replicated partitions' leadership).
@@ -469,6 +473,7 @@ impl Coordinator {
     /// Called periodically by the core (every 100 ms or so).
     pub fn tick(&self) {
         self.drop_lost_groups();
+        self.consumer.tick();
         let now = Instant::now();
         let groups: Vec<(String, Rc<RefCell<Group>>)> = self
             .groups

@@ -7,6 +7,7 @@
 
 mod admin;
 mod commits;
+pub mod consumer;
 pub mod coordinator;
 pub mod offsets;
 mod persist;

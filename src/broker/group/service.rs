@@ -8,6 +8,10 @@ use super::coordinator::{
 };
 use super::offsets::Committed;
 
+/// The protocol type ListGroups gives a consumer-protocol group; `kafka::groups` answers
+/// such a group's type as "consumer" (ListGroups v5, KIP-848) and a classic one's as "classic".
+pub const CONSUMER_PROTOCOL: &str = "consumer-kip848";
+
 /// A group operation, sent to the group's core.
 #[derive(Debug)]
 pub enum GroupReq {
@@ -60,6 +64,13 @@ pub enum GroupReq {
         topics: Vec<(String, Vec<i32>)>,
     },
     Describe(String),
+    /// ConsumerGroupHeartbeat (KIP-848), with the broker's topics (name → partitions).
+    ConsumerHeartbeat {
+        heartbeat: Box<super::consumer::Heartbeat>,
+        topics: super::consumer::Topics,
+    },
+    /// ConsumerGroupDescribe of one group.
+    ConsumerDescribe(String),
     List,
     Delete(String),
     /// A topic was deleted: forget its committed offsets (sent to every core).
@@ -79,6 +90,9 @@ pub enum GroupResp {
     DeleteOffsets(Result<Vec<Vec<i16>>, i16>),
     Describe(GroupDescription),
     List(Vec<(String, String, String)>),
+    ConsumerHeartbeat(super::consumer::HeartbeatAnswer),
+    /// A consumer-protocol group, or the error of describing it.
+    ConsumerDescribe(Result<super::consumer::GroupView, i16>),
     Done,
 }
 
@@ -95,7 +109,8 @@ impl GroupReq {
             | GroupReq::TxnEnd { group, .. }
             | GroupReq::Fetch { group, .. }
             | GroupReq::DeleteOffsets { group, .. } => Some(group),
-            GroupReq::Describe(g) | GroupReq::Delete(g) => Some(g),
+            GroupReq::Describe(g) | GroupReq::Delete(g) | GroupReq::ConsumerDescribe(g) => Some(g),
+            GroupReq::ConsumerHeartbeat { heartbeat, .. } => Some(&heartbeat.group_id),
             GroupReq::List | GroupReq::TopicDeleted(_) => None,
         }
     }
@@ -126,6 +141,14 @@ impl GroupReq {
                 protocol: String::new(),
                 members: Vec::new(),
             }),
+            GroupReq::ConsumerHeartbeat { .. } => {
+                GroupResp::ConsumerHeartbeat(super::consumer::HeartbeatAnswer {
+                    error: code,
+                    member_epoch: -1,
+                    ..Default::default()
+                })
+            }
+            GroupReq::ConsumerDescribe(_) => GroupResp::ConsumerDescribe(Err(code)),
             _ => GroupResp::Code(code),
         }
     }
@@ -139,7 +162,56 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
         }
     }
     match req {
+        // A group is classic or consumer-protocol while it has members (Kafka's
+        // `group.consumer.migration.policy=disabled`): an empty one becomes either.
+        GroupReq::Join(j) if coord.consumer.is_live(&j.group_id) => GroupResp::Join(JoinResponse {
+            error: super::state::codes::INCONSISTENT_GROUP_PROTOCOL,
+            member_id: j.member_id.clone(),
+            generation_id: -1,
+            ..Default::default()
+        }),
         GroupReq::Join(j) => GroupResp::Join(coord.join(j).await),
+        GroupReq::ConsumerHeartbeat { heartbeat, topics } => {
+            let classic = coord
+                .group(&heartbeat.group_id)
+                .is_some_and(|g| !g.borrow().members.is_empty());
+            GroupResp::ConsumerHeartbeat(if classic {
+                super::consumer::HeartbeatAnswer {
+                    error: super::state::codes::GROUP_ID_NOT_FOUND,
+                    message: Some(format!(
+                        "Group {} is not a consumer group: it has classic-protocol members",
+                        heartbeat.group_id
+                    )),
+                    member_epoch: -1,
+                    ..Default::default()
+                }
+            } else {
+                coord.consumer.heartbeat(&heartbeat, &topics)
+            })
+        }
+        GroupReq::ConsumerDescribe(g) => GroupResp::ConsumerDescribe(
+            coord
+                .consumer
+                .describe(&g)
+                .ok_or(super::state::codes::GROUP_ID_NOT_FOUND),
+        ),
+        // An OffsetCommit to a consumer-protocol group is checked against its member epochs
+        // (v9+ sends the member epoch in the generation field); the offsets are then stored
+        // as an admin commit's are (no classic group of that id has members).
+        GroupReq::Commit {
+            group,
+            generation,
+            member,
+            parts,
+            ..
+        } if coord.consumer.is_live(&group) => {
+            match coord.consumer.check_commit(&group, &member, generation) {
+                Some(code) if code != super::state::codes::NONE => {
+                    GroupResp::Commit(vec![code; parts.len()])
+                }
+                _ => GroupResp::Commit(coord.commit_offsets(&group, -1, "", None, parts).await),
+            }
+        }
         GroupReq::Sync(s) => GroupResp::Sync(coord.sync(s).await),
         GroupReq::Heartbeat {
             group,
@@ -195,7 +267,21 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
             GroupResp::DeleteOffsets(coord.delete_offsets(&group, topics).await)
         }
         GroupReq::Describe(g) => GroupResp::Describe(coord.describe(&g)),
-        GroupReq::List => GroupResp::List(coord.list()),
+        GroupReq::List => {
+            let mut all = coord.list();
+            let consumer = coord.consumer.list();
+            all.retain(|(id, _, _)| !consumer.iter().any(|(c, _)| c == id));
+            all.extend(
+                consumer
+                    .into_iter()
+                    .map(|(id, state)| (id, CONSUMER_PROTOCOL.to_string(), state.to_string())),
+            );
+            all.sort();
+            GroupResp::List(all)
+        }
+        GroupReq::Delete(g) if coord.consumer.is_live(&g) => {
+            GroupResp::Code(super::state::codes::NON_EMPTY_GROUP)
+        }
         GroupReq::Delete(g) => GroupResp::Code(coord.delete_group(&g).await),
         GroupReq::TopicDeleted(t) => {
             coord.topic_deleted(&t).await;

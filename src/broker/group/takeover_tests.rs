@@ -18,9 +18,16 @@ async fn coordinator(dir: &std::path::Path, part: &Rc<Partition>) -> Coordinator
         min_session_timeout_ms: 10,
         ..GroupConfig::default()
     };
-    let c = Coordinator::open(dir, 0, 1, BatchCache::new(1 << 20), config)
-        .await
-        .expect("open");
+    let c = Coordinator::open(
+        dir,
+        0,
+        1,
+        BatchCache::new(1 << 20),
+        config,
+        Default::default(),
+    )
+    .await
+    .expect("open");
     c.set_replica(part.clone());
     c
 }

@@ -46,9 +46,16 @@ async fn state_removed(c: &Coordinator, what: &str) {
 
 async fn open(dir: &Path) -> Rc<Coordinator> {
     let c = Rc::new(
-        Coordinator::open(dir, 0, 1, BatchCache::new(1 << 20), config())
-            .await
-            .expect("open"),
+        Coordinator::open(
+            dir,
+            0,
+            1,
+            BatchCache::new(1 << 20),
+            config(),
+            Default::default(),
+        )
+        .await
+        .expect("open"),
     );
     let weak = Rc::downgrade(&c);
     glommio::spawn_local(async move {
@@ -495,9 +502,16 @@ fn a_group_that_empties_while_its_state_is_written_is_not_restored() {
             ..config()
         };
         let c = Rc::new(
-            Coordinator::open(&dir, 0, 1, BatchCache::new(1 << 20), no_delay)
-                .await
-                .expect("open"),
+            Coordinator::open(
+                &dir,
+                0,
+                1,
+                BatchCache::new(1 << 20),
+                no_delay,
+                Default::default(),
+            )
+            .await
+            .expect("open"),
         );
         let join = c.join(join_req("", 10_000)).await;
         let held = c.persist_lock.acquire_permit(1).await.expect("lock");

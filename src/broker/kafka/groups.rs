@@ -386,6 +386,13 @@ pub async fn list_groups(
         if let Resp::Group(GroupResp::List(gs)) = shard.call(core, Req::Group(GroupReq::List)).await
         {
             for (id, ptype, state) in gs {
+                // A consumer-protocol group (KIP-848): type "consumer", protocol type
+                // "consumer" as Kafka lists it.
+                let (ptype, gtype) = if ptype == crate::broker::group::service::CONSUMER_PROTOCOL {
+                    ("consumer".to_string(), "consumer")
+                } else {
+                    (ptype, "classic")
+                };
                 if !req.states_filter.is_empty()
                     && !req
                         .states_filter
@@ -394,12 +401,12 @@ pub async fn list_groups(
                 {
                     continue;
                 }
-                // ListGroups v5 filters by type (KIP-848): every weir group is "classic".
+                // ListGroups v5 filters by type (KIP-848).
                 if !req.types_filter.is_empty()
                     && !req
                         .types_filter
                         .iter()
-                        .any(|f| f.as_str().eq_ignore_ascii_case("classic"))
+                        .any(|f| f.as_str().eq_ignore_ascii_case(gtype))
                 {
                     continue;
                 }
@@ -407,7 +414,7 @@ pub async fn list_groups(
                 lg.group_id = GroupId(s(&id));
                 lg.protocol_type = s(&ptype);
                 lg.group_state = s(&state);
-                lg.group_type = s("classic");
+                lg.group_type = s(gtype);
                 r.groups.push(lg);
             }
         }

@@ -19,6 +19,7 @@ mod acls;
 mod authz;
 mod cluster;
 mod configs;
+mod consumer_groups;
 mod describe;
 mod epochs;
 mod fetch;
@@ -357,6 +358,17 @@ async fn process_request(
             authz::patch_list_groups(&shard, session, &mut resp);
             one(&req, &resp)
         }
+        Body::ConsumerGroupHeartbeat(h) => one(
+            &req,
+            &consumer_groups::heartbeat(&shard, h, &req.client_id).await,
+        ),
+        Body::ConsumerGroupDescribe(d) => one(
+            &req,
+            &consumer_groups::describe(&shard, d, |g| {
+                authz::group(&shard, session, weir::acl::Operation::Describe, g)
+            })
+            .await,
+        ),
         Body::DeleteGroups(d) => {
             let mut resp = group::delete_groups(&shard, d).await;
             authz::patch_delete_groups(&mut resp, &denied);

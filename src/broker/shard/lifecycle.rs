@@ -190,6 +190,13 @@ impl Shard {
             self.cores,
             self.cache.clone(),
             GroupConfig::default(),
+            crate::broker::group::consumer::ConsumerConfig {
+                session_timeout: Duration::from_millis(self.config.consumer_session_timeout_ms),
+                heartbeat_interval: Duration::from_millis(
+                    self.config.consumer_heartbeat_interval_ms,
+                ),
+                ..Default::default()
+            },
         )
         .await
         .map_err(|e| format!("opening the group offsets: {e}"))?;

@@ -295,6 +295,12 @@ pub(crate) fn gate(
             r.error_code = group_failed;
             encoded(req, &r)
         }
+        Body::ConsumerGroupHeartbeat(h) if !group(shard, session, Read, h.group_id.as_str()) => {
+            let mut r = ConsumerGroupHeartbeatResponse::default();
+            r.error_code = group_failed;
+            r.member_epoch = -1;
+            encoded(req, &r)
+        }
         Body::LeaveGroup(l) if !group(shard, session, Read, l.group_id.as_str()) => {
             let mut r = LeaveGroupResponse::default();
             r.error_code = group_failed;

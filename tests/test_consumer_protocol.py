@@ -1,0 +1,159 @@
+"""Consumer-protocol groups (KIP-848, `group.protocol=consumer`) with librdkafka.
+
+The broker assigns: members send ConsumerGroupHeartbeat, a partition moves to a new owner only
+after its old owner revoked it, and each member's epoch says which assignment it commits for.
+What a user notices, tested here with librdkafka 2.16 (confluent-kafka):
+- members joining and leaving every second while records are produced: every record is read,
+  none twice (each member commits after every record it processes);
+- a commit with a stale member epoch is refused, and so is a member the group does not know;
+- the group is listed and described as a consumer-protocol group, and a classic member cannot
+  join while it has consumer-protocol members.
+Java's consumer is in tests/java/clients (ConsumerProtocolTest).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import confluent_kafka
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from clients import rd_conf, rd_create_topic, rd_producer
+
+FAST = {"group.consumer.heartbeat.interval.ms": "300", "group.consumer.session.timeout.ms": "6000"}
+
+
+@pytest.fixture
+def broker(broker_factory):
+    return broker_factory(settings=FAST, cores=2)
+
+
+def member(bootstrap: str, group: str, name: str, **extra) -> Consumer:
+    return Consumer(rd_conf(bootstrap, **{"group.id": group, "group.protocol": "consumer",
+                                          "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                          "client.id": name, **extra}))
+
+
+def test_members_joining_and_leaving_every_second_read_every_record_once(broker, topic_name):
+    partitions, total = 6, 3000
+    rd_create_topic(broker.bootstrap, topic_name, partitions)
+    group = f"{topic_name}-g"
+    seen: dict[tuple[int, int], str] = {}
+    dups: list[str] = []
+    lock = threading.Lock()
+    stop_all = threading.Event()
+
+    def run(name: str, stop: threading.Event):
+        c = member(broker.bootstrap, group, name)
+        c.subscribe([topic_name])
+        try:
+            while not stop.is_set() and not stop_all.is_set():
+                m = c.poll(0.1)
+                if m is None or m.error():
+                    continue
+                key = (m.partition(), m.offset())
+                with lock:
+                    if key in seen:
+                        dups.append(f"{key} read by {seen[key]} then {name}")
+                    seen[key] = name
+                c.commit(message=m, asynchronous=False)
+        finally:
+            c.close()
+
+    def produce():
+        p = rd_producer(broker.bootstrap)
+        for i in range(total):
+            p.produce(topic_name, value=b"%d" % i, partition=i % partitions)
+            if i % 100 == 99:
+                p.flush(10)
+                time.sleep(0.3)  # spread over the churn (~9 s)
+        assert p.flush(30) == 0
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    members: list[tuple[threading.Thread, threading.Event]] = []
+    rng = random.Random(848)
+    n = 0
+    deadline = time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline:
+            if len(members) < 2 or (len(members) < 4 and rng.random() < 0.6):
+                stop = threading.Event()
+                t = threading.Thread(target=run, args=(f"m{n}", stop))
+                n += 1
+                t.start()
+                members.append((t, stop))
+            else:
+                t, stop = members.pop(rng.randrange(len(members)))
+                stop.set()
+                t.join(30)
+            time.sleep(1)
+        producer.join(60)
+        # The members left read the rest.
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            with lock:
+                if len(seen) >= total:
+                    break
+            time.sleep(0.2)
+    finally:
+        stop_all.set()
+        for t, _ in members:
+            t.join(30)
+    assert n >= 8, f"only {n} members came and went"
+    assert dups == [], f"{len(dups)} records read twice after their commit: {dups[:10]}"
+    missing = [(p, o) for p in range(partitions) for o in range(total // partitions) if (p, o) not in seen]
+    assert missing == [], f"{len(missing)} records never read: {missing[:10]}"
+
+
+def test_stale_and_unknown_members_cannot_commit_and_the_group_is_described(broker, topic_name):
+    rd_create_topic(broker.bootstrap, topic_name, 2)
+    group = f"{topic_name}-g"
+    c = member(broker.bootstrap, group, "only")
+    c.subscribe([topic_name])
+    try:
+        deadline = time.monotonic() + 30
+        while len(c.assignment()) < 2:
+            assert time.monotonic() < deadline, "no assignment"
+            c.poll(0.2)
+        c.commit(offsets=[TopicPartition(topic_name, 0, 0)], asynchronous=False)
+
+        admin = AdminClient(rd_conf(broker.bootstrap))
+        listed = admin.list_consumer_groups(request_timeout=15).result(30)
+        mine = [g for g in listed.valid if g.group_id == group]
+        assert len(mine) == 1 and mine[0].type == confluent_kafka.ConsumerGroupType.CONSUMER, listed.valid
+        d = admin.describe_consumer_groups([group], request_timeout=15)[group].result(30)
+        assert d.type == confluent_kafka.ConsumerGroupType.CONSUMER, d
+        assert d.state == confluent_kafka.ConsumerGroupState.STABLE, d
+        assert len(d.members) == 1 and len(d.members[0].assignment.topic_partitions) == 2, d
+
+        # A classic member may not join while the group has consumer-protocol members.
+        classic = Consumer(rd_conf(broker.bootstrap, **{"group.id": group, "session.timeout.ms": 6000}))
+        errors = []
+        classic.subscribe([topic_name], on_assign=lambda *_: errors.append("assigned"))
+        try:
+            end = time.monotonic() + 10
+            while time.monotonic() < end and not errors:
+                m = classic.poll(0.2)
+                if m is not None and m.error():
+                    errors.append(m.error().code())
+            assert KafkaError.INCONSISTENT_GROUP_PROTOCOL in errors, errors
+        finally:
+            classic.close()
+
+        # An admin commit (no member) to a group with members is refused as Kafka refuses it.
+        outsider = Consumer(rd_conf(broker.bootstrap, **{"group.id": group}))
+        try:
+            with pytest.raises(confluent_kafka.KafkaException) as e:
+                outsider.commit(offsets=[TopicPartition(topic_name, 0, 5)], asynchronous=False)
+            assert e.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID, e.value
+        finally:
+            outsider.close()
+        got = c.committed([TopicPartition(topic_name, 0)], timeout=15)
+        assert got[0].offset == 0, "the refused commit changed nothing"
+    finally:
+        c.close()
