@@ -22,9 +22,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+import kafka_wire
 from clients import rd_conf, rd_create_topic, rd_producer
 
-FAST = {"group.consumer.heartbeat.interval.ms": "300", "group.consumer.session.timeout.ms": "6000"}
+# The consumer protocol is off by default (group.coordinator.rebalance.protocols=classic).
+FAST = {"group.coordinator.rebalance.protocols": "classic,consumer",
+        "group.consumer.heartbeat.interval.ms": "300", "group.consumer.session.timeout.ms": "6000"}
 
 
 @pytest.fixture
@@ -155,5 +158,84 @@ def test_stale_and_unknown_members_cannot_commit_and_the_group_is_described(brok
             outsider.close()
         got = c.committed([TopicPartition(topic_name, 0)], timeout=15)
         assert got[0].offset == 0, "the refused commit changed nothing"
+    finally:
+        c.close()
+
+
+def describe(bootstrap: str, group: str):
+    admin = AdminClient(rd_conf(bootstrap))
+    return admin.describe_consumer_groups([group], request_timeout=15)[group].result(30)
+
+
+def test_a_consumer_group_survives_kill9_of_the_broker_without_a_rebalance(broker_factory, topic_name):
+    """The group's state (epochs, assignments) is stored in its offsets bucket before a heartbeat
+    is answered: after kill -9 and a restart the members go on with the same member ids, epochs
+    and partitions — no revocation, no partitions lost, no rejoin."""
+    b = broker_factory(settings=FAST, cores=2, fixed_port=True)
+    rd_create_topic(b.bootstrap, topic_name, 4)
+    group = f"{topic_name}-g"
+    events: dict[str, list[str]] = {"a": [], "b": []}
+    members = {}
+    for name in ("a", "b"):
+        c = member(b.bootstrap, group, name)
+        c.subscribe([topic_name],
+                    on_assign=lambda _c, ps, n=name: events[n].append(f"assigned {sorted(p.partition for p in ps)}"),
+                    on_revoke=lambda _c, ps, n=name: events[n].append(f"revoked {sorted(p.partition for p in ps)}"),
+                    on_lost=lambda _c, ps, n=name: events[n].append(f"lost {sorted(p.partition for p in ps)}"))
+        members[name] = c
+    try:
+        deadline = time.monotonic() + 60
+        while not (len(members["a"].assignment()) == 2 and len(members["b"].assignment()) == 2):
+            assert time.monotonic() < deadline, events
+            for c in members.values():
+                c.poll(0.1)
+        for _ in range(10):
+            for c in members.values():
+                c.poll(0.1)
+        before = describe(b.bootstrap, group)
+        assert before.state == confluent_kafka.ConsumerGroupState.STABLE, before
+        seen_before = {n: list(e) for n, e in events.items()}
+        owned_before = {n: sorted(tp.partition for tp in c.assignment()) for n, c in members.items()}
+
+        b.kill9()
+        # The members reconnect and heartbeat with their epochs: the restored group knows them.
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            for c in members.values():
+                c.poll(0.1)
+        after = describe(b.bootstrap, group)
+        ids = lambda d: sorted((m.member_id, sorted(tp.partition for tp in m.assignment.topic_partitions))  # noqa: E731
+                               for m in d.members)
+        assert after.state == confluent_kafka.ConsumerGroupState.STABLE, after
+        assert ids(after) == ids(before), (ids(before), ids(after))
+        assert events == seen_before, f"a rebalance happened: before {seen_before}, after {events}"
+        assert {n: sorted(tp.partition for tp in c.assignment()) for n, c in members.items()} == owned_before
+    finally:
+        for c in members.values():
+            c.close()
+
+
+def test_the_consumer_protocol_is_off_unless_enabled(broker_factory, topic_name):
+    """By default (group.coordinator.rebalance.protocols=classic) ConsumerGroupHeartbeat and
+    ConsumerGroupDescribe are not advertised (as Kafka without `consumer` in that list), so a
+    consumer asking for group.protocol=consumer gets nothing assigned instead of half-working;
+    with the setting both are listed."""
+    off = broker_factory(cores=2)
+    on = broker_factory(settings=FAST, cores=2)
+    for b, listed in ((off, False), (on, True)):
+        s = kafka_wire.connect(b.bootstrap)
+        try:
+            versions = kafka_wire.ping(s)
+        finally:
+            s.close()
+        assert (68 in versions, 69 in versions) == (listed, listed), versions
+    rd_create_topic(off.bootstrap, topic_name, 2)
+    c = member(off.bootstrap, f"{topic_name}-g", "off")
+    try:
+        c.subscribe([topic_name])
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            c.poll(0.2)
+        assert not c.assignment()
     finally:
         c.close()

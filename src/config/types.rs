@@ -84,7 +84,9 @@ pub fn config_type(name: &str) -> ConfigType {
         | "connection.failed.authentication.delay.ms" => Long,
         "log.message.timestamp.type" => String,
         "log.cleaner.io.max.bytes.per.second" | "log.cleaner.min.cleanable.ratio" => Double,
-        "log.cleanup.policy" | "sasl.enabled.mechanisms" => List,
+        "log.cleanup.policy"
+        | "sasl.enabled.mechanisms"
+        | "group.coordinator.rebalance.protocols" => List,
         // Topic configs (Kafka's LogConfig).
         "segment.bytes"
         | "max.message.bytes"

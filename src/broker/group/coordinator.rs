@@ -473,7 +473,10 @@ impl Coordinator {
     /// Called periodically by the core (every 100 ms or so).
     pub fn tick(&self) {
         self.drop_lost_groups();
-        self.consumer.tick();
+        let changes = self.consumer.tick();
+        if !changes.is_empty() {
+            self.store_consumer_changes_later(changes);
+        }
         let now = Instant::now();
         let groups: Vec<(String, Rc<RefCell<Group>>)> = self
             .groups

@@ -19,6 +19,11 @@ impl Coordinator {
     /// group of the same id kept in memory).
     pub(super) fn restore_groups(&self, which: impl Fn(usize) -> bool) {
         for store in self.offsets.open_stores() {
+            for (id, state) in store.consumer_group_states() {
+                if which(super::offsets::bucket_of(&id)) {
+                    self.consumer.restore(&id, &state);
+                }
+            }
             for (id, state) in store.group_states() {
                 if !which(super::offsets::bucket_of(&id)) {
                     continue;
@@ -29,6 +34,69 @@ impl Coordinator {
                     .borrow_mut()
                     .insert(id, Rc::new(RefCell::new(Group::restored(&state))));
             }
+        }
+    }
+
+    /// Serves a ConsumerGroupHeartbeat (KIP-848) and stores the group's state if it changed
+    /// before answering, in the order of the group writes of this core (`persist_lock`). A
+    /// state that cannot be written drops the group here (its members join again) and the
+    /// heartbeat is answered the error.
+    pub(super) async fn consumer_heartbeat(
+        &self,
+        hb: &super::consumer::Heartbeat,
+        topics: &super::consumer::Topics,
+    ) -> super::consumer::HeartbeatAnswer {
+        let failed = |code: i16| super::consumer::HeartbeatAnswer {
+            error: code,
+            member_epoch: -1,
+            ..Default::default()
+        };
+        let Ok(_permit) = self.persist_lock.acquire_permit(1).await else {
+            return failed(codes::COORDINATOR_NOT_AVAILABLE);
+        };
+        let (answer, change) = self.consumer.heartbeat(hb, topics);
+        let Some(state) = change else {
+            return answer;
+        };
+        let written = match self.offsets.store_for_write(&hb.group_id).await {
+            Ok(store) => store
+                .store_consumer_group(&hb.group_id, state)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(group = %hb.group_id, error = %e, "storing the consumer group's state failed");
+                    e.code_or(codes::COORDINATOR_NOT_AVAILABLE)
+                }),
+            Err(code) => Err(code),
+        };
+        match written {
+            Ok(()) => answer,
+            Err(code) => {
+                self.consumer.discard(&hb.group_id);
+                failed(code)
+            }
+        }
+    }
+
+    /// Stores the consumer groups' states a tick changed (members fenced), in the background
+    /// and in order with the other group writes of this core.
+    pub(super) fn store_consumer_changes_later(
+        &self,
+        changes: Vec<(String, super::consumer::Change)>,
+    ) {
+        for (id, state) in changes {
+            let Some(store) = self.offsets.store(&id) else {
+                continue;
+            };
+            let lock = self.persist_lock.clone();
+            glommio::spawn_local(async move {
+                let Ok(_permit) = lock.acquire_permit(1).await else {
+                    return;
+                };
+                if let Err(e) = store.store_consumer_group(&id, state).await {
+                    tracing::warn!(group = %id, error = %e, "storing the consumer group's state failed");
+                }
+            })
+            .detach();
         }
     }
 

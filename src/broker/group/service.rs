@@ -175,8 +175,8 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
             let classic = coord
                 .group(&heartbeat.group_id)
                 .is_some_and(|g| !g.borrow().members.is_empty());
-            GroupResp::ConsumerHeartbeat(if classic {
-                super::consumer::HeartbeatAnswer {
+            if classic {
+                return GroupResp::ConsumerHeartbeat(super::consumer::HeartbeatAnswer {
                     error: super::state::codes::GROUP_ID_NOT_FOUND,
                     message: Some(format!(
                         "Group {} is not a consumer group: it has classic-protocol members",
@@ -184,10 +184,9 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
                     )),
                     member_epoch: -1,
                     ..Default::default()
-                }
-            } else {
-                coord.consumer.heartbeat(&heartbeat, &topics)
-            })
+                });
+            }
+            GroupResp::ConsumerHeartbeat(coord.consumer_heartbeat(&heartbeat, &topics).await)
         }
         GroupReq::ConsumerDescribe(g) => GroupResp::ConsumerDescribe(
             coord

@@ -174,7 +174,7 @@ async fn process_request(
             );
             // The streaming fetch extension is listed only for clients that ask for it by
             // name: ordinary Kafka clients see exactly Kafka's APIs.
-            let mut resp = api_versions(errors::NONE);
+            let mut resp = api_versions(errors::NONE, shard.config.consumer_protocol);
             if a.client_software_name.as_str() == weir::protocol::stream_fetch::CLIENT_SOFTWARE_NAME
             {
                 let mut v = ApiVersion::default();
@@ -187,7 +187,7 @@ async fn process_request(
         }
         Body::ApiVersionsUnsupported => {
             // KIP-511: answer in v0 so any client can read the list and retry.
-            let body = api_versions(errors::UNSUPPORTED_VERSION);
+            let body = api_versions(errors::UNSUPPORTED_VERSION, shard.config.consumer_protocol);
             Ok(Some(vec![encode_response(
                 ApiKey::ApiVersions,
                 0,
@@ -358,6 +358,15 @@ async fn process_request(
             authz::patch_list_groups(&shard, session, &mut resp);
             one(&req, &resp)
         }
+        Body::ConsumerGroupHeartbeat(_) if !shard.config.consumer_protocol => {
+            let mut r = ConsumerGroupHeartbeatResponse::default();
+            r.error_code = errors::UNSUPPORTED_VERSION;
+            r.error_message = Some(s(
+                "the consumer group protocol is off: group.coordinator.rebalance.protocols=classic",
+            ));
+            r.member_epoch = -1;
+            one(&req, &r)
+        }
         Body::ConsumerGroupHeartbeat(h) => one(
             &req,
             &consumer_groups::heartbeat(&shard, h, &req.client_id).await,
@@ -432,11 +441,20 @@ async fn process_request(
 
 // ---- ApiVersions ----
 
-fn api_versions(error: i16) -> ApiVersionsResponse {
+/// The versions weir speaks; KIP-848's APIs only when `consumer_groups`
+/// (`group.coordinator.rebalance.protocols` includes `consumer`), as Kafka lists them.
+fn api_versions(error: i16, consumer_groups: bool) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
     r.error_code = error;
     r.api_keys = SUPPORTED
         .iter()
+        .filter(|(k, _, _)| {
+            consumer_groups
+                || !matches!(
+                    k,
+                    ApiKey::ConsumerGroupHeartbeat | ApiKey::ConsumerGroupDescribe
+                )
+        })
         .map(|(k, lo, hi)| {
             let mut v = ApiVersion::default();
             v.api_key = *k as i16;

@@ -7,7 +7,13 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::{ConsumerConfig, ConsumerGroup, Heartbeat, HeartbeatAnswer, Topics};
+use bytes::Bytes;
+
+use super::{stored, ConsumerConfig, ConsumerGroup, Heartbeat, HeartbeatAnswer, Topics};
+
+/// A group's state to write to its bucket: the new state, or `None` (a tombstone) when the
+/// group emptied.
+pub type Change = Option<Bytes>;
 
 /// A consumer-protocol group as ConsumerGroupDescribe shows it.
 pub type GroupView = ConsumerGroup;
@@ -17,6 +23,9 @@ pub type GroupView = ConsumerGroup;
 pub struct ConsumerGroups {
     pub config: ConsumerConfig,
     groups: RefCell<BTreeMap<String, ConsumerGroup>>,
+    /// What was last written (or is being written) of each group: a heartbeat that changes
+    /// nothing stored writes nothing.
+    stored: RefCell<BTreeMap<String, Bytes>>,
     next_member: Cell<u64>,
 }
 
@@ -29,8 +38,14 @@ impl ConsumerGroups {
     }
 
     /// Serves a ConsumerGroupHeartbeat; a group left without members is dropped (its
-    /// committed offsets stay).
-    pub fn heartbeat(&self, hb: &Heartbeat, topics: &Topics) -> HeartbeatAnswer {
+    /// committed offsets stay). Also what to store of the group, if that changed: the caller
+    /// writes it (in the order of the heartbeats) before it answers.
+    pub fn heartbeat(&self, hb: &Heartbeat, topics: &Topics) -> (HeartbeatAnswer, Option<Change>) {
+        let answer = self.serve(hb, topics);
+        (answer, self.change_of(&hb.group_id))
+    }
+
+    fn serve(&self, hb: &Heartbeat, topics: &Topics) -> HeartbeatAnswer {
         let mut groups = self.groups.borrow_mut();
         let g = groups.entry(hb.group_id.clone()).or_default();
         let before = g.members.len();
@@ -52,17 +67,71 @@ impl ConsumerGroups {
         answer
     }
 
-    /// Fences the members past their session or revocation timeouts.
-    pub fn tick(&self) {
+    /// Fences the members past their session or revocation timeouts; the groups whose stored
+    /// state that changed, and how.
+    pub fn tick(&self) -> Vec<(String, Change)> {
         let now = Instant::now();
-        let mut groups = self.groups.borrow_mut();
-        for (id, g) in groups.iter_mut() {
-            for m in g.expire(now) {
-                tracing::info!(group = %id, member = %m, group_epoch = g.group_epoch,
-                    "consumer group member timed out; fenced");
+        let mut changed = Vec::new();
+        {
+            let mut groups = self.groups.borrow_mut();
+            for (id, g) in groups.iter_mut() {
+                let gone = g.expire(now);
+                for m in &gone {
+                    tracing::info!(group = %id, member = %m, group_epoch = g.group_epoch,
+                        "consumer group member timed out; fenced");
+                }
+                if !gone.is_empty() {
+                    changed.push(id.clone());
+                }
             }
+            groups.retain(|_, g| !g.members.is_empty());
         }
-        groups.retain(|_, g| !g.members.is_empty());
+        changed
+            .into_iter()
+            .filter_map(|id| self.change_of(&id).map(|c| (id, c)))
+            .collect()
+    }
+
+    /// What to write of `group` now, if it differs from what was written; noted as written.
+    fn change_of(&self, group: &str) -> Option<Change> {
+        let now = self.groups.borrow().get(group).map(stored::encode);
+        let mut written = self.stored.borrow_mut();
+        match now {
+            Some(bytes) if written.get(group) != Some(&bytes) => {
+                written.insert(group.to_string(), bytes.clone());
+                Some(Some(bytes))
+            }
+            None if written.remove(group).is_some() => Some(None),
+            _ => None,
+        }
+    }
+
+    /// Resumes a group from its stored state (a bucket loaded at start or on a failover).
+    pub fn restore(&self, group: &str, state: &Bytes) {
+        match stored::decode(state, &self.config, Instant::now()) {
+            Some(g) => {
+                tracing::info!(
+                    group,
+                    members = g.members.len(),
+                    group_epoch = g.group_epoch,
+                    "consumer group restored from its stored state"
+                );
+                self.groups.borrow_mut().insert(group.to_string(), g);
+                self.stored
+                    .borrow_mut()
+                    .insert(group.to_string(), state.clone());
+            }
+            None => tracing::warn!(
+                group,
+                "a stored consumer group state does not decode; the members will join again"
+            ),
+        }
+    }
+
+    /// Drops `group` after its state could not be written: its members join again.
+    pub fn discard(&self, group: &str) {
+        self.groups.borrow_mut().remove(group);
+        self.stored.borrow_mut().remove(group);
     }
 
     /// Whether `group` is a consumer-protocol group with members.
@@ -95,6 +164,7 @@ impl ConsumerGroups {
     /// Drops the groups `which` picks (their bucket is no longer coordinated here, or was
     /// reloaded): their members' next heartbeat is UNKNOWN_MEMBER_ID and they join again.
     pub fn forget(&self, which: &impl Fn(&str) -> bool) {
+        self.stored.borrow_mut().retain(|id, _| !which(id));
         self.groups.borrow_mut().retain(|id, g| {
             let drop = which(id);
             if drop {

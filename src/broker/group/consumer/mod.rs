@@ -18,13 +18,18 @@
 //! (`group.instance.id`) leaving with epoch -2 keeps its place and assignment for its session
 //! timeout, and a new member with the same instance id takes them over.
 //!
+//! The group's state is stored in its offsets bucket (`stored.rs`, record kind 5) whenever a
+//! heartbeat or a timeout changes it, before the heartbeat is answered; a restarted broker or
+//! a new coordinator after a failover resumes the group with its epochs and assignments.
+//!
 //! This file is the state machine, free of I/O: `heartbeat` and `expire` change a group and
 //! say what to answer; `Coordinator` (`coordinator.rs`) runs it on the group's core.
 
 pub mod assign;
 mod groups;
+mod stored;
 
-pub use groups::{ConsumerGroups, GroupView};
+pub use groups::{Change, ConsumerGroups, GroupView};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

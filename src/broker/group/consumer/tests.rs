@@ -255,3 +255,25 @@ fn first_requests_without_what_kafka_requires_are_invalid() {
     );
     assert_eq!(b.error, codes::UNSUPPORTED_ASSIGNOR);
 }
+
+#[test]
+fn a_stored_group_resumes_with_its_epochs_and_assignments() {
+    let now = Instant::now();
+    let mut g = ConsumerGroup::default();
+    join(&mut g, "a", now);
+    join(&mut g, "b", now);
+    beat(&mut g, "a", 1, None, now); // a revoking two partitions
+    let bytes = stored::encode(&g);
+    let back = stored::decode(&bytes, &config(), now).expect("decodes");
+    assert_eq!(stored::encode(&back), bytes, "the same state");
+    assert_eq!(back.members["a"].state, MemberState::UnrevokedPartitions);
+    assert_eq!(back.members["a"].revoking, g.members["a"].revoking);
+    assert_eq!(back.target, g.target);
+    // The restored group goes on where it was: a's revocation completes, b gets the rest.
+    let mut back = back;
+    let kept = back.members["a"].assigned.clone();
+    assert_eq!(beat(&mut back, "a", 1, Some(kept), now).member_epoch, 2);
+    let b = beat(&mut back, "b", 2, None, now);
+    assert_eq!(count(&b.assignment.expect("b's partitions")), 2);
+    assert!(stored::decode(&bytes[..bytes.len() - 1], &config(), now).is_none());
+}

@@ -13,8 +13,9 @@
 //!        (no value = tombstone: the offset was deleted)
 //! ```
 //!
-//! Group membership (kind 4, `group_state.rs`) and transactional offsets (kinds 2 and 3,
-//! `txn.rs`) are records of the same log.
+//! Group membership (kind 4, `group_state.rs`), consumer-protocol group states (kind 5,
+//! `consumer_state.rs`) and transactional offsets (kinds 2 and 3, `txn.rs`) are records of
+//! the same log.
 //!
 //! Start-up replays the log from its start offset. When the log has grown well past the live
 //! data, every live offset is appended again as a snapshot and the log start moves to the
@@ -31,6 +32,8 @@ use weir_storage::batch::{decode_records, RecordBatchBuilder};
 use weir_storage::{BatchCache, Log, LogConfig};
 
 mod backing;
+mod compact;
+mod consumer_state;
 mod group_state;
 mod kafka_format;
 mod txn;
@@ -39,6 +42,7 @@ pub use backing::{cut_below, Backing, BucketError, BucketReplica, COMPACTION_MIN
 pub use group_state::{StoredGroup, StoredMember};
 pub use kafka_format::kafka_view;
 
+use consumer_state::KIND_CONSUMER_GROUP;
 use group_state::KIND_GROUP;
 
 use txn::{Pending, KIND_TXN_END, KIND_TXN_OFFSET};
@@ -78,6 +82,8 @@ pub struct OffsetStore {
     pub(crate) entries: RefCell<BTreeMap<Key, Committed>>,
     /// The stored membership of the groups that have one (`group_state.rs`).
     pub(crate) group_states: RefCell<BTreeMap<String, StoredGroup>>,
+    /// The stored state of the consumer-protocol groups (`consumer_state.rs`), opaque here.
+    pub(crate) consumer_states: RefCell<BTreeMap<String, Bytes>>,
     /// Offsets of open transactions (`offsets/txn.rs`).
     pub(crate) pending: RefCell<Pending>,
     bytes_since_compaction: Cell<u64>,
@@ -248,6 +254,7 @@ impl OffsetStore {
             backing,
             entries: RefCell::new(BTreeMap::new()),
             group_states: RefCell::new(BTreeMap::new()),
+            consumer_states: RefCell::new(BTreeMap::new()),
             pending: RefCell::new(Pending::new()),
             bytes_since_compaction: Cell::new(0),
             compacting: Cell::new(false),
@@ -275,10 +282,20 @@ impl OffsetStore {
     async fn replay(&self) -> Result<(), weir_storage::Error> {
         let mut entries = BTreeMap::new();
         let mut states = BTreeMap::new();
+        let mut consumer_states = BTreeMap::new();
         let mut pending = Pending::new();
         let bytes = replay_records(self.log(), |raw_key, value| {
             if matches!(raw_key.first(), Some(&KIND_TXN_OFFSET | &KIND_TXN_END)) {
                 txn::replay(raw_key, value, &mut pending, &mut entries);
+                return;
+            }
+            if raw_key.first() == Some(&KIND_CONSUMER_GROUP) {
+                if let Some(group) = consumer_state::decode_key(raw_key) {
+                    match value {
+                        Some(v) => consumer_states.insert(group, Bytes::copy_from_slice(v)),
+                        None => consumer_states.remove(&group),
+                    };
+                }
                 return;
             }
             if raw_key.first() == Some(&KIND_GROUP) {
@@ -302,6 +319,7 @@ impl OffsetStore {
         tracing::debug!(dir = %self.log().dir().display(), entries = entries.len(), groups = states.len(), bytes, "offsets replayed");
         *self.entries.borrow_mut() = entries;
         *self.group_states.borrow_mut() = states;
+        *self.consumer_states.borrow_mut() = consumer_states;
         *self.pending.borrow_mut() = pending;
         self.bytes_since_compaction.set(bytes);
         Ok(())
@@ -461,74 +479,6 @@ impl OffsetStore {
             .collect();
         gs.dedup();
         gs
-    }
-
-    /// Rewrites the live offsets and drops what is below them, once the log holds much more
-    /// than the live data (`Backing::rewrite`: in a cluster every replica of the bucket's
-    /// partition cuts its log where the rewrite starts).
-    async fn maybe_compact(&self) -> Result<(), BucketError> {
-        type Live = (Vec<(Key, Committed)>, Vec<(String, StoredGroup)>);
-        let (live, states): Live = {
-            let e = self.entries.borrow();
-            let since = self.bytes_since_compaction.get();
-            let live_bytes: u64 = e
-                .keys()
-                .map(|(g, t, _)| 40 + (g.len() + t.len()) as u64)
-                .sum::<u64>()
-                + self
-                    .group_states
-                    .borrow()
-                    .iter()
-                    .map(|(g, s)| g.len() as u64 + s.approx_bytes())
-                    .sum::<u64>();
-            if since < self.backing.compaction_min_bytes(self.compact_min_bytes)
-                || since < 4 * live_bytes
-                || self.compacting.get()
-                || self.unapplied.get() > 0
-                // Offsets of open transactions are not rewritten: they are short-lived,
-                // and the compaction waits for a moment without any.
-                || !self.pending.borrow().is_empty()
-            {
-                return Ok(());
-            }
-            (
-                e.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                self.group_states(),
-            )
-        };
-        let mut batches: Vec<Bytes> = live
-            .chunks(500)
-            .map(|chunk| {
-                let mut b = RecordBatchBuilder::new(now_ms());
-                for ((g, t, p), c) in chunk {
-                    b = b.record(Some(&encode_key(g, t, *p)), Some(&encode_value(c)), &[]);
-                }
-                b.build()
-            })
-            .collect();
-        // Each group's membership, latest only; deleted groups' are gone from the map.
-        batches.extend(states.chunks(100).map(|chunk| {
-            let mut b = RecordBatchBuilder::new(now_ms());
-            for (g, s) in chunk {
-                b = b.record(
-                    Some(&group_state::encode_key(g)),
-                    Some(&group_state::encode_value(s)),
-                    &[],
-                );
-            }
-            b.build()
-        }));
-        let records = (live.len() + states.len()) as u64;
-        let written: u64 = batches.iter().map(|b| b.len() as u64).sum();
-        // No await between taking the live offsets and appending them (`rewrite` proposes
-        // or appends before it first waits): nothing applied in between is missed.
-        self.compacting.set(true);
-        let r = self.backing.rewrite(batches, records).await;
-        self.compacting.set(false);
-        r?;
-        self.bytes_since_compaction.set(written);
-        tracing::debug!(live = live.len(), groups = states.len(), term = ?self.term(), "offsets compacted");
-        Ok(())
     }
 
     /// Segments and bytes of the offsets log.
