@@ -91,7 +91,7 @@ def junit(cp: str, bootstrap: str, *classes: str, props: dict[str, str] | None =
 PLAINTEXT_CLASSES = ["ProducerTest", "TransactionsTest", "ConsumerGroupTest", "ConsumerPositionsTest", "AdminTest"]
 # Run below against brokers with their own settings; RackConsumerTest by
 # tests/test_cluster_hosts.py against brokers in racks.
-OTHER_CLASSES = ["SecuredAdminTest", "SecureRoundTripTest", "RackConsumerTest"]
+OTHER_CLASSES = ["SecuredAdminTest", "SecureRoundTripTest", "RackConsumerTest", "ConsumerProtocolTest"]
 
 
 def test_every_junit_class_is_run():
