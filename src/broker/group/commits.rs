@@ -61,7 +61,19 @@ impl Coordinator {
         if group_id.is_empty() {
             return vec![codes::INVALID_GROUP_ID; n];
         }
-        let code = self.check_committer(group_id, generation_id, member_id, instance);
+        // A consumer-protocol group (KIP-848) checks member epochs, for OffsetCommit and
+        // TxnOffsetCommit alike; a transactional commit without member information (v0-2, or
+        // a producer outside the group) is accepted, as Kafka accepts it.
+        let code = match self
+            .consumer
+            .check_commit(group_id, member_id, generation_id)
+        {
+            Some(_) if producer.is_some() && member_id.is_empty() && generation_id < 0 => {
+                codes::NONE
+            }
+            Some(code) => code,
+            None => self.check_committer(group_id, generation_id, member_id, instance),
+        };
         if code != codes::NONE {
             return vec![code; n];
         }

@@ -194,23 +194,6 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
                 .describe(&g)
                 .ok_or(super::state::codes::GROUP_ID_NOT_FOUND),
         ),
-        // An OffsetCommit to a consumer-protocol group is checked against its member epochs
-        // (v9+ sends the member epoch in the generation field); the offsets are then stored
-        // as an admin commit's are (no classic group of that id has members).
-        GroupReq::Commit {
-            group,
-            generation,
-            member,
-            parts,
-            ..
-        } if coord.consumer.is_live(&group) => {
-            match coord.consumer.check_commit(&group, &member, generation) {
-                Some(code) if code != super::state::codes::NONE => {
-                    GroupResp::Commit(vec![code; parts.len()])
-                }
-                _ => GroupResp::Commit(coord.commit_offsets(&group, -1, "", None, parts).await),
-            }
-        }
         GroupReq::Sync(s) => GroupResp::Sync(coord.sync(s).await),
         GroupReq::Heartbeat {
             group,
