@@ -19,8 +19,7 @@ from confluent_kafka.admin import NewTopic
 
 from burrow_support import Burrow, committed, current_lag, ensure_burrow
 from clients import Msg, rd_admin, rd_consumer, rd_produce, rd_producer, wait_for_topic
-from cluster_net import start_cluster
-from conftest import close_brokers
+from test_consumer_offsets_topic import cluster  # noqa: F401  (three brokers)
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +63,6 @@ def check_burrow_reports_the_lag(bootstrap: str, workdir, topic: str, group: str
 
 def test_burrow_reports_a_groups_lag_from_a_standalone_broker(burrow_bin, broker, topic_name):
     check_burrow_reports_the_lag(broker.bootstrap, broker.workdir / "burrow", topic_name, f"{topic_name}-g")
-
-
-@pytest.fixture
-def cluster(request):
-    try:
-        yield start_cluster(request, 3, own_addresses=False)
-    finally:
-        close_brokers(request, getattr(request.node, "_weir_brokers", []))
 
 
 def test_burrow_reports_a_groups_lag_from_a_cluster(burrow_bin, cluster, topic_name):

@@ -117,6 +117,22 @@ fn uniform(
                 .flat_map(move |(t, ps)| ps.iter().map(move |&p| ((t.as_str(), p), m)))
         })
         .collect();
+    // Gives `topic`-`p` to `m`, counting `m`'s load (and whether it reached the ceiling).
+    let mut give = |m: &String,
+                    topic: &String,
+                    p: i32,
+                    load: &mut BTreeMap<&String, usize>,
+                    at_ceiling: &mut usize| {
+        if homogeneous && load[m] == floor {
+            *at_ceiling += 1;
+        }
+        *load.get_mut(m).expect("a member") += 1;
+        out.get_mut(m)
+            .expect("a member")
+            .entry(topic.clone())
+            .or_default()
+            .insert(p);
+    };
     let mut unassigned = Vec::new();
     // Sticky pass: a partition stays with its previous owner while that keeps it even.
     for (topic, p, eligible) in &all {
@@ -126,15 +142,7 @@ fn uniform(
             .copied();
         match prev {
             Some(m) if may_take(m, &load, at_ceiling) => {
-                if homogeneous && load[m] == floor {
-                    at_ceiling += 1;
-                }
-                *load.get_mut(m).expect("a member") += 1;
-                out.get_mut(m)
-                    .expect("a member")
-                    .entry(topic.clone())
-                    .or_default()
-                    .insert(*p);
+                give(m, topic, *p, &mut load, &mut at_ceiling)
             }
             _ => unassigned.push((topic, *p, eligible)),
         }
@@ -148,15 +156,7 @@ fn uniform(
             .or_else(|| eligible.iter().min_by_key(|m| (load[**m], **m)))
             .copied()
             .expect("a partition is only listed with eligible members");
-        if homogeneous && load[m] == floor {
-            at_ceiling += 1;
-        }
-        *load.get_mut(m).expect("a member") += 1;
-        out.get_mut(m)
-            .expect("a member")
-            .entry(topic.clone())
-            .or_default()
-            .insert(p);
+        give(m, topic, p, &mut load, &mut at_ceiling);
     }
     out
 }

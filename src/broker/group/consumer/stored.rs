@@ -23,6 +23,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::assign::Partitions;
 use super::{ConsumerConfig, ConsumerGroup, Member, MemberState};
+use crate::broker::group::offsets::get_str;
 
 const VERSION: u8 = 1;
 
@@ -51,19 +52,6 @@ fn put_parts(b: &mut BytesMut, p: &Partitions) {
             b.put_i32(x);
         }
     }
-}
-
-fn get_str(b: &mut &[u8]) -> Option<String> {
-    if b.remaining() < 2 {
-        return None;
-    }
-    let n = b.get_u16() as usize;
-    if b.remaining() < n {
-        return None;
-    }
-    let s = String::from_utf8(b[..n].to_vec()).ok()?;
-    b.advance(n);
-    Some(s)
 }
 
 fn get_opt(b: &mut &[u8]) -> Option<Option<String>> {
