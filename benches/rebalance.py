@@ -11,17 +11,23 @@ member holding its share); at t0 the N-th member subscribes. Figures:
   holds partitions (each member's view, from its rebalance callbacks);
 - pause of the others: for each member that was there before, the longest time without a
   record between t0 and 2 s after stable (records keep coming to every partition at
-  `--rate`, so an idle stretch is a stop, not an empty topic); median and max over them.
+  `--rate`, so an idle stretch is a stop, not an empty topic); median and max over them;
+- longest gap before the join: the same measure over the 3 s before t0, with no rebalance:
+  the floor the pause is to be read against.
 
 Every client runs with its defaults but these (stated in the output): classic
 session.timeout.ms 45000 and heartbeat.interval.ms 3000 (librdkafka's defaults), KIP-848's
 heartbeat interval is the broker's (group.consumer.heartbeat.interval.ms, default 5000).
 
-Starts its own weir broker (target/release/weir, 2 cores, the consumer protocol turned on:
-group.coordinator.rebalance.protocols=classic,consumer) in a temp dir under target/, or uses
---bootstrap HOST:PORT (any Kafka broker with KIP-848).
+Systems (--systems, default weir,kafka), each measured in every mode, one after another in the
+same run: its own weir broker (target/release/weir, 2 cores, its defaults: the consumer
+protocol is on) in a temp dir under target/, and Apache Kafka (--kafka-version, default 4.4.0,
+resolved from Maven Central and started in KRaft combined mode as benches/vs_kafka.py does,
+with its defaults: the same 5 s KIP-848 heartbeat and 45 s sessions). --bootstrap HOST:PORT
+measures one broker already running instead (any Kafka broker with KIP-848).
 
     cargo build --release && python3 benches/rebalance.py [--members 10,100] [--rate 2000]
+        [--systems weir,kafka] [--kafka-version 4.4.0]
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 MODES = {
     "classic eager (range)": {"partition.assignment.strategy": "range"},
@@ -129,6 +136,12 @@ def longest_gap(times: list[float], start: float, end: float) -> float:
 
 
 def run_mode(bootstrap: str, name: str, conf: dict, n: int, rate: int) -> dict:
+    row = measure(bootstrap, name, conf, n, rate)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def measure(bootstrap: str, name: str, conf: dict, n: int, rate: int) -> dict:
     partitions = 2 * n
     topic = f"bench-rebalance-{n}-{int(time.time() * 1000)}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -172,8 +185,13 @@ def run_mode(bootstrap: str, name: str, conf: dict, n: int, rate: int) -> dict:
         time.sleep(2)
         end = t0 + t_stable + 2
         pauses = [longest_gap(m.times, t0, end) for m in members[:-1]]
+        # The same measure over the 3 s of steady consumption before the join: what the
+        # broker and clients give without a rebalance.
+        steady = [longest_gap(m.times, t0 - 3, t0) for m in members[:-1]]
         return {"mode": name, "members": n, "partitions": partitions, "stable_after_s": round(t_stable, 2),
-                "pause_median_s": round(statistics.median(pauses), 2), "pause_max_s": round(max(pauses), 2)}
+                "pause_median_s": round(statistics.median(pauses), 2), "pause_max_s": round(max(pauses), 2),
+                "steady_gap_median_s": round(statistics.median(steady), 2),
+                "steady_gap_max_s": round(max(steady), 2)}
     finally:
         stop.set()
         for m in members:
@@ -187,30 +205,45 @@ def main():
     ap.add_argument("--members", default="10,100")
     ap.add_argument("--rate", type=int, default=2000, help="records/s produced over all partitions")
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
+    ap.add_argument("--systems", default="weir,kafka", help="weir, kafka or both (ignored with --bootstrap)")
+    ap.add_argument("--kafka-version", default="4.4.0")
     args = ap.parse_args()
-    proc = None
-    if args.bootstrap:
-        bootstrap = args.bootstrap
-    else:
-        proc, bootstrap, _ = start_broker(["group.coordinator.rebalance.protocols=classic,consumer"])
+    systems = ["given"] if args.bootstrap else [x.strip() for x in args.systems.split(",")]
     rows = []
-    try:
-        for n in [int(x) for x in args.members.split(",")]:
-            for name in [m.strip() for m in args.modes.split(",")]:
-                row = run_mode(bootstrap, name, MODES[name], n, args.rate)
-                print(json.dumps(row), flush=True)
-                rows.append(row)
-    finally:
-        if proc:
-            proc.terminate()
-            proc.wait(30)
-    print("\n| members | mode | stable after (s) | pause of the others, median / max (s) |")
-    print("|---|---|---|---|")
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['members']} | {r['mode']} | {r['error']} | |")
+    for system in systems:
+        proc, kafka = None, None
+        if system == "given":
+            bootstrap = args.bootstrap
+        elif system == "weir":
+            proc, bootstrap, _ = start_broker([])
+        elif system == "kafka":
+            import vs_kafka  # Apache Kafka from Maven Central, as the Kafka comparison starts it
+            data = Path(tempfile.mkdtemp(prefix="bench-rebalance-kafka-", dir=ROOT / "target"))
+            kafka = vs_kafka.start_kafka(vs_kafka.resolve_kafka(args.kafka_version), data, 1)
+            bootstrap = kafka.bootstrap
         else:
-            print(f"| {r['members']} | {r['mode']} | {r['stable_after_s']} | {r['pause_median_s']} / {r['pause_max_s']} |")
+            sys.exit(f"unknown system {system}")
+        try:
+            for n in [int(x) for x in args.members.split(",")]:
+                for name in [m.strip() for m in args.modes.split(",")]:
+                    row = run_mode(bootstrap, name, MODES[name], n, args.rate)
+                    rows.append({"system": system, **row})
+        finally:
+            if proc:
+                proc.terminate()
+                proc.wait(30)
+            if kafka:
+                kafka.stop()
+    print("\n| members | mode | system | stable after (s) | pause of the others, median / max (s) "
+          "| longest gap before the join, median / max (s) |")
+    print("|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["members"], list(MODES).index(r["mode"]), r["system"])):
+        if "error" in r:
+            print(f"| {r['members']} | {r['mode']} | {r['system']} | {r['error']} | | |")
+        else:
+            print(f"| {r['members']} | {r['mode']} | {r['system']} | {r['stable_after_s']} "
+                  f"| {r['pause_median_s']} / {r['pause_max_s']} "
+                  f"| {r['steady_gap_median_s']} / {r['steady_gap_max_s']} |")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #   scripts/librdkafka-suite.sh 0030 0102 0113:commit_during   # chosen tests, one after another
 #   scripts/librdkafka-suite.sh sasl/0135 sasl/0142:message    # against a SASL_PLAINTEXT broker
 #   scripts/librdkafka-suite.sh cluster/0103 cluster-noautocreate/0107   # against 3 brokers
+#   scripts/librdkafka-suite.sh consumer/0153 consumer/0113                # group.protocol=consumer
 #   scripts/librdkafka-suite.sh --all [--jobs N] [--local]     # the whole list, in parallel
 #
 # [sasl/]TEST[:SUBTEST]: a test number, optionally with a substring of the subtest names
@@ -13,8 +14,11 @@
 # 3-broker test cluster: its tests that create topics with replication factor 3);
 # cluster-noautocreate/ the same with topic auto-creation off, for the tests of librdkafka's
 # "noautocreate" scenario; cluster-racks/ three brokers in racks RACK1-3 with Kafka's
-# rack-aware replica selector, for follower fetching (KIP-392). --all runs every `run` entry of tests/librdkafka-suite.txt, the list that gives
-# every test of librdkafka's test table a verdict (run / na / known-fail / local, with the
+# rack-aware replica selector, for follower fetching (KIP-392); consumer/ against the default
+# broker with the test-runner's consumers on KIP-848's protocol (TEST_CONSUMER_GROUP_PROTOCOL=
+# consumer: group.protocol=consumer, librdkafka's own switch for its KIP-848 runs). --all
+# runs every `run` entry of tests/librdkafka-suite.txt, the list that gives every test of
+# librdkafka's test table a verdict (run / na / known-fail / local, with the
 # reason), N test-runner processes at a time (default $WEIR_LIBRDKAFKA_JOBS or 4), and prints
 # pass / fail / na / known-fail / local counts; --local also runs the `local` entries (tests
 # of librdkafka alone or against its in-process mock cluster: they say nothing about weir).
@@ -41,7 +45,7 @@ LIST="$ROOT/tests/librdkafka-suite.txt"
 LOGS="${LIBRDKAFKA_SUITE_LOGS:-$ROOT/target/librdkafka-logs}"
 KAFKA_VERSION=3.7.0 # the Kafka whose protocol versions weir matches; gates version-bound tests
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 ALL=0 LOCAL=0 JOBS="${WEIR_LIBRDKAFKA_JOBS:-4}" SPECS=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -186,8 +190,11 @@ if [ "$ALL" = 0 ]; then
     start_weir default
     pass=0 fail=0
     for spec in "${SPECS[@]}"; do
-        conf="$WORK/default.conf" plain="$spec" scenario=()
+        conf="$WORK/default.conf" plain="$spec" scenario=() protocol="${TEST_CONSUMER_GROUP_PROTOCOL:-}"
         case "$spec" in
+            consumer/*)
+                plain="${spec#consumer/}" protocol=consumer
+                ;;
             sasl/*)
                 plain="${spec#sasl/}" conf="$WORK/sasl.conf"
                 [ -f "$conf" ] || start_weir_sasl sasl
@@ -210,7 +217,8 @@ if [ "$ALL" = 0 ]; then
         log="$LOGS/librdkafka-${spec//\//-}.log"
         log="${log//:/-}"
         # -D: delete the test topics after the test (one test at a time here).
-        if SUBTESTS="$sub" runner "$conf" "$log" "${scenario[@]}" -D "$t"; then
+        if SUBTESTS="$sub" TEST_CONSUMER_GROUP_PROTOCOL="$protocol" \
+            runner "$conf" "$log" "${scenario[@]}" -D "$t"; then
             echo "PASS $spec"; pass=$((pass + 1))
         else
             echo "FAIL $spec (log: $log)"; grep -a -A2 "TEST FAILURE" "$log" | head -8 | sed 's/^/    /'

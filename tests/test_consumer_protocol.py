@@ -7,7 +7,12 @@ What a user notices, tested here with librdkafka 2.16 (confluent-kafka):
   none twice (each member commits after every record it processes);
 - a commit with a stale member epoch is refused, and so is a member the group does not know;
 - the group is listed and described as a consumer-protocol group, and a classic member cannot
-  join while it has consumer-protocol members.
+  join while it has consumer-protocol members;
+- a regex subscription (KIP-848's SubscribedTopicRegex, resolved by the broker) reads the
+  matching topics, and a matching topic created later within a few heartbeats;
+- with the authorizer on, the regex only reaches topics the principal may DESCRIBE, and naming
+  one it may not is refused (TOPIC_AUTHORIZATION_FAILED);
+- the protocol is on by default, as in Kafka 4, and `classic` alone turns it off.
 Java's consumer is in tests/java/clients (ConsumerProtocolTest).
 """
 
@@ -25,9 +30,7 @@ from confluent_kafka.admin import AdminClient
 import kafka_wire
 from clients import rd_conf, rd_create_topic, rd_producer
 
-# The consumer protocol is off by default (group.coordinator.rebalance.protocols=classic).
-FAST = {"group.coordinator.rebalance.protocols": "classic,consumer",
-        "group.consumer.heartbeat.interval.ms": "300", "group.consumer.session.timeout.ms": "6000"}
+FAST = {"group.consumer.heartbeat.interval.ms": "300", "group.consumer.session.timeout.ms": "6000"}
 
 
 @pytest.fixture
@@ -215,13 +218,13 @@ def test_a_consumer_group_survives_kill9_of_the_broker_without_a_rebalance(broke
             c.close()
 
 
-def test_the_consumer_protocol_is_off_unless_enabled(broker_factory, topic_name):
-    """By default (group.coordinator.rebalance.protocols=classic) ConsumerGroupHeartbeat and
-    ConsumerGroupDescribe are not advertised (as Kafka without `consumer` in that list), so a
-    consumer asking for group.protocol=consumer gets nothing assigned instead of half-working;
-    with the setting both are listed."""
-    off = broker_factory(cores=2)
-    on = broker_factory(settings=FAST, cores=2)
+def test_the_consumer_protocol_is_on_by_default_and_classic_turns_it_off(broker_factory, topic_name):
+    """By default ConsumerGroupHeartbeat and ConsumerGroupDescribe are advertised, as on Kafka 4;
+    with group.coordinator.rebalance.protocols=classic they are not (as Kafka without `consumer`
+    in that list), so a consumer asking for group.protocol=consumer gets nothing assigned
+    instead of half-working."""
+    on = broker_factory(cores=2)
+    off = broker_factory(settings={"group.coordinator.rebalance.protocols": "classic"}, cores=2)
     for b, listed in ((off, False), (on, True)):
         s = kafka_wire.connect(b.bootstrap)
         try:
@@ -236,6 +239,85 @@ def test_the_consumer_protocol_is_off_unless_enabled(broker_factory, topic_name)
         end = time.monotonic() + 5
         while time.monotonic() < end:
             c.poll(0.2)
+        assert not c.assignment()
+    finally:
+        c.close()
+
+
+def produce_one(bootstrap: str, topic: str, partitions: int) -> None:
+    p = rd_producer(bootstrap)
+    for i in range(partitions):
+        p.produce(topic, b"%s-%d" % (topic.encode(), i), partition=i)
+    assert p.flush(15) == 0
+
+
+def read_until(c: Consumer, want: set[str], timeout: float = 30) -> set[str]:
+    """Polls until a record of every topic in `want` was read; the topics read."""
+    got: set[str] = set()
+    end = time.monotonic() + timeout
+    while not want <= got and time.monotonic() < end:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            got.add(m.topic())
+    return got
+
+
+def test_a_regex_subscription_reads_matching_topics_and_topics_created_later(broker, topic_name):
+    """librdkafka sends a `^...` subscription to the broker as KIP-848's SubscribedTopicRegex:
+    the broker resolves it against whole topic names and assigns what matches; a matching
+    topic created while the member runs is assigned within a few heartbeats, and a topic that
+    only contains the pattern is not read."""
+    a, b, later, other = f"{topic_name}-rx-a", f"{topic_name}-rx-b", f"{topic_name}-rx-c", f"x-{topic_name}-rx-a"
+    for t, n in ((a, 2), (b, 1), (other, 1)):
+        rd_create_topic(broker.bootstrap, t, n)
+        produce_one(broker.bootstrap, t, n)
+    c = member(broker.bootstrap, f"{topic_name}-g", "rx")
+    c.subscribe([f"^{topic_name}-rx-.*"])
+    try:
+        got = read_until(c, {a, b})
+        assert got == {a, b}, got
+        assert sorted((tp.topic, tp.partition) for tp in c.assignment()) == [(a, 0), (a, 1), (b, 0)]
+        rd_create_topic(broker.bootstrap, later, 1)
+        produce_one(broker.bootstrap, later, 1)
+        got = read_until(c, {later})
+        assert later in got, got
+        assert other not in got | {tp.topic for tp in c.assignment()}
+    finally:
+        c.close()
+
+
+def test_a_regex_reaches_only_topics_the_principal_may_describe(broker_factory, topic_name):
+    from test_acls import SETTINGS, acl_add, login, setup
+    broker = broker_factory(settings={**SETTINGS, **FAST}, cores=2)
+    sasl = setup(broker, "alice")
+    mine, secret = f"{topic_name}-rx-mine", f"{topic_name}-rx-secret"
+    for t in (mine, secret):
+        rd_create_topic(broker.bootstrap, t, 1)
+        produce_one(broker.bootstrap, t, 1)
+    group = f"{topic_name}-g"
+    acl_add(broker, "--principal", "User:alice", "--operation", "read,describe", "--topic", mine)
+    acl_add(broker, "--principal", "User:alice", "--operation", "read", "--group", group)
+
+    c = member(sasl, group, "alice", **login("alice"))
+    c.subscribe([f"^{topic_name}-rx-.*"])
+    try:
+        got = read_until(c, {mine, secret}, timeout=10)
+        assert got == {mine}, got
+        assert [tp.topic for tp in c.assignment()] == [mine]
+    finally:
+        c.close()
+
+    # Naming the topic she may not describe is refused outright.
+    c = member(sasl, group, "alice-named", **login("alice"))
+    c.subscribe([secret])
+    errors = []
+    try:
+        end = time.monotonic() + 15
+        while time.monotonic() < end and not errors:
+            m = c.poll(0.2)
+            if m is not None and m.error():
+                errors.append(m.error().code())
+        assert KafkaError.TOPIC_AUTHORIZATION_FAILED in errors, errors
         assert not c.assignment()
     finally:
         c.close()

@@ -88,10 +88,11 @@ def junit(cp: str, bootstrap: str, *classes: str, props: dict[str, str] | None =
 
 # ---- plaintext: producer, transactions, consumers, admin ---------------------------------------
 
-PLAINTEXT_CLASSES = ["ProducerTest", "TransactionsTest", "ConsumerGroupTest", "ConsumerPositionsTest", "AdminTest"]
+PLAINTEXT_CLASSES = ["ProducerTest", "TransactionsTest", "ConsumerGroupTest", "ConsumerPositionsTest", "AdminTest",
+                     "ConsumerProtocolTest"]
 # Run below against brokers with their own settings; RackConsumerTest by
 # tests/test_cluster_hosts.py against brokers in racks.
-OTHER_CLASSES = ["SecuredAdminTest", "SecureRoundTripTest", "RackConsumerTest", "ConsumerProtocolTest"]
+OTHER_CLASSES = ["SecuredAdminTest", "SecureRoundTripTest", "RackConsumerTest"]
 
 
 def test_every_junit_class_is_run():
@@ -106,12 +107,6 @@ def test_every_junit_class_is_run():
 def test_java_client(cp, broker, java_class):
     junit(cp, broker.bootstrap, java_class)
     broker.check_alive()
-
-
-def test_java_consumer_protocol_groups(cp, broker_factory):
-    """ConsumerProtocolTest against a broker that speaks KIP-848 (off by default)."""
-    broker = broker_factory(settings={"group.coordinator.rebalance.protocols": "classic,consumer"})
-    junit(cp, broker.bootstrap, "ConsumerProtocolTest")
 
 
 # ---- ACLs and SCRAM users --------------------------------------------------------------------

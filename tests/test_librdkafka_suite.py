@@ -35,6 +35,12 @@ every test in tests/librdkafka-suite.txt; CI runs this quick subset, each a past
   prints each broker's received bytes; it does not fail on them, tests/test_cluster_hosts.py
   does on weir's own counters). About 2 minutes together.
 
+- KIP-848 (issue 39), with the test-runner's consumers on group.protocol=consumer (the
+  script's consumer/ specs, librdkafka's TEST_CONSUMER_GROUP_PROTOCOL): 0153 (500 consumers
+  joining one group at once get unique member ids) and 0113's n_wildcard (two members with one
+  regex subscription: topics created later are split between them without a revocation, which
+  failed while weir resolved a regex per member; a deleted topic is taken away).
+
 The first run builds librdkafka's test-runner into ~/.cache/weir-librdkafka (minutes); later
 runs reuse it.
 """
@@ -60,7 +66,8 @@ SPECS = ["0011", "0017", "0019", "0030", "0090", "0092", "0102", "0113:commit_du
          "0129",
          "sasl/0135", "sasl/0142:reauth failure", "sasl/0142:reauth in the middle of a txn",
          "cluster/0103", "cluster-noautocreate/0107", "cluster-noautocreate/0111",
-         "cluster/0081:CreatePartitions", "cluster-racks/0101"]
+         "cluster/0081:CreatePartitions", "cluster-racks/0101",
+         "consumer/0153", "consumer/0113:n_wildcard"]
 if os.environ.get("WEIR_LIBRDKAFKA_FULL") == "1":
     SPECS.append("0113")
 

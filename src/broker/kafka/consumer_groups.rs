@@ -40,7 +40,12 @@ fn topic_index(shard: &Shard) -> TopicIndex {
         ids: BTreeMap::new(),
         names: BTreeMap::new(),
     };
-    for (name, t) in &meta.topics {
+    // A standalone broker's `__consumer_offsets` (`Shard::offsets_view`) is a topic to
+    // clients, so a regex may match it as on Kafka.
+    let view = shard
+        .offsets_view()
+        .map(|v| (crate::broker::group::offsets::OFFSETS_TOPIC.to_string(), v));
+    for (name, t) in meta.topics.iter().chain(view.iter().map(|(n, v)| (n, v))) {
         let id = super::metadata::topic_uuid(&t.id);
         ix.counts.insert(name.clone(), t.owners.len() as i32);
         ix.ids.insert(name.clone(), id);
@@ -53,9 +58,19 @@ pub async fn heartbeat(
     shard: &Rc<Shard>,
     req: &ConsumerGroupHeartbeatRequest,
     client_id: &str,
+    session: &weir::acl::Session,
 ) -> ConsumerGroupHeartbeatResponse {
     shard.wait_metadata_current().await;
     let ix = topic_index(shard);
+    // With the authorizer on, what the member's regex may match: the topics its principal
+    // may DESCRIBE (checked here, where the session is; the group's core has none).
+    let describable = super::authz::on(shard).then(|| {
+        ix.counts
+            .keys()
+            .filter(|t| super::authz::topic(shard, session, weir::acl::Operation::Describe, t))
+            .cloned()
+            .collect()
+    });
     let owned = req.topic_partitions.as_ref().map(|tps| {
         let mut p = Partitions::new();
         for tp in tps {
@@ -83,7 +98,8 @@ pub async fn heartbeat(
         server_assignor: req.server_assignor.as_ref().map(|s| s.to_string()),
         owned,
         client_id: client_id.to_string(),
-        client_host: "/127.0.0.1".to_string(),
+        client_host: format!("/{}", session.host),
+        describable,
     };
     let group = hb.group_id.clone();
     let mut r = ConsumerGroupHeartbeatResponse::default();
@@ -182,8 +198,13 @@ pub async fn describe(
                     dm.member_epoch = m.epoch;
                     dm.client_id = s(&m.client_id);
                     dm.client_host = s(&m.client_host);
-                    dm.subscribed_topic_names =
-                        m.subscribed.iter().map(|t| TopicName(s(t))).collect();
+                    dm.subscribed_topic_names = m
+                        .subscription
+                        .names
+                        .iter()
+                        .map(|t| TopicName(s(t)))
+                        .collect();
+                    dm.subscribed_topic_regex = m.subscription.regex.as_deref().map(s);
                     dm.assignment = described(&ix, &m.assigned);
                     let empty = BTreeMap::<String, BTreeSet<i32>>::new();
                     dm.target_assignment = described(&ix, view.target.get(&m.id).unwrap_or(&empty));

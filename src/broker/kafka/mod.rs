@@ -369,7 +369,7 @@ async fn process_request(
         }
         Body::ConsumerGroupHeartbeat(h) => one(
             &req,
-            &consumer_groups::heartbeat(&shard, h, &req.client_id).await,
+            &consumer_groups::heartbeat(&shard, h, &req.client_id, session).await,
         ),
         Body::ConsumerGroupDescribe(d) => one(
             &req,

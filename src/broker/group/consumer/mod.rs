@@ -28,6 +28,7 @@
 pub mod assign;
 mod groups;
 mod stored;
+pub mod subscription;
 
 pub use groups::{Change, ConsumerGroups, GroupView};
 
@@ -35,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use assign::{count, intersect, is_subset, minus, union, Partitions};
+use subscription::{Regexes, Subscription};
 
 /// Kafka error codes of the consumer-group APIs.
 pub mod codes {
@@ -86,6 +88,9 @@ pub struct Heartbeat {
     pub owned: Option<Partitions>,
     pub client_id: String,
     pub client_host: String,
+    /// With the authorizer on, the topics the member's principal may DESCRIBE: the only
+    /// ones its regex may match. `None`: all.
+    pub describable: Option<BTreeSet<String>>,
 }
 
 /// What to answer a heartbeat.
@@ -133,6 +138,9 @@ pub struct Member {
     pub epoch: i32,
     pub previous_epoch: i32,
     pub state: MemberState,
+    /// What it asked for (names, regex).
+    pub subscription: Subscription,
+    /// The topics that resolves to, as of its last heartbeat.
     pub subscribed: BTreeSet<String>,
     pub assignor: Option<String>,
     pub rebalance_timeout: Duration,
@@ -161,6 +169,9 @@ pub struct ConsumerGroup {
     counts: BTreeMap<String, i32>,
     /// The assignor the target was computed with.
     pub assignor: String,
+    /// The members' regexes, resolved for the whole group (not stored: a member's stored
+    /// `subscribed` holds until its next heartbeat resolves its regex again).
+    regexes: Regexes,
 }
 
 /// The topics the broker has: name → partition count.
@@ -196,8 +207,19 @@ impl ConsumerGroup {
         if let Some(code) = self.invalid(hb) {
             return code;
         }
+        let regex = match hb
+            .subscribed_topic_regex
+            .as_deref()
+            .filter(|r| !r.is_empty())
+        {
+            Some(r) => match subscription::compile(r) {
+                Ok(re) => Some(re),
+                Err(why) => return HeartbeatAnswer::error(codes::INVALID_REGULAR_EXPRESSION, why),
+            },
+            None => None,
+        };
         if hb.member_epoch < 0 {
-            return self.leave(hb, topics, now);
+            return self.leave(hb, topics);
         }
         let joining = hb.member_epoch == 0;
         let member_id = if hb.member_id.is_empty() {
@@ -242,13 +264,14 @@ impl ConsumerGroup {
         if let Some(a) = &hb.server_assignor {
             m.assignor = Some(a.clone()).filter(|a| !a.is_empty());
         }
-        let mut changed = false;
         if let Some(names) = &hb.subscribed_topic_names {
-            let s: BTreeSet<String> = names.iter().cloned().collect();
-            if s != m.subscribed {
-                m.subscribed = s;
-                changed = true;
-            }
+            m.subscription.names = names.iter().cloned().collect();
+        }
+        let mut pattern_changed = false;
+        if let Some(pattern) = &hb.subscribed_topic_regex {
+            let pattern = Some(pattern.clone()).filter(|p| !p.is_empty());
+            pattern_changed = pattern != m.subscription.regex;
+            m.subscription.regex = pattern;
         }
         // The member says it no longer owns what it was revoking: that revocation is done.
         if let Some(owned) = &hb.owned {
@@ -259,6 +282,15 @@ impl ConsumerGroup {
                 m.revoke_deadline = None;
             }
         }
+        let pattern = m.subscription.regex.clone();
+        let changed = self.resolve_subscriptions(
+            &member_id,
+            pattern.as_deref(),
+            regex,
+            pattern_changed,
+            topics,
+            hb.describable.as_ref(),
+        );
         self.refresh_target(topics, joining || changed);
         self.reconcile(&member_id, now);
         // A full request (every field set: the client lost track) gets the assignment again.
@@ -302,17 +334,6 @@ impl ConsumerGroup {
             return bad("MemberEpoch must be -2, -1, 0 or positive");
         } else if hb.member_id.is_empty() {
             return bad("MemberId can't be empty");
-        }
-        if hb
-            .subscribed_topic_regex
-            .as_deref()
-            .is_some_and(|r| !r.is_empty())
-        {
-            return Some(HeartbeatAnswer::error(
-                codes::INVALID_REGULAR_EXPRESSION,
-                "regular-expression subscriptions (KIP-848's SubscribedTopicRegex) are not \
-                 served by weir yet: subscribe to topic names",
-            ));
         }
         if let Some(a) = hb.server_assignor.as_deref().filter(|a| !a.is_empty()) {
             if !assign::ASSIGNORS.contains(&a) {
@@ -374,6 +395,7 @@ impl ConsumerGroup {
             epoch: 0,
             previous_epoch: -1,
             state: MemberState::Stable,
+            subscription: Subscription::default(),
             subscribed: BTreeSet::new(),
             assignor: None,
             rebalance_timeout: Duration::from_millis(hb.rebalance_timeout_ms.max(0) as u64),
@@ -392,6 +414,7 @@ impl ConsumerGroup {
             m.revoking = old.revoking;
             m.state = old.state;
             m.revoke_deadline = old.revoke_deadline;
+            m.subscription = old.subscription;
             m.subscribed = old.subscribed;
             if let Some(t) = self.target.remove(&old.id) {
                 self.target.insert(member_id.to_string(), t);
@@ -401,7 +424,7 @@ impl ConsumerGroup {
         None
     }
 
-    fn leave(&mut self, hb: &Heartbeat, topics: &Topics, now: Instant) -> HeartbeatAnswer {
+    fn leave(&mut self, hb: &Heartbeat, topics: &Topics) -> HeartbeatAnswer {
         let Some(m) = self.members.get_mut(&hb.member_id) else {
             return HeartbeatAnswer::error(
                 codes::UNKNOWN_MEMBER_ID,
@@ -415,8 +438,11 @@ impl ConsumerGroup {
         } else {
             self.members.remove(&hb.member_id);
             self.target.remove(&hb.member_id);
+            self.regexes
+                .retain_used(self.members.values().map(|m| &m.subscription));
+            // The others learn of the new target on their own heartbeats: a member's epoch
+            // moves only in its own heartbeat (the client sends the epoch it was last told).
             self.refresh_target(topics, true);
-            self.reconcile_all(now);
         }
         HeartbeatAnswer {
             member_id: hb.member_id.clone(),
@@ -441,9 +467,10 @@ impl ConsumerGroup {
             self.members.remove(id);
             self.target.remove(id);
         }
+        self.regexes
+            .retain_used(self.members.values().map(|m| &m.subscription));
         let topics = self.counts.clone();
         self.refresh_target(&topics, true);
-        self.reconcile_all(now);
         gone
     }
 
@@ -495,13 +522,6 @@ impl ConsumerGroup {
         self.target = assign::assign(&assignor, &subscriptions, &self.counts, &self.target);
         self.assignor = assignor;
         self.assignment_epoch = self.group_epoch;
-    }
-
-    fn reconcile_all(&mut self, now: Instant) {
-        let ids: Vec<String> = self.members.keys().cloned().collect();
-        for id in ids {
-            self.reconcile(&id, now);
-        }
     }
 
     /// Moves member `id` one step towards its target: revoke first; then, at the assignment

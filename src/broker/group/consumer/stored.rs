@@ -6,15 +6,20 @@
 //! group is restored, as the classic groups' sessions do. Layout (big-endian):
 //!
 //! ```text
-//! value:  version u8 (1) | group_epoch i32 | assignment_epoch i32 | assignor str
+//! value:  version u8 (2) | group_epoch i32 | assignment_epoch i32 | assignor str
 //!         | counts u32 | (topic str | partitions i32)* | members u32 | member*
 //! member: id str | instance opt | rack opt | client_id str | client_host str | epoch i32
 //!         | previous_epoch i32 | state u8 (0 stable, 1 unrevoked, 2 unreleased)
 //!         | subscribed u32 | topic str* | assignor opt | rebalance_timeout_ms u64 | away u8
-//!         | assigned parts | revoking parts | target parts
+//!         | assigned parts | revoking parts | target parts | names u32 | topic str*
+//!         | regex opt
 //! parts:  topics u32 | (topic str | n u32 | partition i32 * n)*
 //! str:    len u16 | UTF-8;  opt: 0 | 1 str
 //! ```
+//!
+//! `subscribed` is what the member's subscription resolved to; `names` and `regex` are the
+//! subscription itself. Version 1 (before regex subscriptions) ends a member at its target
+//! partitions; its `subscribed` were the names.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -22,10 +27,11 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::assign::Partitions;
+use super::subscription::Subscription;
 use super::{ConsumerConfig, ConsumerGroup, Member, MemberState};
 use crate::broker::group::offsets::get_str;
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 fn put_str(b: &mut BytesMut, s: &str) {
     let s = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
@@ -125,6 +131,11 @@ pub fn encode(g: &ConsumerGroup) -> Bytes {
         put_parts(&mut b, &m.assigned);
         put_parts(&mut b, &m.revoking);
         put_parts(&mut b, g.target.get(&m.id).unwrap_or(&empty));
+        b.put_u32(m.subscription.names.len() as u32);
+        for t in &m.subscription.names {
+            put_str(&mut b, t);
+        }
+        put_opt(&mut b, m.subscription.regex.as_deref());
     }
     b.freeze()
 }
@@ -133,7 +144,11 @@ pub fn encode(g: &ConsumerGroup) -> Bytes {
 /// at `now`. `None` if the bytes do not decode (a record of a newer format).
 pub fn decode(mut b: &[u8], config: &ConsumerConfig, now: Instant) -> Option<ConsumerGroup> {
     let b = &mut b;
-    if b.remaining() < 1 || b.get_u8() != VERSION {
+    if b.remaining() < 1 {
+        return None;
+    }
+    let version = b.get_u8();
+    if !(1..=VERSION).contains(&version) {
         return None;
     }
     let mut g = ConsumerGroup {
@@ -176,6 +191,21 @@ pub fn decode(mut b: &[u8], config: &ConsumerConfig, now: Instant) -> Option<Con
         let assigned = get_parts(b)?;
         let revoking = get_parts(b)?;
         let target = get_parts(b)?;
+        let subscription = if version >= 2 {
+            let mut names = BTreeSet::new();
+            for _ in 0..get_u32(b)? {
+                names.insert(get_str(b)?);
+            }
+            Subscription {
+                names,
+                regex: get_opt(b)?,
+            }
+        } else {
+            Subscription {
+                names: subscribed.clone(),
+                regex: None,
+            }
+        };
         let revoke_deadline = (!revoking.is_empty()).then(|| now + rebalance_timeout);
         g.target.insert(id.clone(), target);
         g.members.insert(
@@ -189,6 +219,7 @@ pub fn decode(mut b: &[u8], config: &ConsumerConfig, now: Instant) -> Option<Con
                 epoch,
                 previous_epoch,
                 state,
+                subscription,
                 subscribed,
                 assignor,
                 rebalance_timeout,

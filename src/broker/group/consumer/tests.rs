@@ -159,6 +159,32 @@ fn a_member_past_its_session_timeout_loses_its_partitions_to_the_others() {
 }
 
 #[test]
+fn members_leaving_one_after_another_do_not_fence_the_others() {
+    // franz-go's TestGroupETL: two members leave between a third's heartbeats; the third
+    // still sends the epoch it was last told and must get the new assignment, not be fenced.
+    let now = Instant::now();
+    let mut g = ConsumerGroup::default();
+    for id in ["a", "b", "c"] {
+        join(&mut g, id, now);
+    }
+    let a = beat(&mut g, "a", 1, None, now).assignment.unwrap();
+    beat(&mut g, "a", 1, Some(a), now);
+    let b = beat(&mut g, "b", 2, None, now).assignment.unwrap();
+    beat(&mut g, "b", 3, Some(b), now);
+    let c = beat(&mut g, "c", 3, None, now);
+    let told = c.member_epoch;
+    assert_eq!(told, g.assignment_epoch);
+    for id in ["a", "b"] {
+        let left = beat(&mut g, id, -1, None, now);
+        assert_eq!(left.error, codes::NONE);
+    }
+    let c = beat(&mut g, "c", told, None, now);
+    assert_eq!(c.error, codes::NONE, "{:?}", c.message);
+    assert_eq!(c.member_epoch, g.assignment_epoch);
+    assert_eq!(c.assignment, Some(parts(&[0, 1, 2, 3])));
+}
+
+#[test]
 fn a_member_that_does_not_revoke_in_time_is_fenced() {
     let now = Instant::now();
     let mut g = ConsumerGroup::default();
@@ -276,4 +302,56 @@ fn a_stored_group_resumes_with_its_epochs_and_assignments() {
     let b = beat(&mut back, "b", 2, None, now);
     assert_eq!(count(&b.assignment.expect("b's partitions")), 2);
     assert!(stored::decode(&bytes[..bytes.len() - 1], &config(), now).is_none());
+}
+
+#[test]
+fn a_topic_one_member_finds_by_regex_is_shared_with_the_others_at_once() {
+    // librdkafka's 0113 n_wildcard with group.protocol=consumer: two members subscribe with
+    // one regex before any topic matches; when two matching topics appear, the first member's
+    // heartbeat resolves the regex for both, so each gets its half and nobody revokes.
+    let now = Instant::now();
+    let mut g = ConsumerGroup::default();
+    let hb = |id: &str, epoch: i32, first: bool| Heartbeat {
+        group_id: "g".into(),
+        member_id: id.into(),
+        member_epoch: epoch,
+        rebalance_timeout_ms: if first { 10_000 } else { -1 },
+        subscribed_topic_regex: first.then(|| "rx-.*".into()),
+        owned: first.then(Partitions::new),
+        ..Default::default()
+    };
+    let none = Topics::new();
+    let mut epochs = Vec::new();
+    for id in ["a", "b"] {
+        let r = g.heartbeat(&hb(id, 0, true), &none, &config(), || unreachable!(), now);
+        assert_eq!((r.error, r.assignment), (0, Some(Partitions::new())));
+        epochs.push(r.member_epoch);
+    }
+    let two: Topics = [
+        ("rx-1".to_string(), 2),
+        ("rx-2".to_string(), 2),
+        ("other".to_string(), 2),
+    ]
+    .into_iter()
+    .collect();
+    let a = g.heartbeat(
+        &hb("a", epochs[0], false),
+        &two,
+        &config(),
+        || unreachable!(),
+        now,
+    );
+    let b = g.heartbeat(
+        &hb("b", epochs[1], false),
+        &two,
+        &config(),
+        || unreachable!(),
+        now,
+    );
+    assert_eq!((a.error, b.error), (0, 0), "{a:?} {b:?}");
+    let (a, b) = (a.assignment.unwrap(), b.assignment.unwrap());
+    assert_eq!((count(&a), count(&b)), (2, 2), "{a:?} {b:?}");
+    assert_eq!(count(&union(&a, &b)), 4);
+    assert!(!union(&a, &b).contains_key("other"));
+    assert!(g.members.values().all(|m| m.revoking.is_empty()));
 }

@@ -301,6 +301,23 @@ pub(crate) fn gate(
             r.member_epoch = -1;
             encoded(req, &r)
         }
+        // Kafka 4: a member may not name a topic it may not DESCRIBE (its regex only ever
+        // matches DESCRIBE-able topics: `group::consumer::subscription`).
+        Body::ConsumerGroupHeartbeat(h)
+            if h.subscribed_topic_names.as_ref().is_some_and(|names| {
+                names
+                    .iter()
+                    .any(|t| !topic(shard, session, Describe, t.as_str()))
+            }) =>
+        {
+            let mut r = ConsumerGroupHeartbeatResponse::default();
+            r.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+            r.error_message = Some(s(
+                "the member subscribes to a topic it is not authorized to describe",
+            ));
+            r.member_epoch = -1;
+            encoded(req, &r)
+        }
         Body::LeaveGroup(l) if !group(shard, session, Read, l.group_id.as_str()) => {
             let mut r = LeaveGroupResponse::default();
             r.error_code = group_failed;

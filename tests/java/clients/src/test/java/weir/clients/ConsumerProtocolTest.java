@@ -15,9 +15,11 @@ import java.util.TreeSet;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.MemberDescription;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.GroupState;
@@ -165,6 +167,37 @@ class ConsumerProtocolTest {
         } finally {
             a.close(Duration.ofSeconds(10));
             b.close(Duration.ofSeconds(10));
+        }
+    }
+
+    /** The broker resolves a {@link SubscriptionPattern} (RE2J syntax, whole topic names) and
+     *  assigns a matching topic created while the member runs. */
+    @Test
+    void aBrokerResolvedPatternReadsMatchingTopicsAndOnesCreatedLater() throws Exception {
+        String prefix = Weir.name("java-kip848-rx");
+        String group = Weir.name("java-kip848-rx-group");
+        try (Admin admin = Weir.admin()) {
+            admin.createTopics(List.of(new NewTopic(prefix + "-a", 2, (short) 1),
+                    new NewTopic(prefix + "-b", 1, (short) 1),
+                    new NewTopic("x" + prefix + "-a", 1, (short) 1))).all().get();
+        }
+        ConsumerGroupTest.Recorder r = new ConsumerGroupTest.Recorder();
+        KafkaConsumer<String, String> c = member(group, null);
+        try {
+            c.subscribe(new SubscriptionPattern(prefix + "-[ab]|" + prefix + "-later"), r);
+            Weir.pollUntil(() -> r.owned.size() == 3, Duration.ofSeconds(30), "a-0, a-1 and b-0 owned", c);
+            Set<String> topics = new TreeSet<>();
+            synchronized (r.owned) {
+                r.owned.forEach(tp -> topics.add(tp.topic()));
+            }
+            assertEquals(new TreeSet<>(List.of(prefix + "-a", prefix + "-b")), topics, "whole names only");
+            try (Admin admin = Weir.admin()) {
+                admin.createTopics(List.of(new NewTopic(prefix + "-later", 1, (short) 1))).all().get();
+            }
+            Weir.pollUntil(() -> r.owned.contains(new TopicPartition(prefix + "-later", 0)),
+                    Duration.ofSeconds(30), "the topic created later owned", c);
+        } finally {
+            c.close(Duration.ofSeconds(10));
         }
     }
 }
