@@ -57,6 +57,9 @@ pub enum GroupReq {
         /// OffsetFetch require_stable: partitions with pending transactional offsets answer
         /// UNSTABLE_OFFSET_COMMIT.
         require_stable: bool,
+        /// OffsetFetch v9's member id and epoch, when the client sent them: checked against a
+        /// consumer-protocol group's members (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH).
+        member: Option<(String, i32)>,
     },
     /// OffsetDelete: (topic, partitions) whose committed offsets to delete.
     DeleteOffsets {
@@ -244,7 +247,16 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
             group,
             topics,
             require_stable,
-        } => GroupResp::Fetch(coord.fetch_offsets(&group, topics, require_stable)),
+            member,
+        } => {
+            let refused = member
+                .and_then(|(id, epoch)| coord.consumer.check_fetch(&group, &id, epoch))
+                .filter(|&code| code != super::consumer::codes::NONE);
+            match refused {
+                Some(code) => GroupResp::Fetch(Err(code)),
+                None => GroupResp::Fetch(coord.fetch_offsets(&group, topics, require_stable)),
+            }
+        }
         GroupReq::DeleteOffsets { group, topics } => {
             GroupResp::DeleteOffsets(coord.delete_offsets(&group, topics).await)
         }

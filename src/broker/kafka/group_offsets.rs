@@ -127,6 +127,7 @@ pub(super) async fn fetch_one(
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
+    member: Option<(String, i32)>,
 ) -> Result<Vec<(String, i32, Committed)>, i16> {
     match call(
         shard,
@@ -135,6 +136,7 @@ pub(super) async fn fetch_one(
             group: group.to_owned(),
             topics,
             require_stable,
+            member,
         },
     )
     .await
@@ -185,7 +187,13 @@ pub async fn offset_fetch(
             });
             let mut gr = OffsetFetchResponseGroup::default();
             gr.group_id = g.group_id.clone();
-            match fetch_one(shard, &group, wanted, req.require_stable).await {
+            // v9: a consumer-protocol member names itself and its epoch (KIP-848); an admin
+            // client sends neither.
+            let member = (g.member_id.is_some() || g.member_epoch >= 0).then(|| {
+                let id = g.member_id.as_ref().map(|m| m.to_string());
+                (id.unwrap_or_default(), g.member_epoch)
+            });
+            match fetch_one(shard, &group, wanted, req.require_stable, member).await {
                 Ok(rows) => {
                     gr.topics = by_topic(rows)
                         .into_iter()
@@ -220,7 +228,7 @@ pub async fn offset_fetch(
             .map(|t| (t.name.to_string(), t.partition_indexes.clone()))
             .collect()
     });
-    match fetch_one(shard, &group, wanted, req.require_stable).await {
+    match fetch_one(shard, &group, wanted, req.require_stable, None).await {
         Ok(rows) => {
             r.topics = by_topic(rows)
                 .into_iter()

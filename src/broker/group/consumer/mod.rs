@@ -569,6 +569,16 @@ impl ConsumerGroup {
         };
     }
 
+    /// Whether `member` at `epoch` may fetch committed offsets (OffsetFetch v9): Kafka asks for
+    /// the member's current epoch exactly.
+    pub fn check_fetch(&self, member: &str, epoch: i32) -> i16 {
+        match self.members.get(member).filter(|m| !m.away) {
+            None => codes::UNKNOWN_MEMBER_ID,
+            Some(m) if epoch != m.epoch => codes::STALE_MEMBER_EPOCH,
+            Some(_) => codes::NONE,
+        }
+    }
+
     /// Whether `member` at `epoch` may commit offsets (OffsetCommit v9+): Kafka's
     /// UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH checks.
     pub fn check_commit(&self, member: &str, epoch: i32) -> i16 {

@@ -135,6 +135,17 @@ fn stale_and_unknown_members_are_fenced() {
 }
 
 #[test]
+fn offset_fetch_v9_wants_the_members_current_epoch() {
+    let now = Instant::now();
+    let mut g = ConsumerGroup::default();
+    join(&mut g, "a", now);
+    assert_eq!(g.check_fetch("a", 1), codes::NONE);
+    assert_eq!(g.check_fetch("a", 0), codes::STALE_MEMBER_EPOCH);
+    assert_eq!(g.check_fetch("a", 2), codes::STALE_MEMBER_EPOCH);
+    assert_eq!(g.check_fetch("zz", 1), codes::UNKNOWN_MEMBER_ID);
+}
+
+#[test]
 fn a_member_past_its_session_timeout_loses_its_partitions_to_the_others() {
     let now = Instant::now();
     let mut g = ConsumerGroup::default();
