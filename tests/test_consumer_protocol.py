@@ -44,6 +44,17 @@ def member(bootstrap: str, group: str, name: str, **extra) -> Consumer:
                                           "client.id": name, **extra}))
 
 
+def poll_errors(c: Consumer, errors: list, timeout: float) -> list:
+    """Polls `c` until `errors` has an entry (a callback may add one too) or `timeout`
+    passes, adding the code of each error event; `errors`."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not errors:
+        m = c.poll(0.2)
+        if m is not None and m.error():
+            errors.append(m.error().code())
+    return errors
+
+
 def test_members_joining_and_leaving_every_second_read_every_record_once(broker, topic_name):
     partitions, total = 6, 3000
     rd_create_topic(broker.bootstrap, topic_name, partitions)
@@ -142,11 +153,7 @@ def test_stale_and_unknown_members_cannot_commit_and_the_group_is_described(brok
         errors = []
         classic.subscribe([topic_name], on_assign=lambda *_: errors.append("assigned"))
         try:
-            end = time.monotonic() + 10
-            while time.monotonic() < end and not errors:
-                m = classic.poll(0.2)
-                if m is not None and m.error():
-                    errors.append(m.error().code())
+            poll_errors(classic, errors, 10)
             assert KafkaError.INCONSISTENT_GROUP_PROTOCOL in errors, errors
         finally:
             classic.close()
@@ -310,13 +317,8 @@ def test_a_regex_reaches_only_topics_the_principal_may_describe(broker_factory, 
     # Naming the topic she may not describe is refused outright.
     c = member(sasl, group, "alice-named", **login("alice"))
     c.subscribe([secret])
-    errors = []
     try:
-        end = time.monotonic() + 15
-        while time.monotonic() < end and not errors:
-            m = c.poll(0.2)
-            if m is not None and m.error():
-                errors.append(m.error().code())
+        errors = poll_errors(c, [], 15)
         assert KafkaError.TOPIC_AUTHORIZATION_FAILED in errors, errors
         assert not c.assignment()
     finally:

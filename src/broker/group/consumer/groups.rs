@@ -152,9 +152,6 @@ impl ConsumerGroups {
             .collect()
     }
 
-    /// OffsetCommit to a consumer-protocol group: `None` if `group` is not one (the classic
-    /// checks apply), else the code for every partition (Kafka's UNKNOWN_MEMBER_ID,
-    /// STALE_MEMBER_EPOCH).
     /// OffsetFetch v9's check of a consumer-protocol group's member; `None` if `group` is not
     /// one (a classic group ignores them, as Kafka's does).
     pub fn check_fetch(&self, group: &str, member: &str, epoch: i32) -> Option<i16> {
@@ -163,6 +160,9 @@ impl ConsumerGroups {
         Some(g.check_fetch(member, epoch))
     }
 
+    /// OffsetCommit to a consumer-protocol group: `None` if `group` is not one (the classic
+    /// checks apply), else the code for every partition (Kafka's UNKNOWN_MEMBER_ID,
+    /// STALE_MEMBER_EPOCH).
     pub fn check_commit(&self, group: &str, member: &str, epoch: i32) -> Option<i16> {
         let groups = self.groups.borrow();
         let g = groups.get(group)?;

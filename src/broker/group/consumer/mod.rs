@@ -207,10 +207,11 @@ impl ConsumerGroup {
         if let Some(code) = self.invalid(hb) {
             return code;
         }
+        // Compiled (and so validated) unless the group already resolves it.
         let regex = match hb
             .subscribed_topic_regex
             .as_deref()
-            .filter(|r| !r.is_empty())
+            .filter(|r| !r.is_empty() && !self.regexes.knows(r))
         {
             Some(r) => match subscription::compile(r) {
                 Ok(re) => Some(re),
@@ -282,15 +283,7 @@ impl ConsumerGroup {
                 m.revoke_deadline = None;
             }
         }
-        let pattern = m.subscription.regex.clone();
-        let changed = self.resolve_subscriptions(
-            &member_id,
-            pattern.as_deref(),
-            regex,
-            pattern_changed,
-            topics,
-            hb.describable.as_ref(),
-        );
+        let changed = self.resolve_subscriptions(&member_id, hb, regex, pattern_changed, topics);
         self.refresh_target(topics, joining || changed);
         self.reconcile(&member_id, now);
         // A full request (every field set: the client lost track) gets the assignment again.

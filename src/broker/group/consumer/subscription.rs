@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use regex::{Regex, RegexBuilder};
 
-use super::{ConsumerGroup, Topics};
+use super::{ConsumerGroup, Heartbeat, Topics};
 
 /// Bounds the compiled program of a member's regex, as a request's bytes are bounded: a
 /// pathological pattern is refused (INVALID_REGULAR_EXPRESSION) rather than given memory.
@@ -59,21 +59,21 @@ impl Regexes {
         topics: &Topics,
         describable: Option<&BTreeSet<String>>,
     ) {
-        let re = match (self.resolved.remove(pattern), compiled) {
-            (Some((re, _)), _) | (None, Some(re)) => re,
+        if !self.resolved.contains_key(pattern) {
             // A stored pattern was valid when taken; if it no longer compiles it matches nothing.
-            (None, None) => match compile(pattern) {
-                Ok(re) => re,
-                Err(_) => return,
-            },
-        };
-        let matched = topics
+            let Some(re) = compiled.or_else(|| compile(pattern).ok()) else {
+                return;
+            };
+            self.resolved
+                .insert(pattern.to_string(), (re, BTreeSet::new()));
+        }
+        let (re, matched) = self.resolved.get_mut(pattern).expect("inserted above");
+        *matched = topics
             .keys()
             .filter(|t| describable.is_none_or(|d| d.contains(*t)))
             .filter(|t| re.is_match(t))
             .cloned()
             .collect();
-        self.resolved.insert(pattern.to_string(), (re, matched));
     }
 
     /// What `sub` reads: its names (existing or not: a named topic is assigned once it
@@ -86,8 +86,7 @@ impl Regexes {
         out
     }
 
-    /// Whether `pattern` was resolved since the group was loaded.
-    #[cfg(test)]
+    /// Whether `pattern` was resolved since the group was loaded (then it compiled).
     pub fn knows(&self, pattern: &str) -> bool {
         self.resolved.contains_key(pattern)
     }
@@ -100,24 +99,36 @@ impl Regexes {
 }
 
 impl ConsumerGroup {
-    /// Resolves `pattern` (member `id`'s regex, `compiled` if the heartbeat brought it) for
-    /// the group, and the subscribed topics of `id` and of every member with that regex;
-    /// whether any member's changed.
+    /// After member `id`'s heartbeat `hb` took its subscription: resolves its regex
+    /// (`compiled` if the heartbeat brought a new one) for the group, and the subscribed topics
+    /// of `id` and of every member with that regex; whether any member's changed.
     pub(super) fn resolve_subscriptions(
         &mut self,
         id: &str,
-        pattern: Option<&str>,
-        compiled: Option<regex::Regex>,
+        hb: &Heartbeat,
+        compiled: Option<Regex>,
         pattern_changed: bool,
         topics: &Topics,
-        describable: Option<&BTreeSet<String>>,
     ) -> bool {
+        let pattern = self
+            .members
+            .get(id)
+            .and_then(|m| m.subscription.regex.clone());
+        let pattern = pattern.as_deref();
+        // A names-only member that sent no subscription keeps what it had: nothing to resolve.
+        if pattern.is_none()
+            && hb.subscribed_topic_names.is_none()
+            && hb.subscribed_topic_regex.is_none()
+        {
+            return false;
+        }
         if pattern_changed {
             self.regexes
                 .retain_used(self.members.values().map(|m| &m.subscription));
         }
         if let Some(p) = pattern {
-            self.regexes.resolve(p, compiled, topics, describable);
+            self.regexes
+                .resolve(p, compiled, topics, hb.describable.as_ref());
         }
         let mut changed = false;
         for m in self.members.values_mut() {

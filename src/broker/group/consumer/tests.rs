@@ -345,20 +345,17 @@ fn a_topic_one_member_finds_by_regex_is_shared_with_the_others_at_once() {
     ]
     .into_iter()
     .collect();
-    let a = g.heartbeat(
-        &hb("a", epochs[0], false),
-        &two,
-        &config(),
-        || unreachable!(),
-        now,
-    );
-    let b = g.heartbeat(
-        &hb("b", epochs[1], false),
-        &two,
-        &config(),
-        || unreachable!(),
-        now,
-    );
+    let mut beat_two = |id: &str, epoch: i32| {
+        g.heartbeat(
+            &hb(id, epoch, false),
+            &two,
+            &config(),
+            || unreachable!(),
+            now,
+        )
+    };
+    let a = beat_two("a", epochs[0]);
+    let b = beat_two("b", epochs[1]);
     assert_eq!((a.error, b.error), (0, 0), "{a:?} {b:?}");
     let (a, b) = (a.assignment.unwrap(), b.assignment.unwrap());
     assert_eq!((count(&a), count(&b)), (2, 2), "{a:?} {b:?}");
