@@ -91,8 +91,9 @@ def junit(cp: str, bootstrap: str, *classes: str, props: dict[str, str] | None =
 PLAINTEXT_CLASSES = ["ProducerTest", "TransactionsTest", "ConsumerGroupTest", "ConsumerPositionsTest", "AdminTest",
                      "ConsumerProtocolTest"]
 # Run below against brokers with their own settings; RackConsumerTest by
-# tests/test_cluster_hosts.py against brokers in racks.
-OTHER_CLASSES = ["SecuredAdminTest", "SecureRoundTripTest", "RackConsumerTest"]
+# tests/test_cluster_hosts.py against brokers in racks; TieredConsumerTest by
+# tests/test_tiered_storage.py against a broker with an S3 bucket.
+OTHER_CLASSES = ["SecuredAdminTest", "SecureRoundTripTest", "RackConsumerTest", "TieredConsumerTest"]
 
 
 def test_every_junit_class_is_run():

@@ -118,6 +118,7 @@ pub(super) async fn core_main(
         .map_err(|e| e.to_string())?
         .detach();
     glommio::spawn_local(shard.clone().run_retention()).detach();
+    glommio::spawn_local(shard.clone().run_tiering()).detach();
     super::shard::spawn_cleaner(shard.clone());
 
     // Core 0 binds each listener first (port 0 → the kernel picks); the others bind the same

@@ -86,6 +86,8 @@ pub struct PartitionSnapshot {
     pub segment_bytes: u64,
     pub log_end_offset: u64,
     pub flush: FlushStats,
+    /// The remote tier's figures (a tiered partition with its store attached).
+    pub remote: Option<weir_storage::tier::TierStats>,
 }
 
 /// Everything one core reports; `Send`, to cross the mesh.
@@ -311,6 +313,60 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
         for c in cores {
             for p in &c.partitions {
                 o.line(name, &part_labels(c, p), f(p));
+            }
+        }
+    }
+    let per_tiered: [Family<weir_storage::tier::TierStats>; 7] = [
+        (
+            "weir_remote_segments",
+            "gauge",
+            "Segments of the partition in the object store (tiered storage).",
+            |t| t.remote_segments as u64,
+        ),
+        (
+            "weir_remote_bytes",
+            "gauge",
+            "Bytes of those segments.",
+            |t| t.remote_bytes,
+        ),
+        (
+            "weir_remote_upload_lag_bytes",
+            "gauge",
+            "Bytes of closed local segments not uploaded yet.",
+            |t| t.lag_bytes,
+        ),
+        (
+            "weir_remote_uploaded_bytes_total",
+            "counter",
+            "Segment bytes uploaded.",
+            |t| t.uploaded_bytes,
+        ),
+        (
+            "weir_remote_read_bytes_total",
+            "counter",
+            "Record batch bytes read from the object store for fetches.",
+            |t| t.read_bytes,
+        ),
+        (
+            "weir_remote_deleted_segments_total",
+            "counter",
+            "Remote segments deleted (retention, DeleteRecords, orphans not counted).",
+            |t| t.deleted_segments,
+        ),
+        (
+            "weir_remote_errors_total",
+            "counter",
+            "Tiering passes that failed (the store unreachable or refusing).",
+            |t| t.errors,
+        ),
+    ];
+    for (name, kind, help, f) in per_tiered {
+        o.head(name, kind, help);
+        for c in cores {
+            for p in &c.partitions {
+                if let Some(t) = &p.remote {
+                    o.line(name, &part_labels(c, p), f(t));
+                }
             }
         }
     }

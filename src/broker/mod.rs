@@ -28,6 +28,7 @@ mod shard;
 mod sockets;
 mod streaming;
 mod sync;
+mod tier;
 mod tls;
 mod txn;
 mod wheel;

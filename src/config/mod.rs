@@ -207,6 +207,18 @@ pub const SETTINGS: &[Setting] = &[
         "CreateTime: a record whose timestamp is more than this after the broker's clock is refused (INVALID_TIMESTAMP; Kafka 4's default)."),
     setting("log.retention.check.interval.ms", "30000", "ms", None,
         "How often each core applies retention (at least 10)."),
+    setting("remote.log.storage.system.enable", "false", "bool", None,
+        "Tiered storage (docs/tiered-storage.md): topics with `remote.storage.enable=true` copy closed segments to the S3 bucket below and serve old offsets from there. Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) in the environment."),
+    setting("remote.log.storage.s3.bucket", "none", "name", None,
+        "The S3 bucket of the remote tier (it must exist)."),
+    setting("remote.log.storage.s3.endpoint", "none", "URL", None,
+        "An S3-compatible server's URL (e.g. http://127.0.0.1:7070, path-style requests); `none`: AWS S3 itself (or AWS_ENDPOINT_URL)."),
+    setting("remote.log.storage.s3.region", "us-east-1", "name", None,
+        "The bucket's region (signing)."),
+    setting("remote.log.storage.s3.prefix", "none", "key prefix", None,
+        "Prefix of every object key (`<prefix>/<topic>-<partition>/...`); `none`: no prefix."),
+    setting("remote.log.manager.task.interval.ms", "30000", "ms", None,
+        "How often each core uploads closed segments of its tiered partitions and applies their remote retention (Kafka's setting)."),
     setting("socket.request.max.bytes", "104857600", "bytes", None,
         "Largest request frame; a larger one closes the connection, with a log line."),
     setting("sasl.server.max.receive.size", "524288", "bytes", None,
@@ -327,6 +339,12 @@ pub struct BrokerConfig {
     pub queued_max_request_bytes: Option<usize>,
     /// How often each core applies retention.
     pub retention_check_interval_ms: u64,
+    /// `remote.log.storage.system.enable`.
+    pub remote_storage_enable: bool,
+    /// `remote.log.storage.s3.*`: the remote tier's bucket.
+    pub remote_s3: RemoteStorageConfig,
+    /// `remote.log.manager.task.interval.ms`.
+    pub remote_task_interval_ms: u64,
     /// Upper bound on parked fetches per core; past it a fetch is answered at once.
     pub max_parked_fetches: usize,
     /// Longest a fetch is parked, whatever the client asks (must stay below clients'
@@ -427,6 +445,9 @@ impl Default for BrokerConfig {
             failed_authentication_delay_ms: 100,
             queued_max_request_bytes: None,
             retention_check_interval_ms: 30_000,
+            remote_storage_enable: false,
+            remote_s3: RemoteStorageConfig::default(),
+            remote_task_interval_ms: 30_000,
             max_parked_fetches: 100_000,
             fetch_max_wait_ms: 30_000,
             consumer_protocol: true,
@@ -654,6 +675,19 @@ impl BrokerConfig {
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = parse_num::<u64>(key, value)?.max(10)
             }
+            "remote.log.storage.system.enable" => {
+                self.remote_storage_enable = parse_bool(key, value)?
+            }
+            "remote.log.storage.s3.bucket" => self.remote_s3.bucket = word_or_none(value),
+            "remote.log.storage.s3.endpoint" => self.remote_s3.endpoint = word_or_none(value),
+            "remote.log.storage.s3.region" => {
+                self.remote_s3.region =
+                    word_or_none(value).ok_or_else(|| format!("{key}: a region is needed"))?
+            }
+            "remote.log.storage.s3.prefix" => self.remote_s3.prefix = word_or_none(value),
+            "remote.log.manager.task.interval.ms" => {
+                self.remote_task_interval_ms = parse_num::<u64>(key, value)?.max(10)
+            }
             "max.connections" => self.max_connections = parse_num(key, value)?,
             "connections.max.idle.ms" => {
                 self.connections_max_idle_ms = parse_num::<u64>(key, value)?.max(1)
@@ -837,6 +871,12 @@ impl BrokerConfig {
             "log.message.timestamp.before.max.ms" => self.timestamp_before_max_ms.to_string(),
             "log.message.timestamp.after.max.ms" => self.timestamp_after_max_ms.to_string(),
             "log.retention.check.interval.ms" => self.retention_check_interval_ms.to_string(),
+            "remote.log.storage.system.enable" => self.remote_storage_enable.to_string(),
+            "remote.log.storage.s3.bucket" => show_word(&self.remote_s3.bucket),
+            "remote.log.storage.s3.endpoint" => show_word(&self.remote_s3.endpoint),
+            "remote.log.storage.s3.region" => self.remote_s3.region.clone(),
+            "remote.log.storage.s3.prefix" => show_word(&self.remote_s3.prefix),
+            "remote.log.manager.task.interval.ms" => self.remote_task_interval_ms.to_string(),
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
             "sasl.server.max.receive.size" => self.sasl_max_receive_bytes.to_string(),
             "max.partitions" => self.max_partitions.to_string(),
@@ -946,11 +986,61 @@ impl BrokerConfig {
             // skipped, and reported at start-up (`invalid_overrides`).
             let _ = apply_topic_config(&mut c, k, v);
         }
+        let local = |key: &str, whole: Option<u64>| match overrides.get(key) {
+            Some(v) => topic::parse_local_limit(key, v)
+                .ok()
+                .flatten()
+                .unwrap_or(whole),
+            None => whole,
+        };
+        c.local_retention_ms = local("local.retention.ms", c.retention_ms);
+        c.local_retention_bytes = local("local.retention.bytes", c.retention_bytes);
         c.inflated_max_bytes = self
             .max_decompressed_bytes
             .unwrap_or_else(|| (8 * c.max_batch_bytes as u64).max(64 << 20));
         c
     }
+}
+
+/// The S3 bucket of the remote tier (`remote.log.storage.*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteStorageConfig {
+    /// `remote.log.storage.s3.bucket`.
+    pub bucket: Option<String>,
+    /// `remote.log.storage.s3.endpoint` (`None`: AWS).
+    pub endpoint: Option<String>,
+    /// `remote.log.storage.s3.region`.
+    pub region: String,
+    /// `remote.log.storage.s3.prefix`.
+    pub prefix: Option<String>,
+}
+
+impl Default for RemoteStorageConfig {
+    fn default() -> Self {
+        RemoteStorageConfig {
+            bucket: None,
+            endpoint: None,
+            region: "us-east-1".into(),
+            prefix: None,
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// The remote tier's bucket, if tiered storage is on.
+    pub fn remote_storage(&self) -> Option<&RemoteStorageConfig> {
+        self.remote_storage_enable.then_some(&self.remote_s3)
+    }
+}
+
+/// A word, or `None` for `none` (or empty).
+fn word_or_none(v: &str) -> Option<String> {
+    let v = v.trim();
+    (!v.is_empty() && !v.eq_ignore_ascii_case("none")).then(|| v.to_string())
+}
+
+fn show_word(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "none".into())
 }
 
 /// An address, or `None` for `off` (or empty).

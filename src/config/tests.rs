@@ -43,7 +43,8 @@ fn kafka_topic_configs_are_accepted_checked_or_refused() {
         ),
         ("message.timestamp.type", "SometimesTime", "not CreateTime"),
         ("message.timestamp.after.max.ms", "-1", "must be between 0"),
-        ("remote.storage.enable", "true", "no tiered storage"),
+        ("remote.storage.enable", "yes", "not true or false"),
+        ("local.retention.bytes", "-3", "or -2 (as retention)"),
         ("cleanup.policy", "sometimes", "not a list"),
         ("cleanup.policy", "", "not a list"),
         ("no.such.config", "1", "unknown topic config"),
@@ -295,4 +296,34 @@ fn every_described_config_has_a_type() {
         assert!(agrees, "{k}: {kind:?} but {t:?}");
     }
     assert_eq!(config_type("no.such.config"), ConfigType::Unknown);
+}
+
+#[test]
+fn local_retention_defaults_to_the_whole_logs() {
+    let mut c = BrokerConfig::default();
+    c.set("log.retention.bytes", "1000000").unwrap();
+    let overrides = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let l = c.log_config(&overrides(&[("remote.storage.enable", "true")]));
+    assert!(l.remote_storage);
+    assert_eq!(
+        (l.local_retention_ms, l.local_retention_bytes),
+        (l.retention_ms, Some(1_000_000))
+    );
+    // -2 follows retention.* whatever order the overrides come in; -1 is no limit.
+    let l = c.log_config(&overrides(&[
+        ("local.retention.bytes", "-2"),
+        ("local.retention.ms", "-1"),
+        ("retention.bytes", "5000"),
+    ]));
+    assert_eq!(
+        (l.local_retention_ms, l.local_retention_bytes),
+        (None, Some(5000))
+    );
+    let l = c.log_config(&overrides(&[("local.retention.ms", "60000")]));
+    assert_eq!(l.local_retention_ms, Some(60_000));
+    assert!(!l.remote_storage);
 }

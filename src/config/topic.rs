@@ -66,8 +66,6 @@ pub const IGNORED_TOPIC_CONFIGS: &[(&str, Kind)] = &[
     ("follower.replication.throttled.replicas", Kind::Replicas),
     ("index.interval.bytes", Kind::Long(0)),
     ("leader.replication.throttled.replicas", Kind::Replicas),
-    ("local.retention.bytes", Kind::Long(-2)),
-    ("local.retention.ms", Kind::Long(-2)),
     ("message.downconversion.enable", Kind::Bool),
     ("message.format.version", Kind::Version),
     ("message.timestamp.difference.max.ms", Kind::Long(0)),
@@ -75,7 +73,6 @@ pub const IGNORED_TOPIC_CONFIGS: &[(&str, Kind)] = &[
     ("preallocate", Kind::Bool),
     ("remote.log.copy.disable", Kind::Bool),
     ("remote.log.delete.on.disable", Kind::Bool),
-    ("remote.storage.enable", Kind::OneOf(&["false"])),
     ("segment.index.bytes", Kind::Long(4)),
     ("segment.jitter.ms", Kind::Long(0)),
     ("unclean.leader.election.enable", Kind::Bool),
@@ -95,12 +92,7 @@ pub(super) fn check_kind(key: &str, kind: Kind, value: &str) -> Result<(), Strin
             if words.iter().any(|w| w.eq_ignore_ascii_case(v)) {
                 true
             } else {
-                return Err(match key {
-                    "remote.storage.enable" if v.eq_ignore_ascii_case("true") => {
-                        "remote.storage.enable=true: weir has no tiered storage".into()
-                    }
-                    _ => format!("{key}: '{v}' is not one of {}", words.join(", ")),
-                });
+                return Err(format!("{key}: '{v}' is not one of {}", words.join(", ")));
             }
         }
         Kind::Ratio => v.parse::<f64>().is_ok_and(|r| (0.0..=1.0).contains(&r)),
@@ -171,12 +163,36 @@ pub fn apply_topic_config(c: &mut LogConfig, key: &str, value: &str) -> Result<(
         "message.timestamp.after.max.ms" => {
             c.timestamp_after_max_ms = parse_bounded(key, value, 0, i64::MAX)?
         }
+        "remote.storage.enable" => c.remote_storage = parse_bool(key, value)?,
+        // -2 (the default) is the whole log's `retention.*`: `BrokerConfig::log_config`
+        // resolves it once every override is in.
+        "local.retention.ms" => {
+            if let Some(limit) = parse_local_limit(key, value)? {
+                c.local_retention_ms = limit;
+            }
+        }
+        "local.retention.bytes" => {
+            if let Some(limit) = parse_local_limit(key, value)? {
+                c.local_retention_bytes = limit;
+            }
+        }
         _ => match IGNORED_TOPIC_CONFIGS.iter().find(|(k, _)| *k == key) {
             Some(&(_, kind)) => check_kind(key, kind, value)?,
             None => return Err(format!("unknown topic config '{key}'")),
         },
     }
     Ok(())
+}
+
+/// `local.retention.ms` / `local.retention.bytes`: -2 (`None`: as `retention.*`), -1
+/// (`Some(None)`: no limit) or a limit.
+pub(super) fn parse_local_limit(key: &str, value: &str) -> Result<Option<Option<u64>>, String> {
+    match value.trim() {
+        "-2" => Ok(None),
+        v => super::parse_limit(key, v)
+            .map(Some)
+            .map_err(|e| format!("{e}, or -2 (as retention)")),
+    }
 }
 
 /// `message.timestamp.type`: `CreateTime` or `LogAppendTime` (Kafka's spelling, any case).

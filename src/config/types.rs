@@ -33,7 +33,11 @@ pub fn config_type(name: &str) -> ConfigType {
         | "authorizer.class.name"
         | "super.users"
         | "broker.rack"
-        | "replica.selector.class" => String,
+        | "replica.selector.class"
+        | "remote.log.storage.s3.bucket"
+        | "remote.log.storage.s3.endpoint"
+        | "remote.log.storage.s3.region"
+        | "remote.log.storage.s3.prefix" => String,
         "controller.quorum.voters" => List,
         "listeners.per.core"
         | "auto.create.topics.enable"
@@ -41,6 +45,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "replica.hibernate.enable"
         | "controlled.shutdown.enable"
         | "log.cleaner.enable"
+        | "remote.log.storage.system.enable"
         | "allow.everyone.if.no.acl.found" => Boolean,
         "offset.metadata.max.bytes"
         | "node.id"
@@ -63,6 +68,7 @@ pub fn config_type(name: &str) -> ConfigType {
         | "log.retention.ms"
         | "log.retention.bytes"
         | "log.retention.check.interval.ms"
+        | "remote.log.manager.task.interval.ms"
         | "connections.max.idle.ms"
         | "connections.max.reauth.ms"
         | "fetch.max.wait.ms"

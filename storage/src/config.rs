@@ -88,6 +88,16 @@ pub struct LogConfig {
     /// (`docs/replication.md`, "Compacting replicated partitions"). Off: such a batch is
     /// dropped unless it must stay (see [`crate::Log::clean`]).
     pub keep_every_batch: bool,
+    /// `remote.storage.enable`: closed segments are copied to the object store attached with
+    /// [`crate::Log::attach_remote`], and `retention_ms` / `retention_bytes` bound the whole
+    /// log (remote and local) while `local_retention_ms` / `local_retention_bytes` bound the
+    /// local copy, which is deleted only once uploaded. Without an attached store it does
+    /// nothing.
+    pub remote_storage: bool,
+    /// `local.retention.ms` (resolved: Kafka's -2 is `retention_ms`).
+    pub local_retention_ms: Option<u64>,
+    /// `local.retention.bytes` (resolved: Kafka's -2 is `retention_bytes`).
+    pub local_retention_bytes: Option<u64>,
 }
 
 impl Default for LogConfig {
@@ -117,6 +127,9 @@ impl Default for LogConfig {
             producer_id_expiration_ms: 24 * 3600 * 1000,
             committed_reads: false,
             keep_every_batch: false,
+            remote_storage: false,
+            local_retention_ms: None,
+            local_retention_bytes: None,
         }
     }
 }

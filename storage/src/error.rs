@@ -105,6 +105,9 @@ pub enum Error {
     InvalidArgument(String),
     /// An earlier write failed; the log refuses further appends until it is reopened.
     LogFailed(String),
+    /// The object store of the remote tier failed or holds bad data (`tier`): a failed
+    /// request, a missing object the manifest lists, or bytes that fail their CRC.
+    Remote(String),
     /// The log was closed.
     Closed,
 }
@@ -269,6 +272,7 @@ impl std::fmt::Display for Error {
             ),
             Error::InvalidArgument(why) => write!(f, "invalid call: {why}"),
             Error::LogFailed(why) => write!(f, "log failed after an earlier I/O error: {why}"),
+            Error::Remote(why) => write!(f, "remote storage: {why}"),
             Error::Closed => write!(f, "log is closed"),
         }
     }
@@ -306,6 +310,7 @@ impl Error {
                 | Error::LogFailed(_)
                 | Error::CorruptFile { .. }
                 | Error::CorruptBatch { .. }
+                | Error::Remote(_)
         )
     }
 

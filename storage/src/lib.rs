@@ -56,6 +56,7 @@ pub mod error;
 pub mod io;
 pub mod log;
 pub mod offset_index;
+pub mod tier;
 pub mod time_index;
 pub mod watermark;
 

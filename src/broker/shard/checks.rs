@@ -83,6 +83,9 @@ impl Shard {
                 Err(e) => bad_config = Some(e),
             }
         }
+        if bad_config.is_none() {
+            bad_config = self.check_remote_storage(&probe).err();
+        }
         let cluster = meta.local_broker.is_some();
         let rf = match t.replication_factor {
             // An explicit assignment in a cluster: as many replicas as it names.
@@ -160,7 +163,31 @@ impl Shard {
             .find_map(|(k, v)| apply_topic_config(&mut probe, k, v).err())
         {
             Some(e) => Err(e),
-            None => Ok(configs),
+            None => self.check_remote_storage(&probe).map(|()| configs),
+        }
+    }
+
+    /// `remote.storage.enable=true` needs tiered storage on in the broker, a single broker
+    /// (replicated partitions are not tiered yet) and a topic that is not compacted (Kafka's
+    /// rule).
+    fn check_remote_storage(&self, c: &weir_storage::LogConfig) -> Result<(), String> {
+        if !c.remote_storage {
+            Ok(())
+        } else if self.config.remote_storage().is_none() {
+            Err("Tiered Storage functionality is disabled in the broker \
+                 (remote.log.storage.system.enable=false). Topic cannot be configured with \
+                 remote log storage."
+                .into())
+        } else if !self.config.voters.is_empty() {
+            Err(
+                "remote.storage.enable=true: weir tiers the partitions of a single broker \
+                 only (not yet replicated ones)"
+                    .into(),
+            )
+        } else if c.cleanup_compact {
+            Err("Remote log storage is unsupported for the compacted topics".into())
+        } else {
+            Ok(())
         }
     }
 }

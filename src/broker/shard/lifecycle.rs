@@ -102,6 +102,7 @@ impl Shard {
     ) -> Result<(), weir_storage::Error> {
         let dir = partition_dir(&self.config.data_dir, topic, partition);
         let log = Log::open_with_cache(&dir, config, self.cache.clone()).await?;
+        self.attach_remote(&log, topic, partition).await;
         let waiters: Waiters = Rc::new(RefCell::new(Vec::new()));
         let w = waiters.clone();
         log.on_append(move |_| wake_waiters(&w));
@@ -144,6 +145,72 @@ impl Shard {
             }
         }
         warn!(dir = %part.log.dir().display(), "log still in use after 30 s; left open");
+    }
+
+    // ---- Tiered storage ----
+
+    /// Attaches the S3 store to a log of a topic with `remote.storage.enable=true` (on a
+    /// single broker). A store that cannot be reached leaves the log without its remote tier
+    /// (its retention that of a topic without one) until a later tiering pass attaches it.
+    async fn attach_remote(&self, log: &Log, topic: &str, partition: i32) {
+        if !log.config().remote_storage || log.tier_stats().is_some() {
+            return;
+        }
+        let (Some(store), Some(client)) = (
+            crate::broker::tier::store(&self.config),
+            crate::broker::tier::client(&self.config),
+        ) else {
+            return;
+        };
+        let prefix = client.partition_prefix(topic, partition);
+        match log.attach_remote(store, prefix).await {
+            Ok(_) => debug!(topic, partition, "remote tier attached"),
+            Err(e) => {
+                warn!(topic, partition, error = %e, "cannot attach the remote tier; will retry")
+            }
+        }
+    }
+
+    /// Every `remote.log.manager.task.interval.ms`: uploads the closed segments of this core's
+    /// tiered partitions, applies their remote retention, then their local retention (so
+    /// an uploaded segment past `local.retention.*` goes at once).
+    pub async fn run_tiering(self: Rc<Self>) {
+        if self.config.remote_storage().is_none() {
+            return;
+        }
+        let every = Duration::from_millis(self.config.remote_task_interval_ms);
+        loop {
+            futures_lite::future::or(glommio::timer::sleep(every), self.shutdown.wait()).await;
+            if self.shutdown.is_fired() {
+                return;
+            }
+            let parts: Vec<((String, i32), Rc<Partition>)> = self
+                .partitions
+                .borrow()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            for ((topic, p), part) in parts {
+                if !part.log.config().remote_storage || self.replica_group(&topic, p).is_some() {
+                    continue;
+                }
+                self.attach_remote(&part.log, &topic, p).await;
+                let now_ms = wall_clock_ms();
+                match part.log.tier_tick(now_ms).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        debug!(topic = %topic, partition = p, segments = n, "segments uploaded")
+                    }
+                    Err(e) => {
+                        warn!(topic = %topic, partition = p, error = %e, "tiering failed; will retry")
+                    }
+                }
+                if let Err(e) = part.log.enforce_retention(now_ms).await {
+                    warn!(topic = %topic, partition = p, error = %e, "retention failed");
+                }
+                glommio::yield_if_needed().await;
+            }
+        }
     }
 
     // ---- Retention and shutdown ----

@@ -445,6 +445,7 @@ impl Shard {
                     segment_bytes,
                     log_end_offset: part.log.watermarks().log_end_offset,
                     flush: part.log.flush_stats(),
+                    remote: part.log.tier_stats(),
                 }
             })
             .collect();

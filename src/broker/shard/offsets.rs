@@ -141,11 +141,12 @@ impl Shard {
                     Ok(None) => Ok((-1, -1)),
                     Err(e) => Err(e),
                 },
-                // EARLIEST_LOCAL (v8, KIP-405): every segment is local, so the log start.
-                -4 => Ok((wm.log_start_offset as i64, -1)),
-                // LATEST_TIERED (v9, KIP-1005): nothing is tiered; Kafka answers -1/-1 for a
-                // log without remote storage.
-                -5 => Ok((-1, -1)),
+                // EARLIEST_LOCAL (v8, KIP-405): the first offset on the local disk (the log
+                // start for a topic without remote storage).
+                -4 => Ok((part.log.local_start_offset() as i64, -1)),
+                // LATEST_TIERED (v9, KIP-1005): the last offset in the remote tier; -1 when
+                // nothing is uploaded or the topic has no remote storage, as Kafka answers.
+                -5 => Ok((part.log.latest_tiered_offset().map_or(-1, |o| o as i64), -1)),
                 ts if ts < 0 => Ok((wm.high_watermark as i64, -1)),
                 ts => match part.log.offset_for_timestamp(ts).await {
                     Ok(Some((off, t))) => Ok((off as i64, t)),

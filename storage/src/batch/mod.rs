@@ -519,3 +519,10 @@ mod tests {
         assert!(validate_all(&[]).is_err());
     }
 }
+
+/// The records of a whole batch, a compressed one decompressed (at most `limit` bytes);
+/// `None` if it does not decode.
+pub(crate) fn decode_whole(whole: &[u8], limit: u64) -> Option<Vec<Record>> {
+    let plain = compression::decompressed_batch(whole, limit).ok()?;
+    decode_records(&plain)
+}

@@ -543,7 +543,7 @@ impl Inner {
         }
         {
             let mut producers = self.producers.borrow_mut();
-            producers.forget_aborted_before(self.log_start.get());
+            producers.forget_aborted_before(self.start_offset());
             let max_age = self.config.borrow().producer_id_expiration_ms;
             producers.expire(now_ms(), max_age);
         }

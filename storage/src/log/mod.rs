@@ -13,6 +13,8 @@
 //! - `replicate.rs` — what a replicated partition needs: epochs, assigned appends,
 //!   truncation, the committed offset; `restart.rs` — [`Log::truncate_fully_and_start_at`]
 //!   (a follower installing a Raft snapshot).
+//! - `tiered.rs` — the remote tier (`tier/`): [`Log::attach_remote`], [`Log::tier_tick`],
+//!   reads below the local log start.
 //!
 //! This file holds the [`Log`] itself, its state, the accessors, and closing and deleting.
 //!
@@ -33,6 +35,7 @@ mod replicate;
 mod restart;
 mod retention;
 mod throttle;
+mod tiered;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -50,6 +53,7 @@ use crate::reader::ReadCache;
 use crate::segment::Segment;
 use crate::watermark::{FifoLock, Watch, Watermarks};
 
+pub use crate::tier::TierStats;
 pub use append::{AppendInfo, FlushStats, FLUSH_BUCKETS};
 pub use clean::{CleanOptions, CleanStats, DirtyInfo, MAP_BUDGET_BYTES};
 pub use clean_files::CLEANER_CHECKPOINT_FILE;
@@ -110,6 +114,8 @@ struct Inner {
     checkpoint: Cell<clean_files::Checkpoint>,
     /// A cleaning is running.
     cleaning: Cell<bool>,
+    /// The remote tier, once a store is attached (`tiered.rs`).
+    remote: RefCell<Option<Rc<tiered::Remote>>>,
 }
 
 /// One partition's log. Lives on one glommio executor (it is `!Send`).
@@ -178,6 +184,49 @@ impl Log {
         self.inner.producers.borrow().aborted_between(from, to)
     }
 
+    /// Attaches the object store that holds this log's remote segments (`tier/`), under
+    /// the keys `<prefix>/...`, and loads the manifest (the remote segments this log knows):
+    /// from here reads below the local start are served from the store. Touches only local
+    /// files; the first [`Log::tier_tick`] deletes what a crash in the middle of an upload or
+    /// a remote deletion left in the store (objects the manifest does not list).
+    pub async fn attach_remote(
+        &self,
+        store: Rc<dyn crate::tier::ObjectStore>,
+        prefix: String,
+    ) -> Result<()> {
+        tiered::attach(&self.inner, store, prefix).await
+    }
+
+    /// With `remote_storage` on and a store attached: the first time, deletes the objects
+    /// the manifest does not list (orphans); then uploads the closed segments that are
+    /// not in the store yet (oldest first, each whole and below the high watermark), then
+    /// deletes the remote segments past `retention.ms` / `retention.bytes`. Returns the
+    /// segments uploaded. A failure stops the tick; the next one goes on from there.
+    pub async fn tier_tick(&self, now_ms: i64) -> Result<usize> {
+        tiered::tick(&self.inner, now_ms).await
+    }
+
+    /// The remote tier's figures (`None`: no store attached).
+    pub fn tier_stats(&self) -> Option<TierStats> {
+        tiered::stats(&self.inner)
+    }
+
+    /// The remote segments, oldest first.
+    pub fn remote_segments(&self) -> Vec<crate::tier::RemoteSegment> {
+        self.inner.remote().map_or_else(Vec::new, |r| r.segments())
+    }
+
+    /// The first offset held locally (Kafka's local log start offset, ListOffsets -4).
+    pub fn local_start_offset(&self) -> u64 {
+        self.inner.log_start.get()
+    }
+
+    /// The last offset in the remote tier (Kafka's ListOffsets -5, the latest tiered
+    /// offset; `None` if nothing is uploaded).
+    pub fn latest_tiered_offset(&self) -> Option<u64> {
+        self.inner.remote()?.end().map(|e| e - 1)
+    }
+
     /// Number of segments and their total bytes.
     pub fn size(&self) -> (usize, u64) {
         let segs = self.inner.segments.borrow();
@@ -219,8 +268,15 @@ impl Log {
         Ok(())
     }
 
-    /// Closes the log without a clean-shutdown marker and removes its directory.
+    /// Closes the log without a clean-shutdown marker and removes its directory, and its
+    /// remote segments if a store is attached (a store that fails leaves those objects,
+    /// reported as a warning: no manifest remains to find them again).
     pub async fn delete(self) -> Result<()> {
+        if let Some(remote) = self.inner.remote() {
+            if let Err(e) = tiered::delete_remote_below(&self.inner, &remote, u64::MAX).await {
+                tracing::warn!(dir = %self.inner.dir.display(), error = %e, "remote segments of a deleted log not deleted");
+            }
+        }
         let inner = &self.inner;
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         let layout = inner.layout_lock.lock().await.ok_or(Error::Closed)?;
@@ -236,9 +292,22 @@ impl Log {
 }
 
 impl Inner {
+    fn remote(&self) -> Option<Rc<tiered::Remote>> {
+        self.remote.borrow().clone()
+    }
+
+    /// The log's first offset: the remote tier's when it reaches below the local log.
+    fn start_offset(&self) -> u64 {
+        let local = self.log_start.get();
+        match self.remote().and_then(|r| r.first()) {
+            Some(f) if f < local => f,
+            _ => local,
+        }
+    }
+
     fn watermarks(&self) -> Watermarks {
         Watermarks {
-            log_start_offset: self.log_start.get(),
+            log_start_offset: self.start_offset(),
             log_end_offset: self.log_end.get(),
             high_watermark: self.visible.get(),
             written_offset: self.hw.get(),

@@ -236,6 +236,7 @@ impl Log {
             layout_lock: FifoLock::default(),
             checkpoint: Cell::new(checkpoint),
             cleaning: Cell::new(false),
+            remote: RefCell::new(None),
         });
         Ok(Log { inner })
     }

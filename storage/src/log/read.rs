@@ -193,10 +193,23 @@ impl Log {
     ) -> Result<ReadOutcome> {
         let inner = &self.inner;
         let start = floor.unwrap_or_else(|| inner.log_start.get());
-        if offset < start || offset > inner.log_end.get() {
+        // Below the local log: the remote tier's (a consumer's read, not a replica's).
+        let remote = match (floor, inner.remote()) {
+            (None, Some(r)) if offset < start => {
+                let seg = r.find(offset);
+                seg.filter(|_| offset >= inner.start_offset())
+                    .map(|s| (r, s))
+            }
+            _ => None,
+        };
+        if (offset < start && remote.is_none()) || offset > inner.log_end.get() {
             return Err(Error::OffsetOutOfRange {
                 offset,
-                log_start_offset: start,
+                log_start_offset: if floor.is_some() {
+                    start
+                } else {
+                    inner.start_offset()
+                },
                 log_end_offset: inner.log_end.get(),
             });
         }
@@ -206,6 +219,11 @@ impl Log {
             joined: Default::default(),
         };
         if offset >= hw {
+            return Ok(out);
+        }
+        if let Some((r, seg)) = remote {
+            out.chunks = super::tiered::read_remote(&r, seg, offset, max_bytes, hw).await?;
+            out.watermarks = self.watermarks();
             return Ok(out);
         }
         if let Some(chunks) = inner.cache.read(offset, max_bytes, hw) {
@@ -250,6 +268,11 @@ impl Log {
         let inner = &self.inner;
         let hw = inner.visible.get();
         let inflate_max = inner.config.borrow().inflated_max_bytes;
+        if let Some(found) =
+            super::tiered::remote_offset_for_timestamp(inner, timestamp_ms, hw, inflate_max).await?
+        {
+            return Ok(Some(found));
+        }
         let segs: Vec<Rc<Segment>> = inner.segments.borrow().values().cloned().collect();
         for seg in segs {
             let (max_ts, limit, start_pos) = {
@@ -291,7 +314,7 @@ impl Log {
                     let whole = concat(inner.reader.bytes(&seg, pos, pos + total, limit).await?);
                     let batch_max = batch::max_timestamp(&whole);
                     if batch_max >= timestamp_ms {
-                        if let Some(records) = decode_any(&whole, inflate_max) {
+                        if let Some(records) = batch::decode_whole(&whole, inflate_max) {
                             if let Some(r) = records.iter().find(|r| r.timestamp >= timestamp_ms) {
                                 return Ok(Some((r.offset as u64, r.timestamp)));
                             }
@@ -375,7 +398,7 @@ impl Log {
                 if last >= start && beats {
                     let whole = concat(inner.reader.bytes(&seg, pos, pos + total, limit).await?);
                     let batch_max = batch::max_timestamp(&whole);
-                    let found = decode_any(&whole, inflate_max).and_then(|records| {
+                    let found = batch::decode_whole(&whole, inflate_max).and_then(|records| {
                         records
                             .iter()
                             .filter(|r| r.offset as u64 >= start && (r.offset as u64) < hw)
@@ -505,10 +528,4 @@ fn concat(parts: Vec<Bytes>) -> Bytes {
         b.extend_from_slice(&p);
     }
     b.freeze()
-}
-
-/// The records of a whole batch, a compressed one decompressed (at most `limit` bytes).
-fn decode_any(whole: &[u8], limit: u64) -> Option<Vec<batch::Record>> {
-    let plain = batch::compression::decompressed_batch(whole, limit).ok()?;
-    batch::decode_records(&plain)
 }

@@ -28,6 +28,13 @@ impl Log {
         if !config.cleanup_delete {
             return None;
         }
+        // With a remote tier, `local.retention.*` bound the local copy, and only what is
+        // uploaded may go (`tiered.rs`); the remote tier applies `retention.*`.
+        let uploaded = super::tiered::local_retention_limit(inner);
+        let (retention_ms, retention_bytes) = match uploaded {
+            Some(_) => (config.local_retention_ms, config.local_retention_bytes),
+            None => (config.retention_ms, config.retention_bytes),
+        };
         let segs = inner.segments.borrow();
         let mut total: u64 = segs.values().map(|s| s.state.borrow().size).sum();
         let mut point = None;
@@ -35,15 +42,12 @@ impl Log {
         // (`committed_reads`: a truncation may still cut it).
         for seg in segs.values().take(segs.len().saturating_sub(1)) {
             let st = seg.state.borrow();
-            if st.next_offset > inner.visible.get() {
+            if st.next_offset > inner.visible.get() || uploaded.is_some_and(|u| st.next_offset > u)
+            {
                 break;
             }
-            let by_time = config
-                .retention_ms
-                .is_some_and(|ms| st.max_timestamp < now_ms - ms as i64);
-            let by_size = config
-                .retention_bytes
-                .is_some_and(|max| total - st.size >= max);
+            let by_time = retention_ms.is_some_and(|ms| st.max_timestamp < now_ms - ms as i64);
+            let by_size = retention_bytes.is_some_and(|max| total - st.size >= max);
             if !(by_time || by_size) {
                 break;
             }
@@ -105,9 +109,13 @@ impl Log {
         if offset > hw {
             return Err(Error::OffsetOutOfRange {
                 offset,
-                log_start_offset: inner.log_start.get(),
+                log_start_offset: inner.start_offset(),
                 log_end_offset: hw,
             });
+        }
+        if let Some(remote) = inner.remote() {
+            // The remote tier first: its manifest records the new start durably.
+            super::tiered::delete_remote_below(inner, &remote, offset).await?;
         }
         if offset <= inner.log_start.get() {
             return Ok(());
@@ -144,6 +152,9 @@ impl Inner {
     /// partitions). The next append allocates a new chunk.
     fn release_if_idle(&self) {
         self.reader.expire_idle();
+        if self.idle_mark.get() == self.log_end.get() {
+            super::tiered::release_remote_reads(self);
+        }
         let end = self.log_end.get();
         if self.idle_mark.replace(end) != end || !self.writes.borrow().is_empty() {
             return;

@@ -1,0 +1,598 @@
+//! The remote tier of a log (`tier/`): [`Log::attach_remote`] (loading the manifest and
+//! collecting orphans), [`Log::tier_tick`] (uploading closed segments, deleting remote ones
+//! past the whole log's retention) and the reads of offsets below the local log start.
+//!
+//! Which offsets live where: the manifest's segments cover `[remote start, remote end)`;
+//! local segments cover `[local start, log end)`. Uploads go oldest first from the remote
+//! end, so the two ranges overlap or touch, and the log's start is the smaller start.
+//! Local retention (`local.retention.*`) deletes a local segment only once it is below the
+//! remote end; the whole log's retention (`retention.*`) deletes remote segments oldest
+//! first. Everything runs on the log's core; the store's futures are awaited here, its
+//! client does its work elsewhere.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+
+use super::Inner;
+use crate::batch::{self, BatchHeader, HEADER_BYTES};
+use crate::error::{Error, Result};
+use crate::offset_index::OffsetIndex;
+use crate::segment::Segment;
+use crate::tier::manifest::{Manifest, MANIFEST_TMP_FILE};
+use crate::tier::{ObjectStore, RemoteSegment, TierStats, MANIFEST_FILE};
+
+/// Bytes fetched from the store per ranged GET: a catch-up consumer's next fetches are served
+/// from memory.
+const REMOTE_CHUNK_BYTES: u64 = 4 << 20;
+/// Chunks kept per log (the newest).
+const REMOTE_CHUNKS_KEPT: usize = 2;
+/// Offset indexes of remote segments kept per log.
+const REMOTE_INDEXES_KEPT: usize = 8;
+/// Bytes read from a local segment file per part of an upload.
+const UPLOAD_PART_BYTES: usize = 8 << 20;
+
+/// The remote tier of one log.
+pub(super) struct Remote {
+    store: Rc<dyn ObjectStore>,
+    prefix: String,
+    manifest: RefCell<Manifest>,
+    /// The newest chunks read from the store: (upload id, chunk index, bytes).
+    chunks: RefCell<VecDeque<(u64, u64, Bytes)>>,
+    /// The newest offset indexes read from the store: (upload id, index).
+    indexes: RefCell<VecDeque<(u64, Rc<OffsetIndex>)>>,
+    /// A tick is uploading (ticks do not overlap).
+    busy: Cell<bool>,
+    /// The first tick has deleted the orphans.
+    orphans_collected: Cell<bool>,
+    stats: RefCell<TierStats>,
+}
+
+impl Remote {
+    /// The remote segment holding `offset`.
+    pub(super) fn find(&self, offset: u64) -> Option<RemoteSegment> {
+        self.manifest.borrow().find(offset)
+    }
+
+    /// The first offset it serves (`None`: no segment).
+    pub(super) fn first(&self) -> Option<u64> {
+        self.manifest.borrow().first()
+    }
+
+    /// The offset after its last segment (`None`: no segment).
+    pub(super) fn end(&self) -> Option<u64> {
+        self.manifest.borrow().end()
+    }
+
+    /// Its segments, oldest first.
+    pub(super) fn segments(&self) -> Vec<RemoteSegment> {
+        self.manifest.borrow().segments.values().copied().collect()
+    }
+}
+
+/// Attaches the object store that holds this log's remote segments, under the keys
+/// `<prefix>/...`. Loads the manifest (the remote segments this log knows), then deletes
+/// every object under the prefix that the manifest does not list: what a crash in the
+/// middle of an upload or a remote deletion left. Returns the number of such orphans.
+pub(super) async fn attach(
+    inner: &Inner,
+    store: Rc<dyn ObjectStore>,
+    prefix: String,
+) -> Result<()> {
+    inner.check_usable()?;
+    let path = inner.dir.join(MANIFEST_FILE);
+    let manifest = match inner.vfs.read_small(&path).await? {
+        None => Manifest::default(),
+        Some(b) => Manifest::decode(&b).ok_or_else(|| Error::CorruptFile {
+            path: path.clone(),
+            reason: "remote segment manifest fails its checks".into(),
+        })?,
+    };
+    let tmp = inner.dir.join(MANIFEST_TMP_FILE);
+    if inner.vfs.exists(&tmp) {
+        inner.vfs.remove(&tmp).await?;
+    }
+    let remote = Rc::new(Remote {
+        store,
+        prefix,
+        manifest: RefCell::new(manifest),
+        chunks: RefCell::default(),
+        indexes: RefCell::default(),
+        busy: Cell::new(false),
+        orphans_collected: Cell::new(false),
+        stats: RefCell::default(),
+    });
+    // Remote segments that end before the local log starts (uploads were stopped while
+    // local retention went on) would leave a hole: forget them.
+    let local_start = inner.log_start.get();
+    let stale: Vec<u64> = {
+        let m = remote.manifest.borrow();
+        match m.end() {
+            Some(end) if end < local_start => m.segments.keys().copied().collect(),
+            _ => Vec::new(),
+        }
+    };
+    if !stale.is_empty() {
+        let mut m = remote.manifest.borrow().clone();
+        m.segments.clear();
+        save_manifest(inner, &m).await?;
+        *remote.manifest.borrow_mut() = m;
+        tracing::warn!(dir = %inner.dir.display(), segments = stale.len(), "remote segments end before the local log: dropped");
+    }
+    *inner.remote.borrow_mut() = Some(remote);
+    Ok(())
+}
+
+/// Deletes every object under the prefix that the manifest does not list (what a crash in
+/// the middle of an upload or a remote deletion left). Runs in the first tick, before any
+/// upload of this process: nothing unlisted is in progress then.
+async fn collect_orphans(inner: &Inner, remote: &Remote) -> Result<()> {
+    let keep: std::collections::HashSet<String> = remote
+        .manifest
+        .borrow()
+        .segments
+        .values()
+        .flat_map(|s| ["log", "index", "timeindex"].map(|e| s.key(&remote.prefix, e)))
+        .collect();
+    let mut orphans = 0;
+    for obj in remote.store.list(&format!("{}/", remote.prefix)).await? {
+        if !keep.contains(&obj.key) {
+            remote.store.delete(&obj.key).await?;
+            orphans += 1;
+        }
+    }
+    if orphans > 0 {
+        tracing::info!(dir = %inner.dir.display(), orphans, "deleted remote objects no manifest lists");
+    }
+    remote.stats.borrow_mut().orphans_deleted += orphans;
+    remote.orphans_collected.set(true);
+    Ok(())
+}
+
+/// [`super::Log::tier_stats`].
+pub(super) fn stats(inner: &Inner) -> Option<TierStats> {
+    let remote = inner.remote()?;
+    let mut s = *remote.stats.borrow();
+    let m = remote.manifest.borrow();
+    s.remote_segments = m.segments.len();
+    s.remote_bytes = m.segments.values().map(|s| s.size).sum();
+    s.remote_end = m.end().unwrap_or(0);
+    s.lag_bytes = upload_candidates(inner, m.end())
+        .iter()
+        .map(|s| s.state.borrow().size)
+        .sum();
+    Some(s)
+}
+
+/// With `remote_storage` on and a store attached: uploads the closed segments that are
+/// not in the store yet (oldest first, each whole and below the high watermark), then
+/// deletes the remote segments past `retention.ms` / `retention.bytes`. Returns the
+/// segments uploaded. A failure stops the tick; the next one goes on from there.
+pub(super) async fn tick(inner: &Inner, now_ms: i64) -> Result<usize> {
+    inner.check_usable()?;
+    let Some(remote) = inner.remote() else {
+        return Ok(0);
+    };
+    if !inner.config.borrow().remote_storage || remote.busy.replace(true) {
+        return Ok(0);
+    }
+    let r = async {
+        if !remote.orphans_collected.get() {
+            collect_orphans(inner, &remote).await?;
+        }
+        let mut uploaded = 0;
+        loop {
+            let end = remote.manifest.borrow().end();
+            let Some(seg) = upload_candidates(inner, end).into_iter().next() else {
+                break;
+            };
+            upload(inner, &remote, &seg).await?;
+            uploaded += 1;
+        }
+        remote_retention(inner, &remote, now_ms).await?;
+        Ok(uploaded)
+    }
+    .await;
+    remote.busy.set(false);
+    if r.is_err() {
+        remote.stats.borrow_mut().errors += 1;
+    }
+    r
+}
+
+/// The offset below which local retention may delete: the remote end with remote
+/// storage on (`None`: no limit from the remote tier).
+pub(super) fn local_retention_limit(inner: &Inner) -> Option<u64> {
+    if !inner.config.borrow().remote_storage {
+        return None;
+    }
+    let remote = inner.remote()?;
+    let end = remote.manifest.borrow().end();
+    Some(end.unwrap_or(0))
+}
+
+/// Closed local segments from the remote end on, whole and below the high watermark.
+fn upload_candidates(inner: &Inner, remote_end: Option<u64>) -> Vec<Rc<Segment>> {
+    let segs = inner.segments.borrow();
+    let visible = inner.visible.get();
+    let from = remote_end.unwrap_or(0);
+    segs.values()
+        .take(segs.len().saturating_sub(1))
+        .filter(|s| {
+            let st = s.state.borrow();
+            s.base_offset >= from && st.size > 0 && st.next_offset <= visible
+        })
+        .cloned()
+        .collect()
+}
+
+/// Copies `seg` to the store, then lists it in the manifest.
+async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()> {
+    let (summary, oi, ti) = {
+        let st = seg.state.borrow();
+        let summary = seg.summary();
+        (
+            summary,
+            st.offset_index.encode(&summary),
+            st.time_index.encode(&summary),
+        )
+    };
+    let id = upload_id();
+    let entry = RemoteSegment {
+        base_offset: seg.base_offset,
+        next_offset: summary.next_offset,
+        size: summary.segment_bytes,
+        max_timestamp: summary.max_timestamp,
+        data_crc: 0,
+        id,
+    };
+    let store = &remote.store;
+    let mut up = store.upload(&entry.key(&remote.prefix, "log")).await?;
+    let mut crc = 0u32;
+    let mut pos = 0u64;
+    let copied: Result<()> = async {
+        while pos < summary.segment_bytes {
+            let len = UPLOAD_PART_BYTES.min((summary.segment_bytes - pos) as usize);
+            let part = seg.file.read_at(pos, len).await?;
+            if part.len() != len {
+                return Err(Error::Remote(format!(
+                    "{}: {} bytes at {pos}, {len} expected",
+                    seg.log_path.display(),
+                    part.len()
+                )));
+            }
+            crc = crc32c::crc32c_append(crc, &part);
+            pos += len as u64;
+            up.write(part).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = copied {
+        let _ = up.abort().await;
+        return Err(e);
+    }
+    up.finish().await?;
+    store
+        .put(&entry.key(&remote.prefix, "index"), Bytes::from(oi))
+        .await?;
+    store
+        .put(&entry.key(&remote.prefix, "timeindex"), Bytes::from(ti))
+        .await?;
+    let entry = RemoteSegment {
+        data_crc: crc,
+        ..entry
+    };
+    let mut m = remote.manifest.borrow().clone();
+    m.segments.insert(entry.base_offset, entry);
+    save_manifest(inner, &m).await?;
+    *remote.manifest.borrow_mut() = m;
+    let mut stats = remote.stats.borrow_mut();
+    stats.uploaded_segments += 1;
+    stats.uploaded_bytes += entry.size;
+    tracing::debug!(dir = %inner.dir.display(), base = entry.base_offset, bytes = entry.size, "segment uploaded");
+    Ok(())
+}
+
+/// Replaces the manifest durably: a temporary file, fdatasync'ed, renamed over it.
+pub(super) async fn save_manifest(inner: &Inner, m: &Manifest) -> Result<()> {
+    let tmp = inner.dir.join(MANIFEST_TMP_FILE);
+    inner.vfs.write_small(&tmp, &m.encode()).await?;
+    inner
+        .vfs
+        .rename(&tmp, &inner.dir.join(MANIFEST_FILE))
+        .await?;
+    inner.vfs.sync_dir(&inner.dir).await
+}
+
+/// Deletes remote segments past the whole log's retention, oldest first.
+async fn remote_retention(inner: &Inner, remote: &Remote, now_ms: i64) -> Result<()> {
+    let config = inner.config.borrow().clone();
+    if !config.cleanup_delete {
+        return Ok(());
+    }
+    let (segments, remote_end) = {
+        let m = remote.manifest.borrow();
+        (m.segments.values().copied().collect::<Vec<_>>(), m.end())
+    };
+    // The whole log: the remote segments and the local bytes after them.
+    let local_after: u64 = inner
+        .segments
+        .borrow()
+        .values()
+        .filter(|s| remote_end.is_none_or(|e| s.base_offset >= e))
+        .map(|s| s.state.borrow().size)
+        .sum();
+    let mut total = local_after + segments.iter().map(|s| s.size).sum::<u64>();
+    let mut cut = None;
+    for s in &segments {
+        let by_time = config
+            .retention_ms
+            .is_some_and(|ms| s.max_timestamp < now_ms - ms as i64);
+        let by_size = config
+            .retention_bytes
+            .is_some_and(|max| total - s.size >= max);
+        if !(by_time || by_size) {
+            break;
+        }
+        total -= s.size;
+        cut = Some(s.next_offset);
+    }
+    match cut {
+        Some(offset) => delete_remote_below(inner, remote, offset).await,
+        None => Ok(()),
+    }
+}
+
+/// Moves the remote tier's start to `offset`: segments wholly below it leave the
+/// manifest (durably), then their objects are deleted.
+pub(super) async fn delete_remote_below(inner: &Inner, remote: &Remote, offset: u64) -> Result<()> {
+    let mut m = remote.manifest.borrow().clone();
+    if offset <= m.start
+        && m.segments
+            .values()
+            .next()
+            .is_none_or(|s| s.next_offset > offset)
+    {
+        return Ok(());
+    }
+    m.start = m.start.max(offset);
+    let gone: Vec<RemoteSegment> = m
+        .segments
+        .values()
+        .filter(|s| s.next_offset <= offset)
+        .copied()
+        .collect();
+    for s in &gone {
+        m.segments.remove(&s.base_offset);
+    }
+    save_manifest(inner, &m).await?;
+    *remote.manifest.borrow_mut() = m;
+    for s in &gone {
+        for ext in ["log", "index", "timeindex"] {
+            remote.store.delete(&s.key(&remote.prefix, ext)).await?;
+        }
+        remote.stats.borrow_mut().deleted_segments += 1;
+    }
+    Ok(())
+}
+
+/// Whole batches from the remote segment holding `offset`, up to `max_bytes` (at least
+/// one batch), none at or past `hw`. Every batch is CRC-checked.
+pub(super) async fn read_remote(
+    remote: &Remote,
+    seg: RemoteSegment,
+    offset: u64,
+    max_bytes: usize,
+    hw: u64,
+) -> Result<Vec<Bytes>> {
+    let index = remote_index(remote, &seg).await?;
+    let rel = (offset - seg.base_offset).min(u64::from(u32::MAX)) as u32;
+    let mut pos = u64::from(index.lookup(rel));
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    while pos + HEADER_BYTES as u64 <= seg.size {
+        let head = remote_bytes(remote, &seg, pos, HEADER_BYTES as u64).await?;
+        let header =
+            *BatchHeader::parse(&head).ok_or_else(|| corrupt(&seg, pos, "no batch header"))?;
+        let len = header.total_bytes();
+        let base = header.base_offset.get() as u64;
+        if len < HEADER_BYTES || pos + len as u64 > seg.size {
+            return Err(corrupt(&seg, pos, "a batch runs past the segment"));
+        }
+        if base >= hw {
+            break;
+        }
+        if (header.last_offset() as u64) < offset {
+            pos += len as u64;
+            continue;
+        }
+        if !out.is_empty() && total + len > max_bytes {
+            break;
+        }
+        let whole = remote_bytes(remote, &seg, pos, len as u64).await?;
+        if let Err(e) = batch::validate_stored(&whole) {
+            // Read again next time: the store may have had a bad moment.
+            remote
+                .chunks
+                .borrow_mut()
+                .retain(|(id, _, _)| *id != seg.id);
+            return Err(corrupt(&seg, pos, &e.to_string()));
+        }
+        out.push(whole);
+        total += len;
+        pos += len as u64;
+        if total >= max_bytes {
+            break;
+        }
+    }
+    remote.stats.borrow_mut().read_bytes += total as u64;
+    Ok(out)
+}
+
+/// [`Log::offset_for_timestamp`] over the remote segments below the local log start:
+/// the first record at or after `timestamp_ms` there.
+pub(super) async fn remote_offset_for_timestamp(
+    inner: &Inner,
+    timestamp_ms: i64,
+    hw: u64,
+    inflate_max: u64,
+) -> Result<Option<(u64, i64)>> {
+    let Some(remote) = inner.remote() else {
+        return Ok(None);
+    };
+    let start = inner.start_offset();
+    let local = inner.log_start.get();
+    let segs: Vec<RemoteSegment> = remote
+        .manifest
+        .borrow()
+        .segments
+        .values()
+        .copied()
+        .collect();
+    for seg in segs {
+        if seg.max_timestamp < timestamp_ms || seg.next_offset <= start || seg.base_offset >= local
+        {
+            continue;
+        }
+        let mut next = seg.base_offset.max(start);
+        while next < seg.next_offset.min(local) {
+            let chunks = read_remote(&remote, seg, next, 1 << 20, hw).await?;
+            if chunks.is_empty() {
+                break;
+            }
+            for whole in &chunks {
+                let Some(h) = BatchHeader::parse(whole) else {
+                    break;
+                };
+                next = h.last_offset() as u64 + 1;
+                let base = h.base_offset.get() as u64;
+                if base < start || batch::max_timestamp(whole) < timestamp_ms {
+                    continue;
+                }
+                let records = batch::decode_whole(whole, inflate_max);
+                if let Some(r) =
+                    records.and_then(|rs| rs.into_iter().find(|r| r.timestamp >= timestamp_ms))
+                {
+                    return Ok(Some((r.offset as u64, r.timestamp)));
+                }
+                return Ok(Some((base, batch::max_timestamp(whole))));
+            }
+            glommio::yield_if_needed().await;
+        }
+    }
+    Ok(None)
+}
+
+async fn remote_index(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<OffsetIndex>> {
+    if let Some((_, idx)) = remote.indexes.borrow().iter().find(|(id, _)| *id == seg.id) {
+        return Ok(idx.clone());
+    }
+    let key = seg.key(&remote.prefix, "index");
+    let bytes = remote.store.get_range(&key, 0..u64::MAX).await?;
+    let (summary, idx) = OffsetIndex::decode(&bytes)
+        .ok_or_else(|| Error::Remote(format!("{key}: not a valid offset index")))?;
+    if summary.base_offset != seg.base_offset || summary.segment_bytes != seg.size {
+        return Err(Error::Remote(format!("{key}: describes another segment")));
+    }
+    let idx = Rc::new(idx);
+    let mut kept = remote.indexes.borrow_mut();
+    kept.push_back((seg.id, idx.clone()));
+    if kept.len() > REMOTE_INDEXES_KEPT {
+        kept.pop_front();
+    }
+    Ok(idx)
+}
+
+/// Drops what the remote tier keeps in memory for readers (an idle log).
+pub(super) fn release_remote_reads(inner: &Inner) {
+    if let Some(r) = inner.remote() {
+        r.chunks.borrow_mut().clear();
+        r.indexes.borrow_mut().clear();
+    }
+}
+
+/// `len` bytes of `seg`'s data from `pos`, through the log's chunk cache.
+async fn remote_bytes(remote: &Remote, seg: &RemoteSegment, pos: u64, len: u64) -> Result<Bytes> {
+    let first = pos / REMOTE_CHUNK_BYTES;
+    let last = (pos + len - 1) / REMOTE_CHUNK_BYTES;
+    let mut parts = Vec::new();
+    for c in first..=last {
+        parts.push(remote_chunk(remote, seg, c).await?);
+    }
+    let from = (pos - first * REMOTE_CHUNK_BYTES) as usize;
+    if parts.len() == 1 {
+        let chunk = &parts[0];
+        if from + len as usize > chunk.len() {
+            return Err(corrupt(
+                seg,
+                pos,
+                "the object is shorter than the manifest says",
+            ));
+        }
+        return Ok(chunk.slice(from..from + len as usize));
+    }
+    let mut joined = BytesMut::with_capacity(len as usize);
+    for p in parts {
+        joined.extend_from_slice(&p);
+    }
+    if from + len as usize > joined.len() {
+        return Err(corrupt(
+            seg,
+            pos,
+            "the object is shorter than the manifest says",
+        ));
+    }
+    Ok(joined.freeze().slice(from..from + len as usize))
+}
+
+async fn remote_chunk(remote: &Remote, seg: &RemoteSegment, chunk: u64) -> Result<Bytes> {
+    let hit = remote
+        .chunks
+        .borrow()
+        .iter()
+        .find(|(id, c, _)| *id == seg.id && *c == chunk)
+        .map(|(_, _, b)| b.clone());
+    if let Some(b) = hit {
+        return Ok(b);
+    }
+    let start = chunk * REMOTE_CHUNK_BYTES;
+    let end = (start + REMOTE_CHUNK_BYTES).min(seg.size);
+    let key = seg.key(&remote.prefix, "log");
+    let bytes = remote.store.get_range(&key, start..end).await?;
+    if bytes.len() as u64 != end - start {
+        return Err(Error::Remote(format!(
+            "{key}: {} bytes at {start}, {} expected (the object is shorter than the manifest says)",
+            bytes.len(),
+            end - start
+        )));
+    }
+    let mut kept = remote.chunks.borrow_mut();
+    kept.push_back((seg.id, chunk, bytes.clone()));
+    if kept.len() > REMOTE_CHUNKS_KEPT {
+        kept.pop_front();
+    }
+    Ok(bytes)
+}
+
+fn corrupt(seg: &RemoteSegment, pos: u64, why: &str) -> Error {
+    Error::Remote(format!(
+        "remote segment {} (upload {:016x}) at byte {pos}: {why}",
+        seg.base_offset, seg.id
+    ))
+}
+
+/// A unique id for an upload: the wall clock in nanoseconds, bumped past the last one.
+fn upload_id() -> u64 {
+    thread_local!(static LAST: Cell<u64> = const { Cell::new(0) });
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    LAST.with(|l| {
+        let id = now.max(l.get() + 1);
+        l.set(id);
+        id
+    })
+}

@@ -1,0 +1,420 @@
+//! The remote tier (`tier/`, `log/tiered.rs`) on real files, with a [`DirStore`] as the
+//! object store (the broker's tests run the same against a real S3 server): uploads, local
+//! retention that waits for them, reads from offset 0 across the local/remote boundary,
+//! remote retention and DeleteRecords, orphans collected on attach, a corrupt object
+//! refused, and a store that fails at every step of an upload and of a remote deletion
+//! (the "crash" cases: the log is reopened after each) losing nothing and leaving nothing.
+
+mod common;
+
+use std::cell::Cell;
+use std::ops::Range;
+use std::path::Path;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use weir_storage::batch::{decode_records, RecordBatchBuilder};
+use weir_storage::tier::{DirStore, ObjectInfo, ObjectStore, StoreFuture, Upload};
+use weir_storage::{Error, Log, LogConfig};
+
+const PREFIX: &str = "t-0";
+
+fn tiered_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 16 << 10,
+        remote_storage: true,
+        local_retention_bytes: Some(20 << 10),
+        ..common::small_config()
+    }
+}
+
+/// Appends `n` batches of one ~1 KiB record each, record `i` valued `i` (as text) + padding.
+async fn fill(log: &Log, from: usize, n: usize, ts: i64) {
+    for i in from..from + n {
+        let mut v = format!("{i:08}").into_bytes();
+        v.resize(1000, b'.');
+        let b = RecordBatchBuilder::new(ts + i as i64)
+            .record(None, Some(&v), &[])
+            .build();
+        log.append(b).await.expect("append");
+    }
+}
+
+/// Every record from `from` to the high watermark, as (offset, value number).
+async fn read_all(log: &Log, from: u64) -> Result<Vec<(u64, usize)>, Error> {
+    let mut out = Vec::new();
+    let mut next = from;
+    let hw = log.watermarks().high_watermark;
+    while next < hw {
+        let r = log.read(next, 3000).await?;
+        assert!(
+            !r.is_empty(),
+            "nothing read at {next} below the high watermark {hw}"
+        );
+        for (_, batch) in r.batches() {
+            for rec in decode_records(batch).expect("records") {
+                let v = rec.value.expect("value");
+                let n: usize = std::str::from_utf8(&v[..8])
+                    .expect("utf8")
+                    .parse()
+                    .expect("number");
+                out.push((rec.offset as u64, n));
+                next = rec.offset as u64 + 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn assert_complete(records: &[(u64, usize)], from: u64, to: u64) {
+    let want: Vec<(u64, usize)> = (from..to).map(|o| (o, o as usize)).collect();
+    assert_eq!(records.len(), want.len(), "records {from}..{to}");
+    assert!(records == want.as_slice(), "every record once and in order");
+}
+
+async fn keys(store: &DirStore) -> Vec<String> {
+    store
+        .list(PREFIX)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|o| o.key)
+        .collect()
+}
+
+/// The keys the log's manifest lists.
+fn listed(log: &Log) -> Vec<String> {
+    let mut k: Vec<String> = log
+        .remote_segments()
+        .iter()
+        .flat_map(|s| ["index", "log", "timeindex"].map(|e| s.key(PREFIX, e)))
+        .collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn closed_segments_are_uploaded_and_read_back_from_offset_zero() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        let path = root.join("t-0");
+        let log = Log::open(&path, tiered_config()).await.expect("open");
+        log.attach_remote(store.clone(), PREFIX.into())
+            .await
+            .expect("attach");
+        fill(&log, 0, 200, 1_000).await;
+        // Local retention waits for the uploads: nothing is deleted before them.
+        assert_eq!(log.enforce_retention(10_000).await.expect("retention"), 0);
+        assert_eq!(log.local_start_offset(), 0);
+        let uploaded = log.tier_tick(10_000).await.expect("tick");
+        let segments = log.size().0;
+        assert_eq!(uploaded, segments - 1, "every closed segment uploaded");
+        let end = log.latest_tiered_offset().expect("tiered") + 1;
+        assert_eq!(keys(&store).await, listed(&log));
+        let deleted = log.enforce_retention(10_000).await.expect("retention");
+        assert!(deleted > 0);
+        let local = log.local_start_offset();
+        assert!(
+            local > 0 && local <= end,
+            "local start {local}, remote end {end}"
+        );
+        assert_eq!(
+            log.watermarks().log_start_offset,
+            0,
+            "the log still starts at 0"
+        );
+        assert!(
+            log.size().1 <= 40 << 10,
+            "local bytes bounded: {:?}",
+            log.size()
+        );
+        assert_complete(&read_all(&log, 0).await.expect("read"), 0, 200);
+        // A read inside a remote segment starts at the batch holding the offset.
+        assert_complete(&read_all(&log, 7).await.expect("read"), 7, 200);
+        // Timestamps below the local start are found in the remote tier.
+        assert_eq!(
+            log.offset_for_timestamp(1_005).await.expect("ts"),
+            Some((5, 1_005))
+        );
+        let stats = log.tier_stats().expect("stats");
+        assert_eq!(
+            (stats.uploaded_segments as usize, stats.lag_bytes),
+            (uploaded, 0)
+        );
+        log.close().await.expect("close");
+
+        // Reopened: the manifest brings the remote segments back (no store call needed); an
+        // object nobody lists (a crash after an upload, before the manifest) is collected by
+        // the first tick.
+        store
+            .put(
+                &format!("{PREFIX}/00000000000000000099-00000000000000ff.log"),
+                Bytes::from_static(b"x"),
+            )
+            .await
+            .expect("put");
+        let log = Log::open(&path, tiered_config()).await.expect("reopen");
+        log.attach_remote(store.clone(), PREFIX.into())
+            .await
+            .expect("attach");
+        assert_complete(&read_all(&log, 0).await.expect("read"), 0, 200);
+        fill(&log, 200, 100, 1_000).await;
+        log.tier_tick(10_000).await.expect("tick");
+        assert_eq!(log.tier_stats().expect("stats").orphans_deleted, 1);
+        assert_eq!(keys(&store).await, listed(&log));
+        log.enforce_retention(10_000).await.expect("retention");
+        assert_complete(&read_all(&log, 0).await.expect("read"), 0, 300);
+        log.close().await.expect("close");
+    });
+}
+
+#[test]
+fn whole_log_retention_and_delete_records_remove_remote_segments() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        let log = Log::open(root.join("t-0"), tiered_config())
+            .await
+            .expect("open");
+        log.attach_remote(store.clone(), PREFIX.into())
+            .await
+            .expect("attach");
+        fill(&log, 0, 300, 1_000).await;
+        log.tier_tick(10_000).await.expect("tick");
+        log.enforce_retention(10_000).await.expect("retention");
+        let remote_before = log.remote_segments().len();
+        // DeleteRecords inside the remote tier.
+        log.set_log_start_offset(40).await.expect("delete records");
+        assert_eq!(log.watermarks().log_start_offset, 40);
+        assert!(matches!(
+            log.read(39, 100).await,
+            Err(Error::OffsetOutOfRange {
+                log_start_offset: 40,
+                ..
+            })
+        ));
+        assert_complete(&read_all(&log, 40).await.expect("read"), 40, 300);
+        assert!(
+            log.remote_segments().len() < remote_before,
+            "segments below 40 deleted"
+        );
+        assert_eq!(keys(&store).await, listed(&log));
+        // retention.bytes over the whole log: remote segments go oldest first.
+        log.set_config(LogConfig {
+            retention_bytes: Some(100 << 10),
+            ..tiered_config()
+        });
+        log.tier_tick(10_000).await.expect("tick");
+        let start = log.watermarks().log_start_offset;
+        let (_, local_bytes) = log.size();
+        let remote_bytes: u64 = log.remote_segments().iter().map(|s| s.size).sum();
+        assert!(start > 40, "start moved to {start}");
+        // The local copy overlaps the remote tier: the whole log is at most both.
+        assert!(
+            remote_bytes < 100 << 10 && remote_bytes + local_bytes >= 100 << 10,
+            "whole log {remote_bytes} remote + {local_bytes} local bytes"
+        );
+        assert_eq!(keys(&store).await, listed(&log));
+        assert_complete(&read_all(&log, start).await.expect("read"), start, 300);
+        log.close().await.expect("close");
+    });
+}
+
+#[test]
+fn a_corrupt_or_missing_remote_object_is_an_error_never_data() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        let log = Log::open(root.join("t-0"), tiered_config())
+            .await
+            .expect("open");
+        log.attach_remote(store.clone(), PREFIX.into())
+            .await
+            .expect("attach");
+        fill(&log, 0, 200, 1_000).await;
+        log.tier_tick(10_000).await.expect("tick");
+        log.enforce_retention(10_000).await.expect("retention");
+        let first = log.remote_segments()[0];
+        let file = root.join("bucket").join(first.key(PREFIX, "log"));
+        let mut bytes = std::fs::read(&file).expect("object");
+        bytes[3000] ^= 0x55;
+        std::fs::write(&file, &bytes).expect("corrupt it");
+        let err = read_all(&log, 0).await.expect_err("corrupt bytes served");
+        assert!(matches!(err, Error::Remote(_)), "{err}");
+        std::fs::remove_file(&file).expect("lose it");
+        assert!(matches!(log.read(0, 100).await, Err(Error::Remote(_))));
+        // The other segments are still served.
+        let second = log.remote_segments()[1];
+        assert_complete(
+            &read_all(&log, second.base_offset).await.expect("read"),
+            second.base_offset,
+            200,
+        );
+        log.close().await.expect("close");
+    });
+}
+
+/// A store that fails its `fail_at`-th operation (counting puts, upload writes and
+/// finishes, gets and deletes) and every one after it, as a process killed there would.
+struct FailingStore {
+    inner: DirStore,
+    ops: Rc<Cell<usize>>,
+    fail_at: usize,
+}
+
+impl FailingStore {
+    fn step(&self) -> Result<(), Error> {
+        step(&self.ops, self.fail_at)
+    }
+}
+
+fn step(ops: &Cell<usize>, fail_at: usize) -> Result<(), Error> {
+    let n = ops.get() + 1;
+    ops.set(n);
+    if n >= fail_at {
+        Err(Error::Remote(format!("killed at operation {n}")))
+    } else {
+        Ok(())
+    }
+}
+
+impl ObjectStore for FailingStore {
+    fn put(&self, key: &str, body: Bytes) -> StoreFuture<'_, ()> {
+        let r = self.step();
+        let key = key.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.put(&key, body).await
+        })
+    }
+    fn upload(&self, key: &str) -> StoreFuture<'_, Box<dyn Upload>> {
+        let r = self.step();
+        let key = key.to_string();
+        Box::pin(async move {
+            r?;
+            let up = self.inner.upload(&key).await?;
+            Ok(Box::new(FailingUpload {
+                up,
+                ops: self.ops.clone(),
+                fail_at: self.fail_at,
+            }) as Box<dyn Upload>)
+        })
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> StoreFuture<'_, Bytes> {
+        self.inner.get_range(key, range)
+    }
+    fn delete(&self, key: &str) -> StoreFuture<'_, ()> {
+        let r = self.step();
+        let key = key.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.delete(&key).await
+        })
+    }
+    fn list(&self, prefix: &str) -> StoreFuture<'_, Vec<ObjectInfo>> {
+        self.inner.list(prefix)
+    }
+}
+
+struct FailingUpload {
+    up: Box<dyn Upload>,
+    ops: Rc<Cell<usize>>,
+    fail_at: usize,
+}
+
+impl Upload for FailingUpload {
+    fn write(&mut self, part: Bytes) -> StoreFuture<'_, ()> {
+        let r = step(&self.ops, self.fail_at);
+        Box::pin(async move {
+            r?;
+            self.up.write(part).await
+        })
+    }
+    fn finish(self: Box<Self>) -> StoreFuture<'static, ()> {
+        Box::pin(async move {
+            step(&self.ops, self.fail_at)?;
+            self.up.finish().await
+        })
+    }
+    fn abort(self: Box<Self>) -> StoreFuture<'static, ()> {
+        self.up.abort()
+    }
+}
+
+/// Uploads two segments, deletes one remotely, with the store failing at operation `fail_at`;
+/// then reopens the log with a working store, as a restart after kill -9 there would.
+async fn run_with_failure_at(root: &Path, fail_at: usize) -> usize {
+    let bucket = root.join("bucket");
+    let path = root.join("t-0");
+    let ops = Rc::new(Cell::new(0));
+    let failing = Rc::new(FailingStore {
+        inner: DirStore::new(&bucket),
+        ops: ops.clone(),
+        fail_at,
+    });
+    let log = Log::open(&path, tiered_config()).await.expect("open");
+    log.attach_remote(failing, PREFIX.into())
+        .await
+        .expect("attach");
+    fill(&log, 0, 60, 1_000).await;
+    let failed = log.tier_tick(10_000).await.is_err();
+    let _ = log.enforce_retention(10_000).await;
+    if !failed {
+        let _ = log.set_log_start_offset(20).await;
+    }
+    let start = log.watermarks().log_start_offset;
+    drop(log); // no close: as a kill would leave it
+    let store = Rc::new(DirStore::new(&bucket));
+    let log = Log::open(&path, tiered_config()).await.expect("reopen");
+    log.attach_remote(store.clone(), PREFIX.into())
+        .await
+        .expect("attach");
+    let now = log.watermarks().log_start_offset;
+    assert!(
+        now <= start.max(20),
+        "failing at operation {fail_at}: start {now} moved past {start}"
+    );
+    assert_complete(&read_all(&log, now).await.expect("read"), now, 60);
+    log.tier_tick(10_000).await.expect("tick after the restart");
+    let mut on_disk = keys(&store).await;
+    on_disk.retain(|k| !k.contains(".part-"));
+    assert_eq!(
+        on_disk,
+        listed(&log),
+        "failing at operation {fail_at}: an orphan left"
+    );
+    log.enforce_retention(10_000)
+        .await
+        .expect("retention after the restart");
+    assert_complete(&read_all(&log, now).await.expect("read"), now, 60);
+    assert_eq!(keys(&store).await, listed(&log));
+    log.close().await.expect("close");
+    ops.get()
+}
+
+#[test]
+fn a_failure_at_every_step_of_uploads_and_deletions_loses_nothing_and_leaves_nothing() {
+    // First a run without failure, to count the operations.
+    let total = {
+        let dir = common::tempdir();
+        let root = dir.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        common::run(dir.path(), move || async move {
+            tx.send(run_with_failure_at(&root, usize::MAX).await)
+                .expect("send");
+        });
+        rx.recv().expect("count")
+    };
+    assert!(total >= 8, "{total} store operations");
+    for fail_at in 1..=total {
+        let dir = common::tempdir();
+        let root = dir.path().to_path_buf();
+        common::run(dir.path(), move || async move {
+            run_with_failure_at(&root, fail_at).await;
+        });
+    }
+}
