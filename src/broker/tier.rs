@@ -91,6 +91,15 @@ impl S3Client {
         T: Send + 'static,
         F: FnOnce(Store) -> BoxFuture<'static, object_store::Result<T>> + Send + 'static,
     {
+        answer(self.submit(f)?).await
+    }
+
+    /// Starts `f` on the client thread; its answer comes on the receiver.
+    fn submit<T, F>(&self, f: F) -> weir_storage::Result<Answer<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(Store) -> BoxFuture<'static, object_store::Result<T>> + Send + 'static,
+    {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |store| {
             Box::pin(async move {
@@ -100,10 +109,16 @@ impl S3Client {
         self.jobs
             .send(job)
             .map_err(|_| Error::Remote("the S3 client thread stopped".into()))?;
-        rx.await
-            .map_err(|_| Error::Remote("the S3 client thread stopped".into()))?
-            .map_err(|e| Error::Remote(e.to_string()))
+        Ok(rx)
     }
+}
+
+type Answer<T> = tokio::sync::oneshot::Receiver<object_store::Result<T>>;
+
+async fn answer<T>(rx: Answer<T>) -> weir_storage::Result<T> {
+    rx.await
+        .map_err(|_| Error::Remote("the S3 client thread stopped".into()))?
+        .map_err(|e| Error::Remote(e.to_string()))
 }
 
 fn path(key: &str) -> weir_storage::Result<Path> {
@@ -159,6 +174,7 @@ impl ObjectStore for S3Store {
             Ok(Box::new(S3Upload {
                 client: self.0.clone(),
                 up: Some(up),
+                in_flight: Default::default(),
             }) as Box<dyn Upload>)
         })
     }
@@ -220,12 +236,18 @@ impl ObjectStore for S3Store {
     }
 }
 
-/// A multipart upload in progress; the parts go one at a time (each at least the engine's
-/// 8 MiB upload part, S3's minimum is 5 MiB but for the last).
+/// A multipart upload in progress (each part the engine's 8 MiB upload part; S3's minimum
+/// is 5 MiB but for the last).
 struct S3Upload {
     client: S3Client,
     up: Option<Box<dyn MultipartUpload>>,
+    /// Parts on their way: up to `PARTS_IN_FLIGHT`, so that one upload keeps several PUTs
+    /// busy instead of waiting out each one's round trip.
+    in_flight: std::collections::VecDeque<Answer<()>>,
 }
+
+/// Parts of one upload sent at once (8 MiB each: 32 MiB of a segment in memory at most).
+const PARTS_IN_FLIGHT: usize = 4;
 
 impl Upload for S3Upload {
     fn write(&mut self, part: Bytes) -> StoreFuture<'_, ()> {
@@ -235,12 +257,22 @@ impl Upload for S3Upload {
             .map(|up| up.put_part(PutPayload::from_bytes(part)));
         Box::pin(async move {
             let fut = fut.ok_or_else(|| Error::Remote("upload already finished".into()))?;
-            self.client.call(move |_| fut).await
+            let rx = self.client.submit(move |_| fut)?;
+            self.in_flight.push_back(rx);
+            if self.in_flight.len() >= PARTS_IN_FLIGHT {
+                if let Some(oldest) = self.in_flight.pop_front() {
+                    answer(oldest).await?;
+                }
+            }
+            Ok(())
         })
     }
 
     fn finish(mut self: Box<Self>) -> StoreFuture<'static, ()> {
         Box::pin(async move {
+            while let Some(rx) = self.in_flight.pop_front() {
+                answer(rx).await?;
+            }
             let mut up = self
                 .up
                 .take()
