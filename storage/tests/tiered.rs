@@ -418,3 +418,55 @@ fn a_failure_at_every_step_of_uploads_and_deletions_loses_nothing_and_leaves_not
         });
     }
 }
+
+#[test]
+fn batches_across_the_remote_read_chunks_are_read_whole() {
+    // 12 MiB segments of ~33 KiB batches: batches straddle the 4 MiB ranged reads.
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        let config = LogConfig {
+            segment_bytes: 12 << 20,
+            local_retention_bytes: Some(0),
+            ..tiered_config()
+        };
+        let log = Log::open(root.join("t-0"), config).await.expect("open");
+        log.attach_remote(store.clone(), PREFIX.into())
+            .await
+            .expect("attach");
+        for i in 0..450usize {
+            let mut v = format!("{i:08}").into_bytes();
+            v.resize(33_000, (i % 251) as u8);
+            let b = RecordBatchBuilder::new(1_000)
+                .record(None, Some(&v), &[])
+                .build();
+            log.append(b).await.expect("append");
+        }
+        assert_eq!(log.tier_tick(10_000).await.expect("tick"), 1);
+        log.enforce_retention(10_000).await.expect("retention");
+        let local = log.local_start_offset();
+        assert!(
+            local > 300,
+            "the first segment is only remote: local start {local}"
+        );
+        // One batch per read: every straddling batch comes whole, CRC-checked.
+        let mut next = 0;
+        while next < local {
+            let r = log.read(next, 1).await.expect("read");
+            let (h, batch) = r.batches().next().expect("a batch");
+            assert_eq!(h.base_offset.get() as u64, next);
+            let recs = decode_records(batch).expect("records");
+            let v = recs[0].value.as_ref().expect("value");
+            assert_eq!(v.len(), 33_000);
+            assert_eq!(&v[..8], format!("{next:08}").as_bytes());
+            assert!(
+                v[8..].iter().all(|&b| b == (next % 251) as u8),
+                "batch {next} intact"
+            );
+            next += 1;
+        }
+        assert_complete(&read_all(&log, 0).await.expect("read"), 0, 450);
+        log.close().await.expect("close");
+    });
+}

@@ -514,38 +514,30 @@ pub(super) fn release_remote_reads(inner: &Inner) {
     }
 }
 
-/// `len` bytes of `seg`'s data from `pos`, through the log's chunk cache.
+/// `len` bytes of `seg`'s data from `pos`, through the log's chunk cache: a slice of one
+/// chunk, or (a batch across a chunk boundary) a copy of just those bytes.
 async fn remote_bytes(remote: &Remote, seg: &RemoteSegment, pos: u64, len: u64) -> Result<Bytes> {
+    let short = || corrupt(seg, pos, "the object is shorter than the manifest says");
+    let end = pos + len;
     let first = pos / REMOTE_CHUNK_BYTES;
-    let last = (pos + len - 1) / REMOTE_CHUNK_BYTES;
-    let mut parts = Vec::new();
-    for c in first..=last {
-        parts.push(remote_chunk(remote, seg, c).await?);
-    }
-    let from = (pos - first * REMOTE_CHUNK_BYTES) as usize;
-    if parts.len() == 1 {
-        let chunk = &parts[0];
-        if from + len as usize > chunk.len() {
-            return Err(corrupt(
-                seg,
-                pos,
-                "the object is shorter than the manifest says",
-            ));
-        }
-        return Ok(chunk.slice(from..from + len as usize));
+    let last = (end - 1) / REMOTE_CHUNK_BYTES;
+    if first == last {
+        let chunk = remote_chunk(remote, seg, first).await?;
+        let from = (pos - first * REMOTE_CHUNK_BYTES) as usize;
+        return match chunk.get(from..from + len as usize) {
+            Some(_) => Ok(chunk.slice(from..from + len as usize)),
+            None => Err(short()),
+        };
     }
     let mut joined = BytesMut::with_capacity(len as usize);
-    for p in parts {
-        joined.extend_from_slice(&p);
+    for c in first..=last {
+        let chunk = remote_chunk(remote, seg, c).await?;
+        let base = c * REMOTE_CHUNK_BYTES;
+        let from = (pos.max(base) - base) as usize;
+        let to = (end.min(base + REMOTE_CHUNK_BYTES) - base) as usize;
+        joined.extend_from_slice(chunk.get(from..to).ok_or_else(short)?);
     }
-    if from + len as usize > joined.len() {
-        return Err(corrupt(
-            seg,
-            pos,
-            "the object is shorter than the manifest says",
-        ));
-    }
-    Ok(joined.freeze().slice(from..from + len as usize))
+    Ok(joined.freeze())
 }
 
 async fn remote_chunk(remote: &Remote, seg: &RemoteSegment, chunk: u64) -> Result<Bytes> {
