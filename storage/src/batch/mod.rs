@@ -431,6 +431,13 @@ impl<'a> Iterator for Batches<'a> {
     }
 }
 
+/// The records of a whole batch, a compressed one decompressed (at most `limit` bytes);
+/// `None` if it does not decode.
+pub(crate) fn decode_whole(whole: &[u8], limit: u64) -> Option<Vec<Record>> {
+    let plain = compression::decompressed_batch(whole, limit).ok()?;
+    decode_records(&plain)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,11 +525,4 @@ mod tests {
         assert!(validate(&[0u8; 100]).is_err());
         assert!(validate_all(&[]).is_err());
     }
-}
-
-/// The records of a whole batch, a compressed one decompressed (at most `limit` bytes);
-/// `None` if it does not decode.
-pub(crate) fn decode_whole(whole: &[u8], limit: u64) -> Option<Vec<Record>> {
-    let plain = compression::decompressed_batch(whole, limit).ok()?;
-    decode_records(&plain)
 }
