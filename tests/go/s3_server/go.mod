@@ -1,6 +1,6 @@
 module weir.test/s3_server
 
-go 1.26.8
+go 1.25.0
 
 tool github.com/versity/versitygw/cmd/versitygw
 
