@@ -10,7 +10,14 @@ local, with the reason). This file
 - runs every `run`, `known-fail` and `na` test of pkg/kgo against one weir broker (2 cores, one
   listener per core, plus a SASL_PLAINTEXT listener with a SCRAM user made by `weir user add`):
   `run` must pass, `known-fail` must fail and `na` must skip itself, so that a test changing
-  state is noticed either way.
+  state is noticed either way. A `run` test that fails in the parallel run is run once more,
+  alone, against the same broker, and must pass then (printed as "passed when run again
+  alone"), as scripts/kafka-python-suite.sh does with its suite. The one seen so far:
+  Test848RegexBrokerResolves stops polling once it has seen as many topics as it wants,
+  counting `__consumer_offsets` (not producible, so not among those it wants), which the
+  other tests' commits fill while they run in parallel; it can stop before its second topic
+  arrives ("did not consume from <prefix>-orders", once, in a local CI run on 2026-11-28,
+  after passing in every run before).
 
 What the `run` tests cover against weir: produce and consume in every shape franz-go has (acks,
 compression, large records, manual partitions, purge, pause/resume, fetch sizes past the
@@ -185,6 +192,16 @@ def test_franz_go_suite_against_weir(franz_go, broker_factory):
         kadm = run_tests(kadm_bin, kadm_src, [n[5:] for n in entries if n.startswith("kadm/")], env,
                          b.workdir / "kadm-test.jsonl", 300)
         results.update({f"kadm/{n}": r for n, r in kadm.items() if n != "(binary)"})
+    # A `run` test that failed beside the others gets one more run, alone.
+    again = sorted(n for n, (verdict, _) in kgo_entries.items()
+                   if verdict == "run" and results.get(n, {}).get("action") == "fail")
+    passed_again = []
+    if again:
+        rerun = run_tests(binary, src, again, env, b.workdir / "kgo-rerun.jsonl", RUN_TIMEOUT_S)
+        for n in again:
+            if rerun.get(n, {}).get("action") == "pass":
+                passed_again.append(n)
+                results[n] = rerun[n]
     took = time.monotonic() - start
     b.check_alive()
 
@@ -206,6 +223,8 @@ def test_franz_go_suite_against_weir(franz_go, broker_factory):
                             f"{' — ' + hint if hint else ''}\n{excerpt(r['output']) if r else ''}")
     slowest = sorted(((r.get("elapsed", 0.0), n) for n, r in results.items() if n != "(binary)"), reverse=True)[:5]
     print(f"franz-go suite in {took:.0f} s ({'full' if FULL else 'default'}): {counts}; slowest {slowest}")
+    if passed_again:
+        print(f"failed beside the others, passed when run again alone: {passed_again}")
     if problems and results["(binary)"]["action"] != "exit 0":
         problems.append(f"test binary: {results['(binary)']['action']}\n{results['(binary)']['output'][-3000:]}")
     assert not problems, f"{len(problems)} franz-go tests not as listed ({counts}):\n\n" + "\n\n".join(problems)
