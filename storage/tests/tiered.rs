@@ -470,3 +470,54 @@ fn batches_across_the_remote_read_chunks_are_read_whole() {
         log.close().await.expect("close");
     });
 }
+
+#[test]
+fn delete_records_during_an_upload_loses_neither_change() {
+    // DeleteRecords forgets remote segments while a tick is listing a new one: both change
+    // the manifest across awaits. Started after 0, 1, 2, ... yields of the tick, so that it
+    // lands at every step of the upload; after each run the log is reopened from its files.
+    for k in 0..8usize {
+        let dir = common::tempdir();
+        let root = dir.path().to_path_buf();
+        common::run(dir.path(), move || async move {
+            let store = Rc::new(DirStore::new(root.join("bucket")));
+            let path = root.join("t-0");
+            let log = Rc::new(Log::open(&path, tiered_config()).await.expect("open"));
+            log.attach_remote(store.clone(), PREFIX.into())
+                .await
+                .expect("attach");
+            fill(&log, 0, 100, 1_000).await;
+            log.tier_tick(10_000).await.expect("tick");
+            log.enforce_retention(10_000).await.expect("retention");
+            let cut = log.remote_segments()[1].next_offset;
+            fill(&log, 100, 60, 1_000).await;
+            let l2 = log.clone();
+            let deleter = glommio::spawn_local(async move {
+                for _ in 0..k {
+                    glommio::yield_if_needed().await;
+                    futures_lite::future::yield_now().await;
+                }
+                l2.set_log_start_offset(cut).await.expect("delete records");
+            });
+            log.tier_tick(10_000)
+                .await
+                .expect("tick during delete records");
+            deleter.await;
+            assert_eq!(log.watermarks().log_start_offset, cut, "run {k}");
+            drop(log); // no close: the files are what the next open sees
+            let log = Log::open(&path, tiered_config()).await.expect("reopen");
+            log.attach_remote(store.clone(), PREFIX.into())
+                .await
+                .expect("attach");
+            assert_eq!(
+                log.watermarks().log_start_offset,
+                cut,
+                "run {k}: start after reopen"
+            );
+            assert_complete(&read_all(&log, cut).await.expect("read"), cut, 160);
+            log.tier_tick(10_000).await.expect("tick after reopen");
+            assert_eq!(keys(&store).await, listed(&log), "run {k}");
+            log.close().await.expect("close");
+        });
+    }
+}

@@ -23,6 +23,7 @@ use crate::offset_index::OffsetIndex;
 use crate::segment::Segment;
 use crate::tier::manifest::{Manifest, MANIFEST_TMP_FILE};
 use crate::tier::{ObjectStore, RemoteSegment, TierStats, MANIFEST_FILE};
+use crate::watermark::FifoLock;
 
 /// Bytes fetched from the store per ranged GET: a catch-up consumer's next fetches are served
 /// from memory.
@@ -47,6 +48,8 @@ pub(super) struct Remote {
     busy: Cell<bool>,
     /// The first tick has deleted the orphans.
     orphans_collected: Cell<bool>,
+    /// Orders changes to the manifest (`update_manifest`).
+    manifest_lock: FifoLock,
     stats: RefCell<TierStats>,
 }
 
@@ -102,6 +105,7 @@ pub(super) async fn attach(
         indexes: RefCell::default(),
         busy: Cell::new(false),
         orphans_collected: Cell::new(false),
+        manifest_lock: FifoLock::default(),
         stats: RefCell::default(),
     });
     // Remote segments that end before the local log starts (uploads were stopped while
@@ -285,15 +289,34 @@ async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()>
         data_crc: crc,
         ..entry
     };
-    let mut m = remote.manifest.borrow().clone();
-    m.segments.insert(entry.base_offset, entry);
-    save_manifest(inner, &m).await?;
-    *remote.manifest.borrow_mut() = m;
+    update_manifest(inner, remote, |m| {
+        m.segments.insert(entry.base_offset, entry);
+        Some(())
+    })
+    .await?;
     let mut stats = remote.stats.borrow_mut();
     stats.uploaded_segments += 1;
     stats.uploaded_bytes += entry.size;
     tracing::debug!(dir = %inner.dir.display(), base = entry.base_offset, bytes = entry.size, "segment uploaded");
     Ok(())
+}
+
+/// Changes the manifest with `f` (`None`: no change), durably, one change at a time: an
+/// upload listing its segment and a DeleteRecords forgetting others may interleave, each
+/// saving the file across awaits, and neither may lose the other's change.
+async fn update_manifest<T>(
+    inner: &Inner,
+    remote: &Remote,
+    f: impl FnOnce(&mut Manifest) -> Option<T>,
+) -> Result<Option<T>> {
+    let _turn = remote.manifest_lock.lock().await.ok_or(Error::Closed)?;
+    let mut m = remote.manifest.borrow().clone();
+    let Some(out) = f(&mut m) else {
+        return Ok(None);
+    };
+    save_manifest(inner, &m).await?;
+    *remote.manifest.borrow_mut() = m;
+    Ok(Some(out))
 }
 
 /// Replaces the manifest durably: a temporary file, fdatasync'ed, renamed over it.
@@ -349,27 +372,29 @@ async fn remote_retention(inner: &Inner, remote: &Remote, now_ms: i64) -> Result
 /// Moves the remote tier's start to `offset`: segments wholly below it leave the
 /// manifest (durably), then their objects are deleted.
 pub(super) async fn delete_remote_below(inner: &Inner, remote: &Remote, offset: u64) -> Result<()> {
-    let mut m = remote.manifest.borrow().clone();
-    if offset <= m.start
-        && m.segments
+    let gone = update_manifest(inner, remote, |m| {
+        if offset <= m.start
+            && m.segments
+                .values()
+                .next()
+                .is_none_or(|s| s.next_offset > offset)
+        {
+            return None;
+        }
+        m.start = m.start.max(offset);
+        let gone: Vec<RemoteSegment> = m
+            .segments
             .values()
-            .next()
-            .is_none_or(|s| s.next_offset > offset)
-    {
-        return Ok(());
-    }
-    m.start = m.start.max(offset);
-    let gone: Vec<RemoteSegment> = m
-        .segments
-        .values()
-        .filter(|s| s.next_offset <= offset)
-        .copied()
-        .collect();
-    for s in &gone {
-        m.segments.remove(&s.base_offset);
-    }
-    save_manifest(inner, &m).await?;
-    *remote.manifest.borrow_mut() = m;
+            .filter(|s| s.next_offset <= offset)
+            .copied()
+            .collect();
+        for s in &gone {
+            m.segments.remove(&s.base_offset);
+        }
+        Some(gone)
+    })
+    .await?
+    .unwrap_or_default();
     for s in &gone {
         for ext in ["log", "index", "timeindex"] {
             remote.store.delete(&s.key(&remote.prefix, ext)).await?;
