@@ -121,8 +121,10 @@ def test_a_consumer_reads_a_tiered_topic_from_offset_zero_across_the_boundary(br
     assert list_offset(broker.bootstrap, -2) == 0, "the log still starts at 0"
     tiered = list_offset(broker.bootstrap, -5)
     assert tiered >= local_start - 1, f"latest tiered {tiered}, earliest local {local_start}"
-    objects = s3.list_objects(BUCKET, f"{TOPIC}-0/")
-    assert sorted(k for k, _ in objects) == manifest_keys(broker.data_dir), "objects = what the manifest lists"
+    # Between two uploads (one may be in flight now), the bucket holds what the manifest lists.
+    objects = wait_until("the bucket to hold what the manifest lists", lambda: (
+        (o := s3.list_objects(BUCKET, f"{TOPIC}-0/")) and sorted(k for k, _ in o) == manifest_keys(broker.data_dir)
+        and o))
     assert sum(size for k, size in objects if k.endswith(".log")) >= (256 << 10) * 4
     # Local retention as Kafka applies retention.bytes: the oldest segment goes while the rest
     # would still hold local.retention.bytes.
@@ -192,14 +194,15 @@ def test_kill9_during_uploads_leaves_no_orphan_and_no_hole(broker_factory, s3):
     broker = broker_factory(tiered_settings(s3))
     # 10 MiB segments: each upload is a multipart upload of two parts (8 MiB + the rest).
     create_tiered_topic(broker.bootstrap, 10 << 20, 10 << 20)
-    sent = messages(40_000, value_bytes=400)
-    rd_produce(rd_producer(broker.bootstrap, **{"linger.ms": 20}), TOPIC, sent)
-    # The store freezes (SIGSTOP: connections accepted, never answered) while the broker
-    # uploads the closed segment; the broker is killed with that upload in flight.
+    # The store freezes (SIGSTOP: connections accepted, never answered) before anything is
+    # written, so the upload of the first closed segment starts and cannot finish; the broker
+    # is killed with it in flight.
     s3.proc.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(1.5)
-        assert list_offset(broker.bootstrap, -5) == -1, "an upload finished before the freeze"
+        sent = messages(40_000, value_bytes=400)
+        rd_produce(rd_producer(broker.bootstrap, **{"linger.ms": 20}), TOPIC, sent)
+        time.sleep(1.5)  # a few tiering passes: the first one is stuck in its upload
+        assert list_offset(broker.bootstrap, -5) == -1, "an upload finished with the store frozen"
         # And what a kill between an upload and the manifest leaves: an object nobody lists.
         broker.kill9()  # restarts at once: opening a tiered partition does not wait on the store
     finally:
