@@ -9,6 +9,10 @@
 //! remote end; the whole log's retention (`retention.*`) deletes remote segments oldest
 //! first. Everything runs on the log's core; the store's futures are awaited here, its
 //! client does its work elsewhere.
+//!
+//! This file is long because the remote tier's steps (attach, orphans, upload, manifest
+//! changes, retention, reads) share one crash-safety argument and one `Remote` state; split,
+//! each part would need the others' invariants restated.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
