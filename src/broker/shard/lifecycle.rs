@@ -149,6 +149,15 @@ impl Shard {
 
     // ---- Tiered storage ----
 
+    /// This core's partitions now (a copy: the loops over them await).
+    fn partitions_now(&self) -> Vec<((String, i32), Rc<Partition>)> {
+        self.partitions
+            .borrow()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// Attaches the S3 store to a log of a topic with `remote.storage.enable=true` (on a
     /// single broker). A store that cannot be reached leaves the log without its remote tier
     /// (its retention that of a topic without one) until a later tiering pass attaches it.
@@ -184,12 +193,7 @@ impl Shard {
             if self.shutdown.is_fired() {
                 return;
             }
-            let parts: Vec<((String, i32), Rc<Partition>)> = self
-                .partitions
-                .borrow()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let parts = self.partitions_now();
             for ((topic, p), part) in parts {
                 if !part.log.config().remote_storage || self.replica_group(&topic, p).is_some() {
                     continue;
@@ -223,12 +227,7 @@ impl Shard {
                 return;
             }
             let now_ms = wall_clock_ms();
-            let parts: Vec<((String, i32), Rc<Partition>)> = self
-                .partitions
-                .borrow()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
+            let parts = self.partitions_now();
             for ((topic, p), part) in parts {
                 if let Some(g) = self.replica_group(&topic, p) {
                     // The group's driver does it: the Raft snapshot point moves first.
