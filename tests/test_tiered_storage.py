@@ -6,14 +6,16 @@ What a user would notice: a topic with `remote.storage.enable=true` keeps only
 `local.retention.bytes` on the local disk while a consumer still reads it from offset 0,
 every record once and in order; ListOffsets -4 / -5 (earliest local, latest tiered) say where
 the tiers are; the store going away stops the uploads but loses nothing (and local retention
-deletes nothing that is not uploaded); kill -9 of the broker in the middle of its uploads
-leaves no orphaned object and no hole.
+deletes nothing that is not uploaded), and past `remote.log.upload.backlog.max.bytes` produce
+is refused with a retriable error that says why, until the store is back; kill -9 of the broker
+in the middle of its uploads leaves no orphaned object and no hole.
 """
 
 from __future__ import annotations
 
 import signal
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from confluent_kafka.admin import NewTopic
 import kafka_wire as kw
 from clients import Msg, assert_exact, rd_admin, rd_consume, rd_create_topic, rd_produce, rd_producer
 from java_support import classpath
+from record_batches import Batch, produce_v8
 from s3_support import S3Server
 from test_java_clients import junit
 from test_metrics import scrape, total
@@ -188,6 +191,56 @@ def test_the_store_going_away_loses_nothing_and_uploads_resume(broker_factory, s
     got = rd_consume(broker.bootstrap, TOPIC, [0], 20_000, offset=confluent_kafka.OFFSET_BEGINNING)
     assert_exact(first + more, got)
     assert start_before > 0
+
+
+def test_the_store_down_past_the_backlog_bound_refuses_produce_until_it_returns(broker_factory, s3):
+    broker = broker_factory({**tiered_settings(s3), "remote.log.upload.backlog.max.bytes": str(512 << 10)})
+    b = broker.bootstrap
+    create_tiered_topic(b, 128 << 10, 256 << 10)
+    first = messages(4_000)
+    # Batches smaller than a segment (one batch is never split: a 1 MB batch would be one segment).
+    rd_produce(rd_producer(b, **{"batch.size": 16384}), TOPIC, first)
+    wait_until("uploads", lambda: list_offset(b, -5) > 0
+               and total(scrape(broker), "weir_remote_upload_lag_bytes", topic=TOPIC) == 0)
+    s3.stop()
+    # Produce goes on to the local disk (the first failing pass takes the S3 client's retries)
+    # until the closed segments waiting for upload pass the bound; then it is refused.
+    accepted: list[bytes] = []
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, f"produce never refused ({len(accepted)} batches taken)"
+        tag = b"%06d|" % len(accepted)
+        answer = produce_v8(b, TOPIC, Batch.of(50, ts=int(time.time() * 1000), value=tag.ljust(200, b"r")).encode())
+        if answer.error != 0:
+            break
+        accepted.append(tag.ljust(200, b"r"))
+        time.sleep(0.02)
+    assert answer.error == 56, f"refused with {answer}"  # KAFKA_STORAGE_ERROR: retriable
+    assert "wait for upload" in (answer.message or ""), answer
+    lag = total(scrape(broker), "weir_remote_upload_lag_bytes", topic=TOPIC)
+    assert lag > 512 << 10, f"refused with {lag} bytes waiting, within the bound"
+    written = len(first) + 50 * len(accepted)
+    assert list_offset(b, -1) == written, "the refused batch was written"
+    # A producer meanwhile: its records wait (retried), none is lost, none written twice.
+    later = messages(1_000, start=written)
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(
+        got=rd_produce(rd_producer(b, **{"message.timeout.ms": 120_000, "enable.idempotence": True,
+                                             "batch.size": 16384}),
+                       TOPIC, later)))
+    t.start()
+    time.sleep(3)
+    assert list_offset(b, -1) == written, "produce accepted with the store still down"
+    s3.start()
+    t.join(150)
+    assert not t.is_alive() and len(result.get("got", [])) == len(later), "the waiting producer did not finish"
+    wait_until("the backlog to upload", lambda: list_offset(b, -5) >= written - 1)
+    got = rd_consume(b, TOPIC, [0], written + len(later), offset=confluent_kafka.OFFSET_BEGINNING)
+    assert [r.offset for r in got] == list(range(written + len(later))), "every offset once, in order"
+    want = [m.value for m in first] + [v for v in accepted for _ in range(50)] + [m.value for m in later]
+    assert [r.value for r in got] == want
+    assert total(scrape(broker), "weir_remote_upload_lag_bytes", topic=TOPIC) < 512 << 10
+    broker.check_alive()
 
 
 def test_kill9_during_uploads_leaves_no_orphan_and_no_hole(broker_factory, s3):

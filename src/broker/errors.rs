@@ -76,6 +76,9 @@ pub fn storage_error_code(e: &Error) -> i16 {
         Error::BatchTooLarge { .. } => MESSAGE_TOO_LARGE,
         Error::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
         Error::InvalidProducerEpoch { .. } => INVALID_PRODUCER_EPOCH,
+        // The object store is down and the partition's upload backlog is full: retriable,
+        // producers retry until the store is back (the response's message says why).
+        Error::UploadBacklog { .. } => KAFKA_STORAGE_ERROR,
         // The log was closed under us (shutdown, topic deleted): the client should refresh
         // its metadata and retry.
         Error::Closed => NOT_LEADER_OR_FOLLOWER,

@@ -219,6 +219,8 @@ pub const SETTINGS: &[Setting] = &[
         "Prefix of every object key (`<prefix>/<topic>-<partition>/...`); `none`: no prefix."),
     setting("remote.log.manager.task.interval.ms", "30000", "ms", None,
         "How often each core uploads closed segments of its tiered partitions and applies their remote retention (Kafka's setting)."),
+    setting("remote.log.upload.backlog.max.bytes", "4294967296", "bytes", None,
+        "Per tiered partition: while the object store fails, produce goes on to the local disk until the closed segments waiting for upload hold more than this, then is refused (KAFKA_STORAGE_ERROR, saying why; producers retry) until an upload succeeds. -1: no bound."),
     setting("socket.request.max.bytes", "104857600", "bytes", None,
         "Largest request frame; a larger one closes the connection, with a log line."),
     setting("sasl.server.max.receive.size", "524288", "bytes", None,
@@ -345,6 +347,8 @@ pub struct BrokerConfig {
     pub remote_s3: RemoteStorageConfig,
     /// `remote.log.manager.task.interval.ms`.
     pub remote_task_interval_ms: u64,
+    /// `remote.log.upload.backlog.max.bytes` (`None`: no bound).
+    pub remote_backlog_max_bytes: Option<u64>,
     /// Upper bound on parked fetches per core; past it a fetch is answered at once.
     pub max_parked_fetches: usize,
     /// Longest a fetch is parked, whatever the client asks (must stay below clients'
@@ -448,6 +452,7 @@ impl Default for BrokerConfig {
             remote_storage_enable: false,
             remote_s3: RemoteStorageConfig::default(),
             remote_task_interval_ms: 30_000,
+            remote_backlog_max_bytes: Some(4 << 30),
             max_parked_fetches: 100_000,
             fetch_max_wait_ms: 30_000,
             consumer_protocol: true,
@@ -688,6 +693,9 @@ impl BrokerConfig {
             "remote.log.manager.task.interval.ms" => {
                 self.remote_task_interval_ms = parse_num::<u64>(key, value)?.max(10)
             }
+            "remote.log.upload.backlog.max.bytes" => {
+                self.remote_backlog_max_bytes = parse_limit(key, value)?
+            }
             "max.connections" => self.max_connections = parse_num(key, value)?,
             "connections.max.idle.ms" => {
                 self.connections_max_idle_ms = parse_num::<u64>(key, value)?.max(1)
@@ -877,6 +885,7 @@ impl BrokerConfig {
             "remote.log.storage.s3.region" => self.remote_s3.region.clone(),
             "remote.log.storage.s3.prefix" => show_word(&self.remote_s3.prefix),
             "remote.log.manager.task.interval.ms" => self.remote_task_interval_ms.to_string(),
+            "remote.log.upload.backlog.max.bytes" => opt(self.remote_backlog_max_bytes),
             "socket.request.max.bytes" => self.socket_request_max_bytes.to_string(),
             "sasl.server.max.receive.size" => self.sasl_max_receive_bytes.to_string(),
             "max.partitions" => self.max_partitions.to_string(),
@@ -995,6 +1004,7 @@ impl BrokerConfig {
         };
         c.local_retention_ms = local("local.retention.ms", c.retention_ms);
         c.local_retention_bytes = local("local.retention.bytes", c.retention_bytes);
+        c.remote_backlog_max_bytes = self.remote_backlog_max_bytes;
         c.inflated_max_bytes = self
             .max_decompressed_bytes
             .unwrap_or_else(|| (8 * c.max_batch_bytes as u64).max(64 << 20));

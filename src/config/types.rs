@@ -67,6 +67,7 @@ pub fn config_type(name: &str) -> ConfigType {
         "log.roll.ms"
         | "log.retention.ms"
         | "log.retention.bytes"
+        | "remote.log.upload.backlog.max.bytes"
         | "log.retention.check.interval.ms"
         | "remote.log.manager.task.interval.ms"
         | "connections.max.idle.ms"

@@ -98,6 +98,11 @@ pub struct LogConfig {
     pub local_retention_ms: Option<u64>,
     /// `local.retention.bytes` (resolved: Kafka's -2 is `retention_bytes`).
     pub local_retention_bytes: Option<u64>,
+    /// With `remote_storage` on: while the store fails (the last upload attempt failed),
+    /// appends from clients are refused with [`crate::Error::UploadBacklog`] once the closed
+    /// segments not uploaded yet hold more than this many bytes. `None`: no bound (the local
+    /// disk holds everything until the store is back).
+    pub remote_backlog_max_bytes: Option<u64>,
 }
 
 impl Default for LogConfig {
@@ -130,6 +135,7 @@ impl Default for LogConfig {
             remote_storage: false,
             local_retention_ms: None,
             local_retention_bytes: None,
+            remote_backlog_max_bytes: None,
         }
     }
 }

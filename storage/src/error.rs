@@ -108,6 +108,16 @@ pub enum Error {
     /// The object store of the remote tier failed or holds bad data (`tier`): a failed
     /// request, a missing object the manifest lists, or bytes that fail their CRC.
     Remote(String),
+    /// An append from a client refused while the object store fails and the closed segments
+    /// waiting for upload exceed `LogConfig::remote_backlog_max_bytes`: the local disk is
+    /// not filled without bound. Nothing was written; the same append succeeds once an upload
+    /// does.
+    UploadBacklog {
+        /// Bytes of closed segments not uploaded yet.
+        pending: u64,
+        /// The bound.
+        max: u64,
+    },
     /// The log was closed.
     Closed,
 }
@@ -273,6 +283,12 @@ impl std::fmt::Display for Error {
             Error::InvalidArgument(why) => write!(f, "invalid call: {why}"),
             Error::LogFailed(why) => write!(f, "log failed after an earlier I/O error: {why}"),
             Error::Remote(why) => write!(f, "remote storage: {why}"),
+            Error::UploadBacklog { pending, max } => write!(
+                f,
+                "the object store of the remote tier is failing and {pending} bytes of closed \
+                 segments wait for upload (the bound is {max}): appends are refused until an \
+                 upload succeeds"
+            ),
             Error::Closed => write!(f, "log is closed"),
         }
     }

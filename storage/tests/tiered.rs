@@ -521,3 +521,129 @@ fn delete_records_during_an_upload_loses_neither_change() {
         });
     }
 }
+
+/// A store that can be taken down and brought back (every operation fails while down).
+struct SwitchStore {
+    inner: DirStore,
+    down: Rc<Cell<bool>>,
+}
+
+impl SwitchStore {
+    fn up(&self) -> Result<(), Error> {
+        if self.down.get() {
+            Err(Error::Remote("connection refused".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl ObjectStore for SwitchStore {
+    fn put(&self, key: &str, body: Bytes) -> StoreFuture<'_, ()> {
+        let r = self.up();
+        let key = key.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.put(&key, body).await
+        })
+    }
+    fn upload(&self, key: &str) -> StoreFuture<'_, Box<dyn Upload>> {
+        let r = self.up();
+        let key = key.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.upload(&key).await
+        })
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> StoreFuture<'_, Bytes> {
+        let r = self.up();
+        let key = key.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.get_range(&key, range).await
+        })
+    }
+    fn delete(&self, key: &str) -> StoreFuture<'_, ()> {
+        let r = self.up();
+        let key = key.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.delete(&key).await
+        })
+    }
+    fn list(&self, prefix: &str) -> StoreFuture<'_, Vec<ObjectInfo>> {
+        let r = self.up();
+        let prefix = prefix.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.list(&prefix).await
+        })
+    }
+}
+
+#[test]
+fn with_the_store_down_appends_are_refused_past_the_backlog_bound_and_resume_after() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let down = Rc::new(Cell::new(false));
+        let store = Rc::new(SwitchStore {
+            inner: DirStore::new(root.join("bucket")),
+            down: down.clone(),
+        });
+        let config = LogConfig {
+            remote_backlog_max_bytes: Some(40 << 10),
+            ..tiered_config()
+        };
+        let log = Log::open(&root.join("t-0"), config).await.expect("open");
+        log.attach_remote(store, PREFIX.into())
+            .await
+            .expect("attach");
+        fill(&log, 0, 40, 1_000).await;
+        log.tier_tick(10_000).await.expect("tick");
+        let uploaded = log.tier_stats().expect("stats").remote_end;
+        assert!(uploaded > 0);
+
+        // The store goes down: appends go on (nothing has failed yet, then within the bound).
+        down.set(true);
+        fill(&log, 40, 30, 1_000).await;
+        assert!(log.tier_tick(10_000).await.is_err(), "the store is down");
+        fill(&log, 70, 10, 1_000).await;
+        // Past the bound (closed segments waiting for upload): a producer's append is
+        // refused, nothing written (the broker's own appends, markers, are not).
+        let mut next = 80;
+        let refused = loop {
+            let mut v = format!("{next:08}").into_bytes();
+            v.resize(1000, b'.');
+            let b = RecordBatchBuilder::new(1_000 + next as i64)
+                .record(None, Some(&v), &[])
+                .build();
+            match log.append_produced(b).await {
+                Ok(_) => next += 1,
+                Err(e) => break e,
+            }
+            assert!(next < 200, "appends never refused: {:?}", log.tier_stats());
+        };
+        let Error::UploadBacklog { pending, max } = refused else {
+            panic!("refused with {refused}");
+        };
+        assert!(pending > max && max == 40 << 10, "{pending} > {max}");
+        assert_eq!(log.watermarks().log_end_offset, next as u64);
+        fill(&log, next, 1, 1_000).await;
+        next += 1;
+        let stats = log.tier_stats().expect("stats");
+        assert_eq!(stats.remote_end, uploaded, "nothing uploaded while down");
+        assert_eq!(stats.lag_bytes, pending);
+
+        // Back: the next tick uploads, and appends are accepted again.
+        down.set(false);
+        log.tier_tick(10_000)
+            .await
+            .expect("tick with the store back");
+        assert_eq!(log.tier_stats().expect("stats").lag_bytes, 0);
+        fill(&log, next, 10, 1_000).await;
+        let end = next as u64 + 10;
+        assert_complete(&read_all(&log, 0).await.expect("read"), 0, end);
+        log.close().await.expect("close");
+    });
+}

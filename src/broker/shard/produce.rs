@@ -126,7 +126,9 @@ impl Shard {
                 r.error_message = Some(message.clone());
                 r.record_errors = record_errors.clone();
             }
-            weir_storage::Error::InvalidBatch(_) | weir_storage::Error::BatchTooLarge { .. } => {
+            weir_storage::Error::InvalidBatch(_)
+            | weir_storage::Error::BatchTooLarge { .. }
+            | weir_storage::Error::UploadBacklog { .. } => {
                 r.error_message = Some(e.to_string());
             }
             _ => {}

@@ -108,6 +108,9 @@ impl Log {
     async fn append_from(&self, records: Bytes, origin: batch::Origin) -> Result<AppendInfo> {
         let inner = &self.inner;
         inner.check_usable()?;
+        if origin == batch::Origin::Client {
+            super::tiered::check_backlog(inner)?;
+        }
         // The place in line is taken now, in this call's first poll.
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         inner.check_usable()?;

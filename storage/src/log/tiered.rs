@@ -52,6 +52,9 @@ pub(super) struct Remote {
     busy: Cell<bool>,
     /// The first tick has deleted the orphans.
     orphans_collected: Cell<bool>,
+    /// The last tick failed and no upload has succeeded since: with the backlog past
+    /// `remote_backlog_max_bytes`, client appends are refused (`check_backlog`).
+    failing: Cell<bool>,
     /// Orders changes to the manifest (`update_manifest`).
     manifest_lock: FifoLock,
     stats: RefCell<TierStats>,
@@ -109,6 +112,7 @@ pub(super) async fn attach(
         indexes: RefCell::default(),
         busy: Cell::new(false),
         orphans_collected: Cell::new(false),
+        failing: Cell::new(false),
         manifest_lock: FifoLock::default(),
         stats: RefCell::default(),
     });
@@ -167,10 +171,7 @@ pub(super) fn stats(inner: &Inner) -> Option<TierStats> {
     s.remote_segments = m.segments.len();
     s.remote_bytes = m.segments.values().map(|s| s.size).sum();
     s.remote_end = m.end().unwrap_or(0);
-    s.lag_bytes = upload_candidates(inner, m.end())
-        .iter()
-        .map(|s| s.state.borrow().size)
-        .sum();
+    s.lag_bytes = pending_bytes(inner, m.end());
     Some(s)
 }
 
@@ -197,6 +198,7 @@ pub(super) async fn tick(inner: &Inner, now_ms: i64) -> Result<usize> {
                 break;
             };
             upload(inner, &remote, &seg).await?;
+            remote.failing.set(false);
             uploaded += 1;
         }
         remote_retention(inner, &remote, now_ms).await?;
@@ -204,10 +206,43 @@ pub(super) async fn tick(inner: &Inner, now_ms: i64) -> Result<usize> {
     }
     .await;
     remote.busy.set(false);
+    remote.failing.set(r.is_err());
     if r.is_err() {
         remote.stats.borrow_mut().errors += 1;
     }
     r
+}
+
+/// Refuses a client's append while the store fails and the closed segments waiting for
+/// upload exceed `remote_backlog_max_bytes` ([`Error::UploadBacklog`]); a working store, or
+/// a backlog within the bound, lets it through.
+pub(super) fn check_backlog(inner: &Inner) -> Result<()> {
+    let max = {
+        let config = inner.config.borrow();
+        match config.remote_backlog_max_bytes {
+            Some(max) if config.remote_storage => max,
+            _ => return Ok(()),
+        }
+    };
+    let Some(remote) = inner.remote() else {
+        return Ok(());
+    };
+    if !remote.failing.get() {
+        return Ok(());
+    }
+    let pending = pending_bytes(inner, remote.manifest.borrow().end());
+    if pending > max {
+        return Err(Error::UploadBacklog { pending, max });
+    }
+    Ok(())
+}
+
+/// Bytes of the closed local segments not uploaded yet (what `upload_candidates` lists).
+fn pending_bytes(inner: &Inner, remote_end: Option<u64>) -> u64 {
+    let segs = inner.segments.borrow();
+    not_uploaded(&segs, inner.visible.get(), remote_end)
+        .map(|s| s.state.borrow().size)
+        .sum()
 }
 
 /// The offset below which local retention may delete: the remote end with remote
@@ -224,16 +259,24 @@ pub(super) fn local_retention_limit(inner: &Inner) -> Option<u64> {
 /// Closed local segments from the remote end on, whole and below the high watermark.
 fn upload_candidates(inner: &Inner, remote_end: Option<u64>) -> Vec<Rc<Segment>> {
     let segs = inner.segments.borrow();
-    let visible = inner.visible.get();
+    not_uploaded(&segs, inner.visible.get(), remote_end)
+        .cloned()
+        .collect()
+}
+
+/// The closed segments of `segs` from `remote_end` on, not empty and below `visible`.
+fn not_uploaded(
+    segs: &std::collections::BTreeMap<u64, Rc<Segment>>,
+    visible: u64,
+    remote_end: Option<u64>,
+) -> impl Iterator<Item = &Rc<Segment>> {
     let from = remote_end.unwrap_or(0);
     segs.values()
         .take(segs.len().saturating_sub(1))
-        .filter(|s| {
+        .filter(move |s| {
             let st = s.state.borrow();
             s.base_offset >= from && st.size > 0 && st.next_offset <= visible
         })
-        .cloned()
-        .collect()
 }
 
 /// Copies `seg` to the store, then lists it in the manifest.
