@@ -28,6 +28,10 @@ mod shard;
 mod sockets;
 mod streaming;
 mod sync;
+#[cfg(feature = "tiered-storage")]
+mod tier;
+#[cfg(not(feature = "tiered-storage"))]
+#[path = "tier_off.rs"]
 mod tier;
 mod tls;
 mod txn;
@@ -353,6 +357,8 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     }
     // A cluster: this broker's own inter-broker address and its peers', resolved here (no
     // DNS on the cores).
+    #[cfg(not(feature = "tiered-storage"))]
+    tier::check_config(&config)?;
     let cluster_addrs = cluster_addresses(&config)?;
     shard::data_dir_ok(&config.data_dir)?;
     // Absolute from here on: logs name the real place, and glommio cannot open relative paths.
