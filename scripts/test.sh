@@ -23,8 +23,9 @@
 #                         WEIR_CRASH_CYCLES=300 the crash loop's long mode, WEIR_IDEMPOTENT_CYCLES
 #                         and WEIR_TXN_CRASH_CYCLES those of the idempotent and transactional
 #                         crash loops (all: never in CI)
-#   WEIR_FRANZ_GO_FULL=1  franz-go's suite (tests/test_franz_go_suite.py, about 2 minutes, always run
-#                         against one broker) with its local tests too; WEIR_FRANZ_GO_CLUSTER=1 also on
+#   WEIR_FRANZ_GO_FULL=1  franz-go's suite (tests/test_franz_go_suite.py, always run against one
+#                         broker) with franz-go's own 500000 records per ETL test (CI: 100000)
+#                         and its local tests too; WEIR_FRANZ_GO_CLUSTER=1 also on
 #                         three brokers
 #   WEIR_UPGRADE=1        upgrade tests: the previous release (scripts/previous-release, built from
 #                         source into target/previous, ~5 minutes once) upgraded in place

@@ -647,3 +647,42 @@ fn with_the_store_down_appends_are_refused_past_the_backlog_bound_and_resume_aft
         log.close().await.expect("close");
     });
 }
+
+#[test]
+fn deleting_a_log_deletes_every_object_under_its_prefix() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        let log = Log::open(&root.join("t-0"), tiered_config())
+            .await
+            .expect("open");
+        log.attach_remote(store.clone(), PREFIX.into())
+            .await
+            .expect("attach");
+        fill(&log, 0, 60, 1_000).await;
+        log.tier_tick(10_000).await.expect("tick");
+        assert!(!log.remote_segments().is_empty());
+        // What an upload cut short leaves: an object no manifest lists.
+        let orphan = format!("{PREFIX}/00000000000000000099-00000000000000ff.log");
+        store
+            .put(&orphan, Bytes::from_static(b"half"))
+            .await
+            .expect("put");
+        // Another log's objects, under another prefix, stay.
+        store
+            .put("t-1/x.log", Bytes::from_static(b"other"))
+            .await
+            .expect("put");
+        log.delete().await.expect("delete");
+        assert_eq!(keys(&store).await, Vec::<String>::new());
+        let rest: Vec<String> = store
+            .list("t-1/")
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        assert_eq!(rest, vec!["t-1/x.log".to_string()]);
+    });
+}

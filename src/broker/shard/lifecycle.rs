@@ -149,13 +149,13 @@ impl Shard {
 
     // ---- Tiered storage ----
 
-    /// This core's partitions now (a copy: the loops over them await).
-    fn partitions_now(&self) -> Vec<((String, i32), Rc<Partition>)> {
-        self.partitions
-            .borrow()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+    /// This core's partitions now, each looked up when its turn comes: a pass holds one
+    /// partition at a time, so `retire` of another does not wait for the whole pass (a
+    /// tiering pass may upload for minutes).
+    fn partitions_now(&self) -> impl Iterator<Item = ((String, i32), Rc<Partition>)> + '_ {
+        let keys: Vec<(String, i32)> = self.partitions.borrow().keys().cloned().collect();
+        keys.into_iter()
+            .filter_map(|(t, p)| self.partition(&t, p).map(|part| ((t, p), part)))
     }
 
     /// Attaches the S3 store to a log of a topic with `remote.storage.enable=true` (on a

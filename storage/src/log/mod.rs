@@ -268,15 +268,11 @@ impl Log {
         Ok(())
     }
 
-    /// Closes the log without a clean-shutdown marker and removes its directory, and its
-    /// remote segments if a store is attached (a store that fails leaves those objects,
-    /// reported as a warning: no manifest remains to find them again).
+    /// Closes the log without a clean-shutdown marker and removes its directory, and with a
+    /// store attached every object under its prefix, once an upload in flight has ended (a
+    /// store that fails leaves those objects, reported as a warning; a new log with the same
+    /// prefix deletes them as orphans).
     pub async fn delete(self) -> Result<()> {
-        if let Some(remote) = self.inner.remote() {
-            if let Err(e) = tiered::delete_remote_below(&self.inner, &remote, u64::MAX).await {
-                tracing::warn!(dir = %self.inner.dir.display(), error = %e, "remote segments of a deleted log not deleted");
-            }
-        }
         let inner = &self.inner;
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         let layout = inner.layout_lock.lock().await.ok_or(Error::Closed)?;
@@ -286,6 +282,13 @@ impl Log {
         inner.layout_lock.close();
         drop(layout);
         drop(permit);
+        if let Some(remote) = inner.remote() {
+            // After the upload in flight, if any: its objects go with the rest instead of
+            // staying in the bucket with no manifest to find them.
+            if let Err(e) = tiered::delete_all(&remote).await {
+                tracing::warn!(dir = %inner.dir.display(), error = %e, "remote segments of a deleted log not deleted");
+            }
+        }
         inner.segments.borrow_mut().clear();
         inner.vfs.remove_dir_all(&inner.dir).await
     }

@@ -57,6 +57,8 @@ pub(super) struct Remote {
     failing: Cell<bool>,
     /// Orders changes to the manifest (`update_manifest`).
     manifest_lock: FifoLock,
+    /// Held by a tick from start to end: `Log::delete` takes it to wait for one in flight.
+    tick_lock: FifoLock,
     stats: RefCell<TierStats>,
 }
 
@@ -114,6 +116,7 @@ pub(super) async fn attach(
         orphans_collected: Cell::new(false),
         failing: Cell::new(false),
         manifest_lock: FifoLock::default(),
+        tick_lock: FifoLock::default(),
         stats: RefCell::default(),
     });
     // Remote segments that end before the local log starts (uploads were stopped while
@@ -188,11 +191,15 @@ pub(super) async fn tick(inner: &Inner, now_ms: i64) -> Result<usize> {
         return Ok(0);
     }
     let r = async {
+        let _tick = remote.tick_lock.lock().await.ok_or(Error::Closed)?;
         if !remote.orphans_collected.get() {
             collect_orphans(inner, &remote).await?;
         }
         let mut uploaded = 0;
         loop {
+            // A closed log (being deleted) stops after the upload in flight: `Log::delete`
+            // waits for it, then deletes what the manifest lists, this segment too.
+            inner.check_usable()?;
             let end = remote.manifest.borrow().end();
             let Some(seg) = upload_candidates(inner, end).into_iter().next() else {
                 break;
@@ -243,6 +250,17 @@ fn pending_bytes(inner: &Inner, remote_end: Option<u64>) -> u64 {
     not_uploaded(&segs, inner.visible.get(), remote_end)
         .map(|s| s.state.borrow().size)
         .sum()
+}
+
+/// For `Log::delete` (the log is closed): waits for a tick in flight to end (it stops after
+/// its current upload), then deletes every object under the log's prefix — the segments the
+/// manifest lists and what an upload cut short left.
+pub(super) async fn delete_all(remote: &Remote) -> Result<()> {
+    let _tick = remote.tick_lock.lock().await;
+    for obj in remote.store.list(&format!("{}/", remote.prefix)).await? {
+        remote.store.delete(&obj.key).await?;
+    }
+    Ok(())
 }
 
 /// The offset below which local retention may delete: the remote end with remote
