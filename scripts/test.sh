@@ -194,9 +194,11 @@ fi
 step "pytest tests/"
 export WEIR_BIN="$ROOT/target/release/weir"
 # pytest exits 5 when it collected no test: that is a failure here too (set -e sees non-zero).
+# Every test's duration is in target/pytest-report.xml (JUnit XML): where CI's time goes.
 # shellcheck disable=SC2086
 timeout -k 30 "${WEIR_PYTEST_TIMEOUT_S:-2700}" \
-    "$PYTHON" -m pytest "$ROOT/tests" -v -ra --durations=30 -p no:cacheprovider ${PYTEST_ARGS:-} \
+    "$PYTHON" -m pytest "$ROOT/tests" -v -ra --durations=30 -p no:cacheprovider \
+    --junitxml="$ROOT/target/pytest-report.xml" ${PYTEST_ARGS:-} \
     || die "pytest (exit $?; 5 = no tests collected, 124 = timed out)"
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ in the middle of its uploads leaves no orphaned object and no hole.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import struct
 import threading
@@ -198,10 +199,13 @@ def test_the_store_down_past_the_backlog_bound_refuses_produce_until_it_returns(
     b = broker.bootstrap
     create_tiered_topic(b, 128 << 10, 256 << 10)
     first = messages(4_000)
+    # Record 0 carries the log's largest timestamp: ListOffsets -3 finds it in the store.
+    first[0] = dataclasses.replace(first[0], timestamp=first[-1].timestamp + 60_000)
     # Batches smaller than a segment (one batch is never split: a 1 MB batch would be one segment).
     rd_produce(rd_producer(b, **{"batch.size": 16384}), TOPIC, first)
-    wait_until("uploads", lambda: list_offset(b, -5) > 0
+    wait_until("uploads", lambda: list_offset(b, -5) > 0 and list_offset(b, -4) > 0
                and total(scrape(broker), "weir_remote_upload_lag_bytes", topic=TOPIC) == 0)
+    assert list_offset(b, -3) == 0, "MAX_TIMESTAMP: record 0, in the remote tier only"
     s3.stop()
     # Produce goes on to the local disk (the first failing pass takes the S3 client's retries)
     # until the closed segments waiting for upload pass the bound; then it is refused.

@@ -686,3 +686,46 @@ fn deleting_a_log_deletes_every_object_under_its_prefix() {
         assert_eq!(rest, vec!["t-1/x.log".to_string()]);
     });
 }
+
+#[test]
+fn the_largest_timestamp_is_found_in_the_remote_tier() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        let log = Log::open(&root.join("t-0"), tiered_config())
+            .await
+            .expect("open");
+        log.attach_remote(store, PREFIX.into())
+            .await
+            .expect("attach");
+        fill(&log, 0, 5, 1_000).await;
+        // Record 5 carries the log's largest timestamp (twice: the earlier one is the answer).
+        for _ in 0..2 {
+            let mut v = format!("{:08}", log.watermarks().log_end_offset).into_bytes();
+            v.resize(1000, b'.');
+            let b = RecordBatchBuilder::new(9_000_000)
+                .record(None, Some(&v), &[])
+                .build();
+            log.append(b).await.expect("append");
+        }
+        fill(&log, 7, 93, 1_000).await;
+        assert_eq!(
+            log.max_timestamp_offset().await.expect("max"),
+            Some((5, 9_000_000))
+        );
+        log.tier_tick(10_000).await.expect("tick");
+        log.enforce_retention(10_000).await.expect("retention");
+        let local = log.local_start_offset();
+        assert!(
+            local > 6,
+            "record 5 and 6 only in the store (local start {local})"
+        );
+        assert_eq!(
+            log.max_timestamp_offset().await.expect("max"),
+            Some((5, 9_000_000)),
+            "ListOffsets -3 over the remote tier"
+        );
+        log.close().await.expect("close");
+    });
+}

@@ -329,8 +329,8 @@ impl Log {
     }
 
     /// The record with the largest timestamp among the readable records (Kafka's
-    /// ListOffsets MAX_TIMESTAMP, KIP-734): its offset and timestamp; the earliest such record
-    /// if several share it. `None` for an empty log. Segments are visited from the largest
+    /// ListOffsets MAX_TIMESTAMP, KIP-734), remote ones included: its offset and timestamp;
+    /// the earliest such record if several share it. `None` for an empty log. Segments are visited from the largest
     /// `max_timestamp` down, and a visit stops as soon as no remaining segment can beat the
     /// best found, so usually one segment is scanned. For a compressed batch the batch's base
     /// offset stands for its records (they are not decompressed).
@@ -423,6 +423,20 @@ impl Log {
                 }
                 pos += total;
                 glommio::yield_if_needed().await;
+            }
+        }
+        // Below the local start, the remote tier: its segment with the largest max
+        // timestamp holds the answer if that beats (or ties: earlier offsets) the local one.
+        if let Some(remote_max) = super::tiered::remote_max_timestamp(inner)
+            .filter(|&m| best.is_none_or(|(_, ts)| m >= ts))
+        {
+            if let Some(found) =
+                super::tiered::remote_offset_for_timestamp(inner, remote_max, hw, inflate_max)
+                    .await?
+            {
+                if best.is_none_or(|(off, ts)| found.1 > ts || (found.1 == ts && found.0 < off)) {
+                    return Ok(Some(found));
+                }
             }
         }
         Ok(best)

@@ -522,6 +522,19 @@ pub(super) async fn read_remote(
     Ok(out)
 }
 
+/// The largest max timestamp of the remote segments below the local log start (`None`:
+/// none, or no remote tier).
+pub(super) fn remote_max_timestamp(inner: &Inner) -> Option<i64> {
+    let remote = inner.remote()?;
+    let (start, local) = (inner.start_offset(), inner.log_start.get());
+    let m = remote.manifest.borrow();
+    m.segments
+        .values()
+        .filter(|s| s.next_offset > start && s.base_offset < local && s.max_timestamp >= 0)
+        .map(|s| s.max_timestamp)
+        .max()
+}
+
 /// [`Log::offset_for_timestamp`] over the remote segments below the local log start:
 /// the first record at or after `timestamp_ms` there.
 pub(super) async fn remote_offset_for_timestamp(
