@@ -357,7 +357,6 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     }
     // A cluster: this broker's own inter-broker address and its peers', resolved here (no
     // DNS on the cores).
-    #[cfg(not(feature = "tiered-storage"))]
     tier::check_config(&config)?;
     let cluster_addrs = cluster_addresses(&config)?;
     shard::data_dir_ok(&config.data_dir)?;

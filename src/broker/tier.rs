@@ -139,6 +139,12 @@ pub fn client(config: &weir::config::BrokerConfig) -> Option<S3Client> {
         .clone()
 }
 
+/// A config this build can serve (the build without the feature refuses tiered storage:
+/// `tier_off.rs`).
+pub fn check_config(_config: &weir::config::BrokerConfig) -> Result<(), String> {
+    Ok(())
+}
+
 /// This core's object store (`None`: tiered storage is off).
 pub fn store(config: &weir::config::BrokerConfig) -> Option<std::rc::Rc<S3Store>> {
     thread_local!(static STORE: std::cell::OnceCell<Option<std::rc::Rc<S3Store>>> =

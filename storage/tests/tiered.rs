@@ -40,6 +40,15 @@ async fn fill(log: &Log, from: usize, n: usize, ts: i64) {
     }
 }
 
+/// Opens the log at `path` with `config` and attaches `store` under [`PREFIX`].
+async fn open_tiered(path: &Path, config: LogConfig, store: Rc<dyn ObjectStore>) -> Log {
+    let log = Log::open(path, config).await.expect("open");
+    log.attach_remote(store, PREFIX.into())
+        .await
+        .expect("attach");
+    log
+}
+
 /// Every record from `from` to the high watermark, as (offset, value number).
 async fn read_all(log: &Log, from: u64) -> Result<Vec<(u64, usize)>, Error> {
     let mut out = Vec::new();
@@ -258,33 +267,24 @@ fn a_corrupt_or_missing_remote_object_is_an_error_never_data() {
     });
 }
 
-/// A store that fails its `fail_at`-th operation (counting puts, upload writes and
-/// finishes, gets and deletes) and every one after it, as a process killed there would.
-struct FailingStore {
+/// What a store operation does, for a [`GatedStore`]'s gate.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// A put, an upload's start, part or finish, a delete.
+    Write,
+    /// A ranged get, a listing.
+    Read,
+}
+
+/// A [`DirStore`] that asks `gate` before each operation: an error fails it, nothing done.
+struct GatedStore {
     inner: DirStore,
-    ops: Rc<Cell<usize>>,
-    fail_at: usize,
+    gate: Rc<dyn Fn(Op) -> Result<(), Error>>,
 }
 
-impl FailingStore {
-    fn step(&self) -> Result<(), Error> {
-        step(&self.ops, self.fail_at)
-    }
-}
-
-fn step(ops: &Cell<usize>, fail_at: usize) -> Result<(), Error> {
-    let n = ops.get() + 1;
-    ops.set(n);
-    if n >= fail_at {
-        Err(Error::Remote(format!("killed at operation {n}")))
-    } else {
-        Ok(())
-    }
-}
-
-impl ObjectStore for FailingStore {
+impl ObjectStore for GatedStore {
     fn put(&self, key: &str, body: Bytes) -> StoreFuture<'_, ()> {
-        let r = self.step();
+        let r = (self.gate)(Op::Write);
         let key = key.to_string();
         Box::pin(async move {
             r?;
@@ -292,23 +292,27 @@ impl ObjectStore for FailingStore {
         })
     }
     fn upload(&self, key: &str) -> StoreFuture<'_, Box<dyn Upload>> {
-        let r = self.step();
+        let r = (self.gate)(Op::Write);
         let key = key.to_string();
         Box::pin(async move {
             r?;
             let up = self.inner.upload(&key).await?;
-            Ok(Box::new(FailingUpload {
+            Ok(Box::new(GatedUpload {
                 up,
-                ops: self.ops.clone(),
-                fail_at: self.fail_at,
+                gate: self.gate.clone(),
             }) as Box<dyn Upload>)
         })
     }
     fn get_range(&self, key: &str, range: Range<u64>) -> StoreFuture<'_, Bytes> {
-        self.inner.get_range(key, range)
+        let r = (self.gate)(Op::Read);
+        let key = key.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.get_range(&key, range).await
+        })
     }
     fn delete(&self, key: &str) -> StoreFuture<'_, ()> {
-        let r = self.step();
+        let r = (self.gate)(Op::Write);
         let key = key.to_string();
         Box::pin(async move {
             r?;
@@ -316,19 +320,23 @@ impl ObjectStore for FailingStore {
         })
     }
     fn list(&self, prefix: &str) -> StoreFuture<'_, Vec<ObjectInfo>> {
-        self.inner.list(prefix)
+        let r = (self.gate)(Op::Read);
+        let prefix = prefix.to_string();
+        Box::pin(async move {
+            r?;
+            self.inner.list(&prefix).await
+        })
     }
 }
 
-struct FailingUpload {
+struct GatedUpload {
     up: Box<dyn Upload>,
-    ops: Rc<Cell<usize>>,
-    fail_at: usize,
+    gate: Rc<dyn Fn(Op) -> Result<(), Error>>,
 }
 
-impl Upload for FailingUpload {
+impl Upload for GatedUpload {
     fn write(&mut self, part: Bytes) -> StoreFuture<'_, ()> {
-        let r = step(&self.ops, self.fail_at);
+        let r = (self.gate)(Op::Write);
         Box::pin(async move {
             r?;
             self.up.write(part).await
@@ -336,12 +344,33 @@ impl Upload for FailingUpload {
     }
     fn finish(self: Box<Self>) -> StoreFuture<'static, ()> {
         Box::pin(async move {
-            step(&self.ops, self.fail_at)?;
+            (self.gate)(Op::Write)?;
             self.up.finish().await
         })
     }
     fn abort(self: Box<Self>) -> StoreFuture<'static, ()> {
         self.up.abort()
+    }
+}
+
+/// A store that fails its `fail_at`-th write (counting puts, upload starts, parts and
+/// finishes, and deletes) and every one after it, as a process killed there would; reads
+/// go through. `ops` counts the writes.
+fn failing_store(bucket: &Path, ops: Rc<Cell<usize>>, fail_at: usize) -> GatedStore {
+    GatedStore {
+        inner: DirStore::new(bucket),
+        gate: Rc::new(move |op| {
+            if op == Op::Read {
+                return Ok(());
+            }
+            let n = ops.get() + 1;
+            ops.set(n);
+            if n >= fail_at {
+                Err(Error::Remote(format!("killed at operation {n}")))
+            } else {
+                Ok(())
+            }
+        }),
     }
 }
 
@@ -351,11 +380,7 @@ async fn run_with_failure_at(root: &Path, fail_at: usize) -> usize {
     let bucket = root.join("bucket");
     let path = root.join("t-0");
     let ops = Rc::new(Cell::new(0));
-    let failing = Rc::new(FailingStore {
-        inner: DirStore::new(&bucket),
-        ops: ops.clone(),
-        fail_at,
-    });
+    let failing = Rc::new(failing_store(&bucket, ops.clone(), fail_at));
     let log = Log::open(&path, tiered_config()).await.expect("open");
     log.attach_remote(failing, PREFIX.into())
         .await
@@ -522,83 +547,26 @@ fn delete_records_during_an_upload_loses_neither_change() {
     }
 }
 
-/// A store that can be taken down and brought back (every operation fails while down).
-struct SwitchStore {
-    inner: DirStore,
-    down: Rc<Cell<bool>>,
-}
-
-impl SwitchStore {
-    fn up(&self) -> Result<(), Error> {
-        if self.down.get() {
-            Err(Error::Remote("connection refused".into()))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl ObjectStore for SwitchStore {
-    fn put(&self, key: &str, body: Bytes) -> StoreFuture<'_, ()> {
-        let r = self.up();
-        let key = key.to_string();
-        Box::pin(async move {
-            r?;
-            self.inner.put(&key, body).await
-        })
-    }
-    fn upload(&self, key: &str) -> StoreFuture<'_, Box<dyn Upload>> {
-        let r = self.up();
-        let key = key.to_string();
-        Box::pin(async move {
-            r?;
-            self.inner.upload(&key).await
-        })
-    }
-    fn get_range(&self, key: &str, range: Range<u64>) -> StoreFuture<'_, Bytes> {
-        let r = self.up();
-        let key = key.to_string();
-        Box::pin(async move {
-            r?;
-            self.inner.get_range(&key, range).await
-        })
-    }
-    fn delete(&self, key: &str) -> StoreFuture<'_, ()> {
-        let r = self.up();
-        let key = key.to_string();
-        Box::pin(async move {
-            r?;
-            self.inner.delete(&key).await
-        })
-    }
-    fn list(&self, prefix: &str) -> StoreFuture<'_, Vec<ObjectInfo>> {
-        let r = self.up();
-        let prefix = prefix.to_string();
-        Box::pin(async move {
-            r?;
-            self.inner.list(&prefix).await
-        })
-    }
-}
-
 #[test]
 fn with_the_store_down_appends_are_refused_past_the_backlog_bound_and_resume_after() {
     let dir = common::tempdir();
     let root = dir.path().to_path_buf();
     common::run(dir.path(), move || async move {
         let down = Rc::new(Cell::new(false));
-        let store = Rc::new(SwitchStore {
+        // Every operation fails while `down`.
+        let gate_down = down.clone();
+        let store = Rc::new(GatedStore {
             inner: DirStore::new(root.join("bucket")),
-            down: down.clone(),
+            gate: Rc::new(move |_| match gate_down.get() {
+                true => Err(Error::Remote("connection refused".into())),
+                false => Ok(()),
+            }),
         });
         let config = LogConfig {
             remote_backlog_max_bytes: Some(40 << 10),
             ..tiered_config()
         };
-        let log = Log::open(&root.join("t-0"), config).await.expect("open");
-        log.attach_remote(store, PREFIX.into())
-            .await
-            .expect("attach");
+        let log = open_tiered(&root.join("t-0"), config, store).await;
         fill(&log, 0, 40, 1_000).await;
         log.tier_tick(10_000).await.expect("tick");
         let uploaded = log.tier_stats().expect("stats").remote_end;
@@ -654,12 +622,7 @@ fn deleting_a_log_deletes_every_object_under_its_prefix() {
     let root = dir.path().to_path_buf();
     common::run(dir.path(), move || async move {
         let store = Rc::new(DirStore::new(root.join("bucket")));
-        let log = Log::open(&root.join("t-0"), tiered_config())
-            .await
-            .expect("open");
-        log.attach_remote(store.clone(), PREFIX.into())
-            .await
-            .expect("attach");
+        let log = open_tiered(&root.join("t-0"), tiered_config(), store.clone()).await;
         fill(&log, 0, 60, 1_000).await;
         log.tier_tick(10_000).await.expect("tick");
         assert!(!log.remote_segments().is_empty());
@@ -693,12 +656,7 @@ fn the_largest_timestamp_is_found_in_the_remote_tier() {
     let root = dir.path().to_path_buf();
     common::run(dir.path(), move || async move {
         let store = Rc::new(DirStore::new(root.join("bucket")));
-        let log = Log::open(&root.join("t-0"), tiered_config())
-            .await
-            .expect("open");
-        log.attach_remote(store, PREFIX.into())
-            .await
-            .expect("attach");
+        let log = open_tiered(&root.join("t-0"), tiered_config(), store).await;
         fill(&log, 0, 5, 1_000).await;
         // Record 5 carries the log's largest timestamp (twice: the earlier one is the answer).
         for _ in 0..2 {

@@ -330,10 +330,11 @@ impl Log {
 
     /// The record with the largest timestamp among the readable records (Kafka's
     /// ListOffsets MAX_TIMESTAMP, KIP-734), remote ones included: its offset and timestamp;
-    /// the earliest such record if several share it. `None` for an empty log. Segments are visited from the largest
-    /// `max_timestamp` down, and a visit stops as soon as no remaining segment can beat the
-    /// best found, so usually one segment is scanned. For a compressed batch the batch's base
-    /// offset stands for its records (they are not decompressed).
+    /// the earliest such record if several share it. `None` for an empty log. Local segments
+    /// are visited from the largest `max_timestamp` down, and a visit stops as soon as no
+    /// remaining segment can beat the best found, so usually one segment is scanned. For a
+    /// compressed batch the batch's base offset stands for its records (they are not
+    /// decompressed).
     pub async fn max_timestamp_offset(&self) -> Result<Option<(u64, i64)>> {
         let inner = &self.inner;
         let hw = inner.visible.get();

@@ -198,7 +198,7 @@ pub(super) async fn tick(inner: &Inner, now_ms: i64) -> Result<usize> {
         let mut uploaded = 0;
         loop {
             // A closed log (being deleted) stops after the upload in flight: `Log::delete`
-            // waits for it, then deletes what the manifest lists, this segment too.
+            // waits for it, then deletes every object under the prefix.
             inner.check_usable()?;
             let end = remote.manifest.borrow().end();
             let Some(seg) = upload_candidates(inner, end).into_iter().next() else {
