@@ -140,7 +140,10 @@ async fn respond(
         body.len(),
         if close { "Connection: close\r\n" } else { "" }
     );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body).await?;
+    // One write: head and body leave in one segment where they fit, not two round trips.
+    let mut reply = Vec::with_capacity(head.len() + body.len());
+    reply.extend_from_slice(head.as_bytes());
+    reply.extend_from_slice(body);
+    stream.write_all(&reply).await?;
     stream.flush().await
 }
