@@ -11,8 +11,6 @@
 # Environment:
 #   FUZZ_SECONDS=20        time per target
 #   FUZZ_TARGETS="a b"     only these targets (default: all of `cargo fuzz list`)
-#   FUZZ_BUILD_ONLY=1      install cargo-fuzz if missing, build the targets, run nothing
-#                          (scripts/test.sh builds them so while pytest runs)
 #   FUZZ_RELEASE=1         build the targets optimized (cargo-fuzz's default). Without it they
 #                          are built with --dev: a cold build takes ~5 minutes instead of ~12 on
 #                          2 cores (CI builds from nothing), at ~1/40 of the executions per
@@ -34,7 +32,6 @@ PROFILE=(--dev)
 [ "${FUZZ_RELEASE:-0}" = 1 ] && PROFILE=()
 echo "==> cargo fuzz build ${PROFILE[*]} ($(echo $TARGETS | tr '\n' ' '))"
 cargo fuzz build "${PROFILE[@]}"
-[ "${FUZZ_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

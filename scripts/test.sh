@@ -4,12 +4,11 @@
 # On a fresh Debian machine (as root) it installs what it needs first — kcat, node and npm from
 # Debian's packages, the pinned Python clients from scripts/requirements-test.txt — and then runs:
 #   cargo fmt --check, cargo clippy -D warnings, a check that the default build needs only Rust,
-#   cargo build --release --features rdkafka,
+#   cargo build --release --features rdkafka, cargo test --workspace (and the storage tests
+#   again with WEIR_TEST_OPEN_FILE_LIMIT=1),
 #   pytest tests/ (the real `weir` binary driven by kcat, confluent-kafka, kafka-python, KafkaJS,
 #   the Java client, Kafka Streams, Connect and MirrorMaker 2, Kafka's own tools (tests/java/*,
-#   Maven projects resolved into ~/.m2 once), franz-go's own suite and sarama (Go modules)),
-#   cargo test --workspace (and the storage tests again with WEIR_TEST_OPEN_FILE_LIMIT=1), a
-#   fuzz smoke run — the last two built in the background at idle priority while pytest runs.
+#   Maven projects resolved into ~/.m2 once), franz-go's own suite and sarama (Go modules)).
 # Any failure stops it with a non-zero exit. Nothing is skipped: a missing tool is installed.
 # When everything is already installed the install step costs about a second.
 #
@@ -18,7 +17,6 @@
 #   PYTEST_ARGS="..."     extra arguments for pytest (e.g. "-k restart -x")
 #   WEIR_CARGO_TEST_TIMEOUT_S, WEIR_PYTEST_TIMEOUT_S   deadlines (default 2400 s and 2700 s)
 #   WEIR_TEST_SKIP_FUZZ=1 skip the fuzz smoke run (CI never sets it); WEIR_FUZZ_SECONDS=10
-#   WEIR_TEST_OVERLAP=0   build cargo test's and the fuzz targets after pytest, not during it
 #   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the release build still runs); for
 #                         iterating on tests/ only — CI never sets it.
 #   WEIR_LIBRDKAFKA_FULL=1 also run the whole of librdkafka's 0113 (about 14 minutes);
@@ -178,56 +176,8 @@ step "cargo build --release --features rdkafka"
 cargo build --release --features rdkafka || die "cargo build --release --features rdkafka"
 [ -x "$ROOT/target/release/weir" ] || die "target/release/weir was not built"
 
-# The builds the steps after pytest need (cargo test's debug build, the fuzz targets) start now,
-# in the background at SCHED_IDLE (chrt --idle): they get a core only when nothing else wants
-# it, so they fill the time pytest spends waiting on brokers, JVMs and timeouts instead of
-# adding ~10 minutes after it. WEIR_TEST_OVERLAP=0 builds them in the foreground, after pytest.
-declare -A BG_PID=()
-bg_start() {
-    local name=$1; shift
-    if [ "${WEIR_TEST_OVERLAP:-1}" = 0 ]; then return; fi
-    # setsid: its own process group, so that a failed run can stop cargo and every rustc.
-    setsid chrt --idle 0 bash -c '"$@" >"$0" 2>&1' "$ROOT/target/bg-$name.log" "$@" &
-    BG_PID[$name]=$!
-    echo "started in the background at idle priority: $name (log: target/bg-$name.log)"
-}
-bg_wait() {
-    local name=$1 pid=${BG_PID[$1]:-}
-    [ -n "$pid" ] || return 0
-    unset "BG_PID[$name]"
-    local rc=0
-    wait "$pid" || rc=$?
-    if [ $rc != 0 ]; then
-        tail -n 80 "$ROOT/target/bg-$name.log"
-        die "$name (the background build, exit $rc)"
-    fi
-}
-trap 'for p in "${BG_PID[@]}"; do kill -- -"$p" 2>/dev/null || true; done' EXIT
-
-RUST_TESTS=0; [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ] && RUST_TESTS=1
-FUZZ=0; [ "${WEIR_TEST_SKIP_FUZZ:-0}" != 1 ] && FUZZ=1
-if [ $RUST_TESTS = 1 ]; then
-    bg_start "cargo-test-build" bash -c 'cargo test --workspace --no-run && cargo test --bench broker_path --no-run'
-fi
-if [ $FUZZ = 1 ]; then
-    bg_start "fuzz-build" env FUZZ_BUILD_ONLY=1 "$ROOT/scripts/fuzz-smoke.sh"
-fi
-
-# ---------------------------------------------------------------------------------------------
-step "pytest tests/"
-export WEIR_BIN="$ROOT/target/release/weir"
-# pytest exits 5 when it collected no test: that is a failure here too (set -e sees non-zero).
-# Every test's duration is in target/pytest-report.xml (JUnit XML): where CI's time goes.
-# shellcheck disable=SC2086
-timeout -k 30 "${WEIR_PYTEST_TIMEOUT_S:-2700}" \
-    "$PYTHON" -m pytest "$ROOT/tests" -v -ra --durations=30 -p no:cacheprovider \
-    --junitxml="$ROOT/target/pytest-report.xml" ${PYTEST_ARGS:-} \
-    || die "pytest (exit $?; 5 = no tests collected, 124 = timed out)"
-
-# ---------------------------------------------------------------------------------------------
-if [ $RUST_TESTS = 1 ]; then
+if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
     step "cargo test --workspace"
-    bg_wait "cargo-test-build"
     # A deadline, so that a hung test fails the run instead of eating CI's whole budget.
     timeout -k 30 "${WEIR_CARGO_TEST_TIMEOUT_S:-2400}" cargo test --workspace \
         || die "cargo test --workspace (exit $?; 124 = timed out)"
@@ -242,12 +192,22 @@ if [ $RUST_TESTS = 1 ]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
+step "pytest tests/"
+export WEIR_BIN="$ROOT/target/release/weir"
+# pytest exits 5 when it collected no test: that is a failure here too (set -e sees non-zero).
+# Every test's duration is in target/pytest-report.xml (JUnit XML): where CI's time goes.
+# shellcheck disable=SC2086
+timeout -k 30 "${WEIR_PYTEST_TIMEOUT_S:-2700}" \
+    "$PYTHON" -m pytest "$ROOT/tests" -v -ra --durations=30 -p no:cacheprovider \
+    --junitxml="$ROOT/target/pytest-report.xml" ${PYTEST_ARGS:-} \
+    || die "pytest (exit $?; 5 = no tests collected, 124 = timed out)"
+
+# ---------------------------------------------------------------------------------------------
 # A few seconds per cargo-fuzz target (request frames, record batches, index entries, segment
 # recovery) plus a replay of past findings (fuzz/found/); installs cargo-fuzz if missing.
 # WEIR_FUZZ_SECONDS (default 10) per target; WEIR_TEST_SKIP_FUZZ=1 skips it when iterating.
-if [ $FUZZ = 1 ]; then
+if [ "${WEIR_TEST_SKIP_FUZZ:-0}" != 1 ]; then
     step "fuzz smoke (scripts/fuzz-smoke.sh)"
-    bg_wait "fuzz-build"
     FUZZ_SECONDS=${WEIR_FUZZ_SECONDS:-10} timeout -k 30 1200 "$ROOT/scripts/fuzz-smoke.sh" \
         || die "fuzz smoke (exit $?; 124 = timed out)"
 fi

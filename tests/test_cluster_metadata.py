@@ -57,6 +57,12 @@ def cluster(request):
     """Three brokers, ids 1-3, each with its own inter-broker port named in --peers, talking
     to each other over mutual TLS (all on 127.0.0.1: their certificates name that host). More
     settings for all three: `@pytest.mark.parametrize("cluster", [{...}], indirect=True)`."""
+    yield from three_brokers(request, getattr(request, "param", {}))
+
+
+def three_brokers(request, settings: dict):
+    """The `cluster` fixture's body, for fixtures whose settings come from other fixtures:
+    yields the three started brokers, closes them after."""
     ports = free_ports(3)
     voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(ports))
     brokers = []
@@ -66,7 +72,7 @@ def cluster(request):
         b = Broker(workdir,
                    {"node.id": str(i + 1), "controller.quorum.voters": voters,
                     **peer_tls_settings(TMP_ROOT, f"broker-{i + 1}-{workdir.name}", "127.0.0.1"),
-                    **getattr(request, "param", {})}, cores=CORES)
+                    **settings}, cores=CORES)
         brokers.append(b)
     for b in brokers:
         b.start()

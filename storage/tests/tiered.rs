@@ -687,3 +687,110 @@ fn the_largest_timestamp_is_found_in_the_remote_tier() {
         log.close().await.expect("close");
     });
 }
+
+/// Uploads `leader`'s next segments under `epoch` (at most `max`), listing each in every log
+/// of `replicas` as a replicated log's replicas do when they apply the upload's entry.
+/// Returns what was uploaded.
+async fn lead_uploads(
+    leader: &Log,
+    epoch: u32,
+    replicas: &[&Log],
+    max: usize,
+) -> Vec<weir_storage::tier::RemoteSegment> {
+    let mut out = Vec::new();
+    while out.len() < max {
+        let Some(seg) = leader.upload_next_segment(epoch).await.expect("upload") else {
+            break;
+        };
+        assert_eq!(
+            seg.id >> 32,
+            u64::from(epoch),
+            "the upload id carries the epoch"
+        );
+        for r in replicas {
+            assert!(
+                r.list_remote_segment(seg).await.expect("list"),
+                "{seg:?} not listed"
+            );
+        }
+        out.push(seg);
+    }
+    out
+}
+
+#[test]
+fn replicas_that_cut_segments_elsewhere_share_one_remote_tier_across_a_failover() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        // Two replicas of one partition: the same batches at the same offsets, cut into
+        // segments at different offsets (a follower rolls between the appends it is sent).
+        let a = open_tiered(&root.join("a"), tiered_config(), store.clone()).await;
+        let b_config = LogConfig {
+            segment_bytes: 40 << 10,
+            ..tiered_config()
+        };
+        let b = open_tiered(&root.join("b"), b_config, store.clone()).await;
+        fill(&a, 0, 300, 1_000).await;
+        fill(&b, 0, 300, 1_000).await;
+
+        // Leader a (epoch 1) uploads three segments; both replicas list them.
+        let first = lead_uploads(&a, 1, &[&a, &b], 3).await;
+        assert_eq!(first.len(), 3);
+        assert_eq!(listed(&a), listed(&b));
+        let a_end = first[2].next_offset;
+        assert!(
+            !b.list_remote_segment(first[1]).await.expect("again"),
+            "listed twice"
+        );
+
+        // a is deposed and uploads once more (epoch 1): never committed, never listed.
+        let stray = a
+            .upload_next_segment(1)
+            .await
+            .expect("upload")
+            .expect("a segment");
+        // b leads (epoch 2): collects what earlier epochs left unlisted, then uploads its own
+        // segments from the one holding the remote end.
+        assert_eq!(
+            b.collect_remote_orphans(2).await.expect("collect"),
+            3,
+            "the stray upload"
+        );
+        assert!(!keys(&store)
+            .await
+            .iter()
+            .any(|k| k.contains(&format!("{:016x}", stray.id))));
+        let second = lead_uploads(&b, 2, &[&a, &b], usize::MAX).await;
+        assert!(
+            second[0].base_offset < a_end && a_end < second[0].next_offset,
+            "b's first upload begins inside what a uploaded: {:?} after {a_end}",
+            second[0]
+        );
+        assert_eq!(listed(&a), listed(&b));
+        let segs = b.remote_segments();
+        for w in segs.windows(2) {
+            assert!(
+                w[1].base_offset <= w[0].next_offset && w[0].next_offset < w[1].next_offset,
+                "a hole or a step back: {segs:?}"
+            );
+        }
+        assert_eq!(segs[0].base_offset, 0);
+        // What b's upload replaced is collected; a deposed leader collecting reaches only
+        // epochs below its own: b's objects stay.
+        b.collect_remote_orphans(2).await.expect("collect");
+        assert_eq!(keys(&store).await, listed(&b));
+        a.collect_remote_orphans(1).await.expect("collect");
+        assert_eq!(keys(&store).await, listed(&b));
+
+        // Each replica deletes locally what is listed; every record is read from offset 0.
+        for log in [&a, &b] {
+            log.enforce_retention(10_000).await.expect("retention");
+            assert!(log.local_start_offset() > 0);
+            assert_complete(&read_all(log, 0).await.expect("read"), 0, 300);
+        }
+        a.close().await.expect("close");
+        b.close().await.expect("close");
+    });
+}

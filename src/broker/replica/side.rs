@@ -1,6 +1,7 @@
 //! `raft_entries`, the side log of a replica (docs/replication.md §3.2): the Raft entries
-//! that are not record batches — the empty entry a new leader appends, and a committed move
-//! of the log start (DeleteRecords: `replica::log_start`) — so that they take no Kafka offset. One record each, appended and fdatasync'ed before any later entry is
+//! that are not record batches — the empty entry a new leader appends, a committed move
+//! of the log start (DeleteRecords: `replica::log_start`) and an upload to the remote tier
+//! (`replica::remote`) — so that they take no Kafka offset. One record each, appended and fdatasync'ed before any later entry is
 //! written; `before_offset` is the log end offset when it was appended, which places it
 //! exactly among the data batches when the Raft log is rebuilt (`store::rebuild`).
 //!
@@ -11,8 +12,8 @@
 //!         8..8+n  body: index u64 | term u64 | before_offset u64 | kind u8 | context
 //! ```
 //! kind 0 = empty (a leader's first entry of its term; no context); kind 1 = an entry with no
-//! data whose raft-rs `context` holds a command (today only the log start move of
-//! `replica::log_start`), `context` = the rest of the body. Others are refused (membership
+//! data whose raft-rs `context` holds a command (the log start move of `replica::log_start`,
+//! the upload of `replica::remote`), `context` = the rest of the body. Others are refused (membership
 //! changes are not built); an older weir reads a kind-1 record as damage and cuts the side
 //! log there, so a downgrade across this format is not supported. A torn or corrupt tail — a crash mid-append, never reported
 //! persisted — is cut at the last whole record when the file is read back. Truncation (a
@@ -83,6 +84,27 @@ impl SideEntry {
             context,
         })
     }
+}
+
+/// The commands among `entries` up to `applied` that a reopening replica carries out again
+/// (committed before a crash, perhaps not carried out): the highest log start move
+/// (`replica::log_start`) past `log_start`, and every upload to the remote tier in order
+/// (`replica::remote`; listing one already listed changes nothing). The side log keeps them
+/// below the snapshot point too.
+pub fn commands_to_redo(
+    entries: &[SideEntry],
+    applied: u64,
+    log_start: u64,
+) -> (Option<u64>, Vec<weir_storage::tier::RemoteSegment>) {
+    let upto = || entries.iter().filter(move |s| s.index <= applied);
+    let cut = upto()
+        .filter_map(|s| super::log_start::decode(&s.context))
+        .max()
+        .filter(|&o| o > log_start);
+    let uploads = upto()
+        .filter_map(|s| super::remote::decode(&s.context))
+        .collect();
+    (cut, uploads)
 }
 
 /// Decodes the whole records of a side log's bytes, in order, each with its file position;

@@ -7,7 +7,10 @@
 //! voters) and its `data` names the Kafka offset where the log continues — the follower
 //! restarts its log empty there, as a Kafka follower does with `truncateFullyAndStartAt`.
 //!
-//! `data` layout (13 bytes): `magic "WSNP" | version u8 = 1 | offset u64 LE`.
+//! `data` layout (13 bytes): `magic "WSNP" | version u8 = 1 | offset u64 LE`; a tiered
+//! partition's: `magic | version u8 = 2 | offset u64 LE | remote manifest` (its
+//! `remote_segments` file's bytes, with their own CRC: the follower installs the leader's
+//! list of the segments in the store).
 //!
 //! `snapshot_install` (in the partition directory), written before a follower changes anything
 //! and removed once the install is complete; a group that opens with it present does the
@@ -29,29 +32,48 @@ use super::state::SnapshotPoint;
 pub const INSTALL_FILE: &str = "snapshot_install";
 const DATA_MAGIC: &[u8; 4] = b"WSNP";
 const DATA_VERSION: u8 = 1;
+const DATA_VERSION_TIERED: u8 = 2;
 const DATA_BYTES: usize = 13;
 const FILE_MAGIC: &[u8; 4] = b"WSNI";
 const FILE_VERSION: u8 = 1;
 const FILE_BYTES: usize = 33;
 
-/// A snapshot's `data`: the offset where the log continues after it.
-pub fn encode_data(offset: u64) -> Bytes {
-    let mut out = Vec::with_capacity(DATA_BYTES);
+/// A snapshot's `data`: the offset where the log continues after it, and (a tiered
+/// partition) the remote tier's manifest (version 2; without one version 1, which a weir
+/// that predates tiered replicas reads too).
+pub fn encode_data(offset: u64, remote_manifest: Option<&[u8]>) -> Bytes {
+    let extra = remote_manifest.unwrap_or_default();
+    let mut out = Vec::with_capacity(DATA_BYTES + extra.len());
     out.extend_from_slice(DATA_MAGIC);
-    out.push(DATA_VERSION);
+    out.push(if remote_manifest.is_some() {
+        DATA_VERSION_TIERED
+    } else {
+        DATA_VERSION
+    });
     out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(extra);
     Bytes::from(out)
 }
 
-/// The offset a snapshot's `data` names; an error for anything else.
-pub fn decode_data(data: &[u8]) -> Result<u64, String> {
-    if data.len() != DATA_BYTES || &data[..4] != DATA_MAGIC || data[4] != DATA_VERSION {
-        return Err(format!(
+/// What a snapshot's `data` names: the offset, and the remote manifest's bytes if it
+/// carries one (checked when installed: `Log::install_remote_manifest`); an error for
+/// anything else.
+pub fn decode_data(data: &[u8]) -> Result<(u64, Option<&[u8]>), String> {
+    let refuse = || {
+        format!(
             "a Raft snapshot whose data is not a weir snapshot point ({} bytes)",
             data.len()
-        ));
+        )
+    };
+    if data.len() < DATA_BYTES || &data[..4] != DATA_MAGIC {
+        return Err(refuse());
     }
-    Ok(u64::from_le_bytes(data[5..].try_into().expect("8 bytes")))
+    let offset = u64::from_le_bytes(data[5..DATA_BYTES].try_into().expect("8 bytes"));
+    match data[4] {
+        DATA_VERSION if data.len() == DATA_BYTES => Ok((offset, None)),
+        DATA_VERSION_TIERED if data.len() > DATA_BYTES => Ok((offset, Some(&data[DATA_BYTES..]))),
+        _ => Err(refuse()),
+    }
 }
 
 pub fn encode_install(p: SnapshotPoint) -> Vec<u8> {
@@ -136,14 +158,27 @@ mod tests {
 
     #[test]
     fn data_and_install_file_roundtrip_and_refuse_damage() {
-        assert_eq!(decode_data(&encode_data(P.offset)).unwrap(), P.offset);
+        assert_eq!(
+            decode_data(&encode_data(P.offset, None)).unwrap(),
+            (P.offset, None)
+        );
+        let manifest = b"WEIRRSM1 and the rest";
+        assert_eq!(
+            decode_data(&encode_data(P.offset, Some(manifest))).unwrap(),
+            (P.offset, Some(&manifest[..]))
+        );
         assert!(
             decode_data(b"").is_err(),
             "an empty snapshot names no offset"
         );
-        let mut d = encode_data(7).to_vec();
+        let mut d = encode_data(7, None).to_vec();
         d[4] = 2;
+        assert!(decode_data(&d).is_err(), "version 2 without a manifest");
+        d[4] = 3;
         assert!(decode_data(&d).is_err(), "unknown version");
+        let mut d = encode_data(7, Some(manifest)).to_vec();
+        d[4] = 1;
+        assert!(decode_data(&d).is_err(), "version 1 with more bytes");
         let b = encode_install(P);
         assert_eq!(decode_install(&b).unwrap(), P);
         for cut in 0..b.len() {

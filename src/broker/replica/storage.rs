@@ -58,6 +58,9 @@ struct Core {
     /// Entries read back for a fetch request, kept until raft-rs asked for them again.
     fetched: BTreeMap<u64, Entry>,
     requests: Vec<FetchRequest>,
+    /// The remote tier's manifest as this replica has applied it (a tiered partition), sent
+    /// with a snapshot: the follower installing it then knows the segments in the store.
+    remote_manifest: Option<bytes::Bytes>,
 }
 
 #[derive(Clone)]
@@ -90,6 +93,7 @@ impl ReplicaStorage {
                 applied: snap.index,
                 fetched: BTreeMap::new(),
                 requests: Vec::new(),
+                remote_manifest: None,
             })),
         };
         s.append(&entries)?;
@@ -205,6 +209,11 @@ impl ReplicaStorage {
         }
         c.evict();
         Ok(())
+    }
+
+    /// The remote tier's manifest as applied here (`None`: no remote tier), for snapshots.
+    pub fn set_remote_manifest(&self, manifest: Option<Vec<u8>>) {
+        self.core.borrow_mut().remote_manifest = manifest.map(bytes::Bytes::from);
     }
 
     /// The snapshot point: entries up to its index are compacted away.
@@ -415,7 +424,8 @@ impl raft::Storage for ReplicaStorage {
 
     /// What raft-rs sends a follower that needs entries below the first index (retention
     /// deleted them): the snapshot point, whose data names the offset the follower's log
-    /// restarts at (`replica::snapshot`). Nothing to send before the log was ever compacted.
+    /// restarts at (`replica::snapshot`), and on a tiered partition the remote tier's
+    /// manifest. Nothing to send before the log was ever compacted.
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         let c = self.core.borrow();
         if c.snap.index == 0 || request_index > c.snap.index {
@@ -424,7 +434,7 @@ impl raft::Storage for ReplicaStorage {
             ));
         }
         let mut s = Snapshot {
-            data: super::snapshot::encode_data(c.snap.offset),
+            data: super::snapshot::encode_data(c.snap.offset, c.remote_manifest.as_deref()),
             ..Default::default()
         };
         let m = s.mut_metadata();
@@ -602,7 +612,14 @@ mod tests {
         assert_eq!(meta.get_conf_state().voters, vec![1, 2, 3]);
         assert_eq!(
             crate::broker::replica::snapshot::decode_data(&snap.data).unwrap(),
-            6
+            (6, None)
+        );
+        leader.set_remote_manifest(Some(b"manifest".to_vec()));
+        let snap = leader.snapshot(0, 2).unwrap();
+        assert_eq!(
+            crate::broker::replica::snapshot::decode_data(&snap.data).unwrap(),
+            (6, Some(&b"manifest"[..])),
+            "a tiered partition's snapshot carries its remote segments"
         );
         assert!(leader.snapshot(p.index + 1, 2).is_err(), "past the point");
 

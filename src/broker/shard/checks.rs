@@ -167,9 +167,8 @@ impl Shard {
         }
     }
 
-    /// `remote.storage.enable=true` needs tiered storage on in the broker, a single broker
-    /// (replicated partitions are not tiered yet) and a topic that is not compacted (Kafka's
-    /// rule).
+    /// `remote.storage.enable=true` needs tiered storage on in the broker and a topic that
+    /// is not compacted (Kafka's rule).
     fn check_remote_storage(&self, c: &weir_storage::LogConfig) -> Result<(), String> {
         if !c.remote_storage {
             Ok(())
@@ -178,12 +177,6 @@ impl Shard {
                  (remote.log.storage.system.enable=false). Topic cannot be configured with \
                  remote log storage."
                 .into())
-        } else if !self.config.voters.is_empty() {
-            Err(
-                "remote.storage.enable=true: weir tiers the partitions of a single broker \
-                 only (not yet replicated ones)"
-                    .into(),
-            )
         } else if c.cleanup_compact {
             Err("Remote log storage is unsupported for the compacted topics".into())
         } else {

@@ -97,6 +97,7 @@ impl Group {
             && self.waiters.borrow().is_empty()
             && self.retention_due.get().is_none()
             && self.cut_due.get().is_none()
+            && self.remote_due.borrow().is_empty()
             && r.raft_log.committed == last
             && r.raft_log.applied >= last
             && r.prs()

@@ -31,15 +31,27 @@ impl Shard {
     /// its log as the storage now has it — empty after the point.
     pub(super) async fn install_snapshot(&self, g: &Group, snap: &Snapshot) -> Result<(), String> {
         let meta = snap.get_metadata();
+        let (offset, remote_manifest) = snapshot::decode_data(&snap.data)?;
         let point = SnapshotPoint {
             index: meta.index,
             term: meta.term,
-            offset: snapshot::decode_data(&snap.data)?,
+            offset,
         };
         let wm = g.part.log.watermarks();
         info!(topic = %g.topic, partition = g.partition, index = point.index, term = point.term,
             offset = point.offset, log_start = wm.log_start_offset, log_end = wm.log_end_offset,
             "installing a Raft snapshot: behind the leader's log start, the log restarts there");
+        if let Some(m) = remote_manifest {
+            // The leader's remote segments, saved before anything else changes: they and
+            // the uploads after the point (its next entries) are all the remote tier this
+            // replica will know. Saved early is harmless: every segment listed is committed.
+            g.part
+                .log
+                .install_remote_manifest(m)
+                .await
+                .map_err(|e| format!("installing the leader's remote segment list: {e}"))?;
+            g.store.set_remote_manifest(g.part.log.remote_manifest());
+        }
         let dir = g.dir.clone();
         weir_storage::io::off_reactor(move || snapshot::save_install_sync(&dir, point)).await?;
         let side = g.side.borrow_mut().take().ok_or("side log in use")?;
@@ -356,7 +368,10 @@ mod tests {
                 .iter()
                 .find(|m| m.get_msg_type() == MessageType::MsgSnapshot)
                 .expect("snapshot");
-            assert_eq!(snapshot::decode_data(&snap.get_snapshot().data).unwrap(), 6);
+            assert_eq!(
+                snapshot::decode_data(&snap.get_snapshot().data).unwrap(),
+                (6, None)
+            );
             // The message is lost.
             if report {
                 raw.report_snapshot(2, SnapshotStatus::Finish);

@@ -1,16 +1,18 @@
 //! Partition lifecycle: applying a metadata snapshot (opening the logs this core now owns,
-//! retiring the ones it no longer does), retention, the group coordinator's logs, and the
-//! orderly close at shutdown.
+//! retiring the ones it no longer does), tiering and retention, the group coordinator's logs,
+//! and the orderly close at shutdown.
 
 use std::cell::{Cell, RefCell};
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 use weir_storage::Log;
 
+use super::replica_io::ACKS_WAIT;
+use super::replication::Group;
 use super::*;
 use crate::broker::group::{Coordinator, GroupConfig};
 use weir::metadata::{partition_dir, Metadata};
@@ -158,8 +160,7 @@ impl Shard {
             .filter_map(|(t, p)| self.partition(&t, p).map(|part| ((t, p), part)))
     }
 
-    /// Attaches the S3 store to a log of a topic with `remote.storage.enable=true` (on a
-    /// single broker). A store that cannot be reached leaves the log without its remote tier
+    /// Attaches the S3 store to a log of a topic with `remote.storage.enable=true`. A store that cannot be reached leaves the log without its remote tier
     /// (its retention that of a topic without one) until a later tiering pass attaches it.
     async fn attach_remote(&self, log: &Log, topic: &str, partition: i32) {
         if !log.config().remote_storage || log.tier_stats().is_some() {
@@ -182,7 +183,8 @@ impl Shard {
 
     /// Every `remote.log.manager.task.interval.ms`: uploads the closed segments of this core's
     /// tiered partitions, applies their remote retention, then their local retention (so
-    /// an uploaded segment past `local.retention.*` goes at once).
+    /// an uploaded segment past `local.retention.*` goes at once). A replicated partition's
+    /// leader uploads and every replica lists what it uploaded (`Shard::tier_replica`).
     pub async fn run_tiering(self: Rc<Self>) {
         if self.config.remote_storage().is_none() {
             return;
@@ -195,11 +197,16 @@ impl Shard {
             }
             let parts = self.partitions_now();
             for ((topic, p), part) in parts {
-                if !part.log.config().remote_storage || self.replica_group(&topic, p).is_some() {
+                if !part.log.config().remote_storage {
                     continue;
                 }
                 self.attach_remote(&part.log, &topic, p).await;
                 let now_ms = wall_clock_ms();
+                if let Some(g) = self.replica_group(&topic, p) {
+                    self.tier_replica(&g, now_ms).await;
+                    glommio::yield_if_needed().await;
+                    continue;
+                }
                 match part.log.tier_tick(now_ms).await {
                     Ok(0) => {}
                     Ok(n) => {
@@ -215,6 +222,124 @@ impl Shard {
                 glommio::yield_if_needed().await;
             }
         }
+    }
+
+    // ---- Tiered storage on a replicated partition (docs/tiered-storage.md, "Replicated
+    // partitions") ----
+    // Tiered storage on a replicated partition (docs/tiered-storage.md, "Replicated
+    // partitions"): only the leader uploads, and the list of remote segments travels in the
+    // partition's Raft log, so every replica holds the same list and a new leader continues
+    // where the old one stopped.
+    //
+    // The leader of term T, once it has applied an entry of its own term (then every entry an
+    // earlier leader could still get committed is applied here):
+    // 1. deletes the objects no manifest entry lists whose upload id carries an epoch below T
+    //    (what an earlier leader's cut-short or never-committed upload left) — once per term;
+    // 2. uploads the oldest closed segment that ends past the remote end under an id of epoch T
+    //    (`Log::upload_next_segment`), proposes a `replica::remote` entry naming it and waits
+    //    until it is committed and listed here (every replica lists it when it applies the entry:
+    //    `Shard::list_remote`), then the next. Replicas cut their segments at different offsets:
+    //    a new leader's first upload may begin inside the remote tier's last segment (the two
+    //    overlap) or before it (the new one replaces the listed ones inside it, whose objects
+    //    the leader then collects like orphans);
+    // 3. moves the log start past the remote segments the whole log's retention deletes, as a
+    //    committed log start move (`replica::log_start`, the DeleteRecords path): every replica
+    //    forgets them, then deletes their objects (deleting an object twice is no error).
+    //
+    // Local retention runs on each replica as before (`Shard::compact_replica`): a segment goes
+    // only once the replica's own manifest lists it, i.e. once its upload is committed.
+    //
+    // Why a deposed leader cannot lose data: its uploads carry its own, older epoch, and an entry
+    // it proposes after a newer leader was elected is never committed; the newer leader collects
+    // only epochs below its own, after applying everything committed before its term. A deposed
+    // leader collecting orphans itself deletes only epochs below its own, which the newer leader
+    // never writes, and everything committed with such an epoch it had applied before it
+    // collected.
+
+    /// One tiering pass over a replicated partition (`run_tiering`): on its leader, the
+    /// orphans, the uploads and the remote retention above; on every replica, local retention
+    /// after it.
+    pub(super) async fn tier_replica(&self, g: &Rc<Group>, now_ms: i64) {
+        if let Err(e) = self.lead_tiering(g, now_ms).await {
+            warn!(topic = %g.topic, partition = g.partition, error = %e, "tiering failed; will retry");
+        }
+        // An uploaded segment past `local.retention.*` goes at once (the driver does it).
+        g.retention_due.set(Some(now_ms));
+        self.replica_work.notify();
+    }
+
+    async fn lead_tiering(&self, g: &Rc<Group>, now_ms: i64) -> Result<(), String> {
+        let term = g.term();
+        if !g.is_leader() || g.failed.get() || g.transferring() || !g.applied_own_term() {
+            return Ok(());
+        }
+        // Upload ids keep the epoch in 32 bits (leader epochs are i32 on the wire anyway).
+        let epoch = u32::try_from(term).map_err(|_| format!("term {term} past 32 bits"))?;
+        let log = &g.part.log;
+        if g.orphans_term.get() != term {
+            let n = log
+                .collect_remote_orphans(epoch)
+                .await
+                .map_err(|e| format!("collecting orphans: {e}"))?;
+            if n > 0 {
+                info!(topic = %g.topic, partition = g.partition, objects = n, term,
+                    "deleted remote objects of earlier leaders that no entry lists");
+            }
+            g.orphans_term.set(term);
+        }
+        let mut covered = false;
+        while g.is_leader() && g.term() == term && !self.shutdown.is_fired() {
+            let end = log.latest_tiered_offset().map(|last| last + 1);
+            let Some(seg) = log
+                .upload_next_segment(epoch)
+                .await
+                .map_err(|e| format!("uploading: {e}"))?
+            else {
+                break;
+            };
+            let context = crate::broker::replica::remote::encode(&seg);
+            let code = self.propose_command(g, term, context).await;
+            if code != errors::NONE {
+                // Uploaded again by the next pass (or the next leader); these objects are
+                // orphans a later leader deletes.
+                return Err(format!(
+                    "the upload of the segment at {} was not committed (error {code})",
+                    seg.base_offset
+                ));
+            }
+            // The driver lists it right after the `Ready` that committed it.
+            let deadline = Instant::now() + ACKS_WAIT;
+            while log
+                .latest_tiered_offset()
+                .is_none_or(|last| last < seg.next_offset - 1)
+            {
+                if g.failed.get() || Instant::now() > deadline {
+                    return Err(format!(
+                        "the committed upload of the segment at {} was not listed",
+                        seg.base_offset
+                    ));
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            debug!(topic = %g.topic, partition = g.partition, base = seg.base_offset,
+                next = seg.next_offset, bytes = seg.size, "segment uploaded and committed");
+            // This replica cut its segments elsewhere than the leader before it: its segment
+            // holding the remote end replaced the listed ones inside it.
+            covered |= end.is_some_and(|end| seg.base_offset < end);
+        }
+        if covered {
+            log.collect_remote_orphans(epoch)
+                .await
+                .map_err(|e| format!("collecting replaced segments: {e}"))?;
+        }
+        if let Some(cut) = log.remote_retention_point(now_ms) {
+            let (code, start) = self.delete_records_replicated(g.clone(), cut as i64).await;
+            if code != errors::NONE {
+                return Err(format!("remote retention to {cut}: error {code}"));
+            }
+            debug!(topic = %g.topic, partition = g.partition, start, "remote retention moved the log start");
+        }
+        Ok(())
     }
 
     // ---- Retention and shutdown ----
@@ -388,4 +513,16 @@ pub(super) fn wall_clock_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+impl Group {
+    /// On a leader: it has applied an entry of its own term (the empty entry it appended on
+    /// election), hence every entry an earlier leader could still get committed, and listed
+    /// every upload among them.
+    pub(super) fn applied_own_term(&self) -> bool {
+        let raw = self.raw.borrow();
+        let raft_log = &raw.raft.raft_log;
+        raft_log.term(raft_log.applied).ok() == Some(raw.raft.term)
+            && self.remote_due.borrow().is_empty()
+    }
 }

@@ -75,21 +75,9 @@ impl Shard {
         if target <= wm.log_start_offset {
             return (errors::NONE, wm.log_start_offset as i64);
         }
-        let term = g.term();
-        let proposed = Rc::new(Slot::default());
-        g.proposals.borrow_mut().push(Proposal {
-            context: crate::broker::replica::log_start::encode(target),
-            data: Vec::new(),
-            term,
-            slot: proposed.clone(),
-        });
-        self.replica_work.notify();
-        let index = match proposed.take().await {
-            Ok(index) => index,
-            Err(code) => return (code, -1),
-        };
+        let context = crate::broker::replica::log_start::encode(target);
         let deadline = Instant::now() + ACKS_WAIT;
-        let code = g.wait_entry(index, term, true).await;
+        let code = self.propose_command(&g, g.term(), context).await;
         if code != errors::NONE {
             return (code, -1);
         }
@@ -107,6 +95,25 @@ impl Shard {
                 return (errors::REQUEST_TIMED_OUT, -1);
             }
             glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Proposes a Raft entry with no data whose `context` is a command (`replica::log_start`,
+    /// `replica::remote`) in `term`, and waits until it is committed: NONE, or the error
+    /// (NOT_LEADER_OR_FOLLOWER if the leadership moved, REQUEST_TIMED_OUT). Every replica
+    /// carries the command out when it applies the entry.
+    pub(super) async fn propose_command(&self, g: &Group, term: u64, context: Vec<u8>) -> i16 {
+        let proposed = Rc::new(Slot::default());
+        g.proposals.borrow_mut().push(Proposal {
+            context,
+            data: Vec::new(),
+            term,
+            slot: proposed.clone(),
+        });
+        self.replica_work.notify();
+        match proposed.take().await {
+            Ok(index) => g.wait_entry(index, term, true).await,
+            Err(code) => code,
         }
     }
 

@@ -370,6 +370,11 @@ impl Shard {
         if res.is_ok() && g.raw.borrow().has_ready() {
             res = self.handle_ready(g).await;
         }
+        // Uploads are listed before retention runs: local retention deletes only below the
+        // remote end, and the snapshot point moves past an upload's entry only once it is.
+        if res.is_ok() && !g.remote_due.borrow().is_empty() {
+            res = self.list_remote(g).await;
+        }
         if let Some(now_ms) = g.retention_due.take().filter(|_| res.is_ok()) {
             res = self.compact_replica(g, now_ms).await;
         }
@@ -425,7 +430,29 @@ impl Shard {
         log.set_log_start_offset(start)
             .await
             .map_err(|e| format!("moving the log start to {start}: {e}"))?;
+        g.store.set_remote_manifest(log.remote_manifest());
         tracing::info!(topic = %g.topic, partition = g.partition, start, "log start moved (committed cut)");
+        Ok(())
+    }
+
+    /// Lists the committed uploads (`Group::remote_due`) in this replica's remote tier, in
+    /// order, durably; then the snapshot a lagging follower may be sent carries the manifest.
+    pub(super) async fn list_remote(&self, g: &Group) -> Result<(), String> {
+        let due = std::mem::take(&mut *g.remote_due.borrow_mut());
+        let log = &g.part.log;
+        for seg in due {
+            let listed = log.list_remote_segment(seg).await.map_err(|e| {
+                format!(
+                    "listing the uploaded segment at {} in the remote tier: {e}",
+                    seg.base_offset
+                )
+            })?;
+            if listed {
+                tracing::debug!(topic = %g.topic, partition = g.partition, base = seg.base_offset,
+                    next = seg.next_offset, "uploaded segment listed (committed)");
+            }
+        }
+        g.store.set_remote_manifest(log.remote_manifest());
         Ok(())
     }
 
@@ -505,7 +532,8 @@ impl Group {
     }
 
     /// Notes the cuts among the entries just committed, for the driver to drop the log below
-    /// them (`Shard::cut_replica`): on any partition a log start move (DeleteRecords,
+    /// them (`Shard::cut_replica`), and the uploads to list in the remote tier
+    /// (`replica::remote`, `Shard::list_remote`): on any partition a log start move (DeleteRecords,
     /// `replica::log_start`); on an internal topic's (`__consumer_offsets`,
     /// `__transaction_state`) a cut record (a bucket store's compaction ends with one,
     /// `group::offsets::Backing::rewrite`).
@@ -513,6 +541,12 @@ impl Group {
         let internal = self.topic == crate::broker::group::offsets::OFFSETS_TOPIC
             || self.topic == crate::broker::txn::TXN_TOPIC;
         for e in committed {
+            if e.data.is_empty() {
+                if let Some(seg) = crate::broker::replica::remote::decode(&e.context) {
+                    self.remote_due.borrow_mut().push(seg);
+                    continue;
+                }
+            }
             let below = if e.data.is_empty() {
                 crate::broker::replica::log_start::decode(&e.context)
             } else if internal {

@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 
 use super::*;
 use crate::broker::errors;
-use crate::broker::replica::side::{SideEntry, SideLog};
+use crate::broker::replica::side::{self, SideEntry, SideLog};
 use crate::broker::replica::state::RaftState;
 use crate::broker::replica::storage::ReplicaStorage;
 use crate::broker::replica::store;
@@ -96,6 +96,10 @@ pub struct Group {
     /// between `Ready`s like retention): an internal topic's cut record, or a log start move
     /// (DeleteRecords).
     pub(super) cut_due: Cell<Option<u64>>,
+    /// Committed uploads to the remote tier, for the driver to list (`Shard::list_remote`).
+    pub(super) remote_due: RefCell<Vec<weir_storage::tier::RemoteSegment>>,
+    /// On the leader: the term it collected the remote orphans in (`Shard::tier_replica`).
+    pub(super) orphans_term: Cell<u64>,
     /// Ticks left in which this replica, the preferred leader of a new group, campaigns as
     /// long as no leader is known (`Shard::campaign_if_preferred`).
     pub(super) eager_ticks: Cell<u32>,
@@ -152,6 +156,7 @@ impl Group {
             || !self.proposals.borrow().is_empty()
             || self.retention_due.get().is_some()
             || self.cut_due.get().is_some()
+            || !self.remote_due.borrow().is_empty()
             || self.store.has_requests()
             || self.raw.borrow().has_ready()
     }
@@ -311,17 +316,10 @@ impl Shard {
             commit: state.commit.min(last),
             ..Default::default()
         };
-        // What was committed before needs no applying again: the log holds it.
-        let applied = hs.commit;
-        // But a log start move (DeleteRecords) committed before a crash, not yet carried out:
-        // the first round does (the side log keeps such entries below the snapshot point too).
+        let applied = hs.commit; // the log holds it; the first round redoes its commands
         let fresh = state.term == 0 && last == 0 && snap.index == 0;
-        let pending_cut = side_entries
-            .iter()
-            .filter(|s| s.index <= applied)
-            .filter_map(|s| crate::broker::replica::log_start::decode(&s.context))
-            .max()
-            .filter(|&o| o > wm.log_start_offset);
+        let (pending_cut, pending_uploads) =
+            side::commands_to_redo(&side_entries, applied, wm.log_start_offset);
         storage.set_hard_state(hs);
         // (After a compaction the log is committed at least to the snapshot point.)
         if applied > snap.index || snap.offset > 0 {
@@ -358,6 +356,7 @@ impl Shard {
         );
         let rejoin =
             (self.rejoin.borrow()).open(dir.join(crate::broker::cluster::rejoin::REJOINED));
+        storage.set_remote_manifest(part.log.remote_manifest());
         let group = Rc::new(Group {
             topic: topic.to_string(),
             partition,
@@ -386,6 +385,8 @@ impl Shard {
             idle_ticks: Cell::new(0),
             retention_due: Cell::new(None),
             cut_due: Cell::new(pending_cut),
+            remote_due: RefCell::new(pending_uploads),
+            orphans_term: Cell::new(0),
             preferred: voters.first().copied().unwrap_or(here),
             balance_at: Cell::new(Instant::now()),
             dropped_at: Cell::new(None),

@@ -108,9 +108,6 @@ impl Log {
     async fn append_from(&self, records: Bytes, origin: batch::Origin) -> Result<AppendInfo> {
         let inner = &self.inner;
         inner.check_usable()?;
-        if origin == batch::Origin::Client {
-            super::tiered::check_backlog(inner)?;
-        }
         // The place in line is taken now, in this call's first poll.
         let permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
         inner.check_usable()?;
@@ -119,8 +116,12 @@ impl Log {
     }
 
     /// Checks a record set by this log's config without appending it (a replicated partition's
-    /// leader checks before it proposes): [`Log::append_valid`] appends the result.
+    /// leader checks before it proposes): [`Log::append_valid`] appends the result. A client's
+    /// is refused past the upload backlog's bound ([`Error::UploadBacklog`]).
     pub async fn validate(&self, records: Bytes, origin: batch::Origin) -> Result<ValidBatches> {
+        if origin == batch::Origin::Client {
+            super::tiered::check_backlog(&self.inner)?;
+        }
         let rules = batch::Rules::of(&self.inner.config.borrow(), origin, now_ms());
         batch::validate::check(records, &rules).await
     }

@@ -206,6 +206,55 @@ impl Log {
         tiered::tick(&self.inner, now_ms).await
     }
 
+    /// A replicated log's leader (the Raft group replicates the manifest, not the engine): uploads
+    /// the oldest closed segment below the high watermark that the manifest does not reach
+    /// yet, under an upload id carrying `epoch` (the leader's term), and returns it without
+    /// listing it. The caller replicates it; every replica then lists it
+    /// ([`Log::list_remote_segment`]). `None`: nothing to upload, no store attached, or an
+    /// upload in progress. A failing store counts toward the upload backlog's bound as in
+    /// [`Log::tier_tick`].
+    pub async fn upload_next_segment(
+        &self,
+        epoch: u32,
+    ) -> Result<Option<crate::tier::RemoteSegment>> {
+        tiered::upload_next(&self.inner, epoch).await
+    }
+
+    /// A replicated log's replica applying a committed upload: lists `seg` in the manifest
+    /// (durably) if it continues it; a segment already listed, below the remote start, or not
+    /// joining the remote end changes nothing (`false`). Without a store attached (yet) the
+    /// manifest file alone is changed, which attaching loads.
+    pub async fn list_remote_segment(&self, seg: crate::tier::RemoteSegment) -> Result<bool> {
+        tiered::list_segment(&self.inner, seg).await
+    }
+
+    /// A replicated log's leader of `epoch`, once it has applied every entry of earlier
+    /// leaders: deletes the objects under the prefix that the manifest does not list, of
+    /// uploads of earlier epochs only (a deposed leader's upload still running is of its own
+    /// epoch, below this one, but can never be listed any more). Returns how many.
+    pub async fn collect_remote_orphans(&self, epoch: u32) -> Result<usize> {
+        tiered::collect_orphans_before(&self.inner, epoch).await
+    }
+
+    /// Where the whole log's retention (`retention.ms` / `retention.bytes`) would move the log
+    /// start inside the remote tier (`None`: nowhere). A replicated log's leader replicates
+    /// the move; [`Log::set_log_start_offset`] carries it out.
+    pub fn remote_retention_point(&self, now_ms: i64) -> Option<u64> {
+        tiered::retention_point(&self.inner, now_ms)
+    }
+
+    /// The manifest's bytes (`None`: no store attached): what a replicated log's leader sends
+    /// with a snapshot.
+    pub fn remote_manifest(&self) -> Option<Vec<u8>> {
+        tiered::manifest_bytes(&self.inner)
+    }
+
+    /// Replaces the manifest (durably) with `bytes` from [`Log::remote_manifest`]: a follower
+    /// installing its leader's snapshot.
+    pub async fn install_remote_manifest(&self, bytes: &[u8]) -> Result<()> {
+        tiered::install_manifest(&self.inner, bytes).await
+    }
+
     /// The remote tier's figures (`None`: no store attached).
     pub fn tier_stats(&self) -> Option<TierStats> {
         tiered::stats(&self.inner)

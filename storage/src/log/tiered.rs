@@ -94,14 +94,7 @@ pub(super) async fn attach(
     prefix: String,
 ) -> Result<()> {
     inner.check_usable()?;
-    let path = inner.dir.join(MANIFEST_FILE);
-    let manifest = match inner.vfs.read_small(&path).await? {
-        None => Manifest::default(),
-        Some(b) => Manifest::decode(&b).ok_or_else(|| Error::CorruptFile {
-            path: path.clone(),
-            reason: "remote segment manifest fails its checks".into(),
-        })?,
-    };
+    let manifest = load_manifest(inner).await?;
     let tmp = inner.dir.join(MANIFEST_TMP_FILE);
     if inner.vfs.exists(&tmp) {
         inner.vfs.remove(&tmp).await?;
@@ -140,10 +133,34 @@ pub(super) async fn attach(
     Ok(())
 }
 
+/// The manifest file's content (empty if there is none).
+async fn load_manifest(inner: &Inner) -> Result<Manifest> {
+    let path = inner.dir.join(MANIFEST_FILE);
+    match inner.vfs.read_small(&path).await? {
+        None => Ok(Manifest::default()),
+        Some(b) => Manifest::decode(&b).ok_or_else(|| Error::CorruptFile {
+            path: path.clone(),
+            reason: "remote segment manifest fails its checks".into(),
+        }),
+    }
+}
+
 /// Deletes every object under the prefix that the manifest does not list (what a crash in
 /// the middle of an upload or a remote deletion left). Runs in the first tick, before any
 /// upload of this process: nothing unlisted is in progress then.
 async fn collect_orphans(inner: &Inner, remote: &Remote) -> Result<()> {
+    delete_unlisted(inner, remote, |_| true).await?;
+    remote.orphans_collected.set(true);
+    Ok(())
+}
+
+/// Deletes the objects under the prefix that the manifest does not list and whose upload id
+/// `deletable` allows (a key that names none is deleted). Returns how many.
+async fn delete_unlisted(
+    inner: &Inner,
+    remote: &Remote,
+    deletable: impl Fn(u64) -> bool,
+) -> Result<usize> {
     let keep: std::collections::HashSet<String> = remote
         .manifest
         .borrow()
@@ -153,7 +170,8 @@ async fn collect_orphans(inner: &Inner, remote: &Remote) -> Result<()> {
         .collect();
     let mut orphans = 0;
     for obj in remote.store.list(&format!("{}/", remote.prefix)).await? {
-        if !keep.contains(&obj.key) {
+        let id = RemoteSegment::id_in_key(&remote.prefix, &obj.key);
+        if !keep.contains(&obj.key) && id.is_none_or(&deletable) {
             remote.store.delete(&obj.key).await?;
             orphans += 1;
         }
@@ -162,8 +180,7 @@ async fn collect_orphans(inner: &Inner, remote: &Remote) -> Result<()> {
         tracing::info!(dir = %inner.dir.display(), orphans, "deleted remote objects no manifest lists");
     }
     remote.stats.borrow_mut().orphans_deleted += orphans;
-    remote.orphans_collected.set(true);
-    Ok(())
+    Ok(orphans)
 }
 
 /// [`super::Log::tier_stats`].
@@ -282,7 +299,10 @@ fn upload_candidates(inner: &Inner, remote_end: Option<u64>) -> Vec<Rc<Segment>>
         .collect()
 }
 
-/// The closed segments of `segs` from `remote_end` on, not empty and below `visible`.
+/// The closed segments of `segs` that end past `remote_end`, not empty and below `visible`:
+/// the one holding the remote end first. (On a single broker the remote end is always a
+/// segment's base; a replicated log's new leader may have cut its segments elsewhere than the
+/// leader before it, and then uploads its segment holding the remote end whole.)
 fn not_uploaded(
     segs: &std::collections::BTreeMap<u64, Rc<Segment>>,
     visible: u64,
@@ -293,12 +313,25 @@ fn not_uploaded(
         .take(segs.len().saturating_sub(1))
         .filter(move |s| {
             let st = s.state.borrow();
-            s.base_offset >= from && st.size > 0 && st.next_offset <= visible
+            st.next_offset > from && st.size > 0 && st.next_offset <= visible
         })
 }
 
 /// Copies `seg` to the store, then lists it in the manifest.
 async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()> {
+    let entry = upload_objects(remote, seg, upload_id()).await?;
+    update_manifest(inner, remote, |m| {
+        m.segments.insert(entry.base_offset, entry);
+        Some(())
+    })
+    .await?;
+    tracing::debug!(dir = %inner.dir.display(), base = entry.base_offset, bytes = entry.size, "segment uploaded");
+    Ok(())
+}
+
+/// Copies `seg` to the store under the upload id `id`: its `.log`, `.index` and `.timeindex`
+/// objects. Lists it nowhere: the caller does.
+async fn upload_objects(remote: &Remote, seg: &Rc<Segment>, id: u64) -> Result<RemoteSegment> {
     let (summary, oi, ti) = {
         let st = seg.state.borrow();
         let summary = seg.summary();
@@ -308,7 +341,6 @@ async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()>
             st.time_index.encode(&summary),
         )
     };
-    let id = upload_id();
     let entry = RemoteSegment {
         base_offset: seg.base_offset,
         next_offset: summary.next_offset,
@@ -354,16 +386,10 @@ async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()>
         data_crc: crc,
         ..entry
     };
-    update_manifest(inner, remote, |m| {
-        m.segments.insert(entry.base_offset, entry);
-        Some(())
-    })
-    .await?;
     let mut stats = remote.stats.borrow_mut();
     stats.uploaded_segments += 1;
     stats.uploaded_bytes += entry.size;
-    tracing::debug!(dir = %inner.dir.display(), base = entry.base_offset, bytes = entry.size, "segment uploaded");
-    Ok(())
+    Ok(entry)
 }
 
 /// Changes the manifest with `f` (`None`: no change), durably, one change at a time: an
@@ -397,9 +423,18 @@ pub(super) async fn save_manifest(inner: &Inner, m: &Manifest) -> Result<()> {
 
 /// Deletes remote segments past the whole log's retention, oldest first.
 async fn remote_retention(inner: &Inner, remote: &Remote, now_ms: i64) -> Result<()> {
+    match retention_cut(inner, remote, now_ms) {
+        Some(offset) => delete_remote_below(inner, remote, offset).await,
+        None => Ok(()),
+    }
+}
+
+/// Where the whole log's retention (`retention.ms` / `retention.bytes`) moves the log start
+/// inside the remote tier: the end of the last remote segment it deletes (`None`: none).
+fn retention_cut(inner: &Inner, remote: &Remote, now_ms: i64) -> Option<u64> {
     let config = inner.config.borrow().clone();
     if !config.cleanup_delete {
-        return Ok(());
+        return None;
     }
     let (segments, remote_end) = {
         let m = remote.manifest.borrow();
@@ -428,10 +463,7 @@ async fn remote_retention(inner: &Inner, remote: &Remote, now_ms: i64) -> Result
         total -= s.size;
         cut = Some(s.next_offset);
     }
-    match cut {
-        Some(offset) => delete_remote_below(inner, remote, offset).await,
-        None => Ok(()),
-    }
+    cut
 }
 
 /// Moves the remote tier's start to `offset`: segments wholly below it leave the
@@ -467,6 +499,145 @@ pub(super) async fn delete_remote_below(inner: &Inner, remote: &Remote, offset: 
         remote.stats.borrow_mut().deleted_segments += 1;
     }
     Ok(())
+}
+
+// ---- A replicated log (the broker's partition Raft groups) ----
+// Only the leader uploads, and the manifest changes only as the Raft log says, on every
+// replica alike: the leader uploads a segment's objects (`upload_next`) and replicates the
+// entry; every replica lists it when it applies the entry (`list_segment`). Upload ids carry
+// the leader's epoch (term) in their high 32 bits, so a leader collecting orphans deletes
+// only unlisted objects of earlier epochs (`collect_orphans_before`): a deposed leader still
+// uploading never has its objects listed, and never deletes what a later leader listed.
+
+/// [`super::Log::upload_next_segment`].
+pub(super) async fn upload_next(inner: &Inner, epoch: u32) -> Result<Option<RemoteSegment>> {
+    inner.check_usable()?;
+    let Some(remote) = inner.remote() else {
+        return Ok(None);
+    };
+    if !inner.config.borrow().remote_storage || remote.busy.replace(true) {
+        return Ok(None);
+    }
+    let r = async {
+        let _tick = remote.tick_lock.lock().await.ok_or(Error::Closed)?;
+        let end = remote.manifest.borrow().end();
+        let Some(seg) = upload_candidates(inner, end).into_iter().next() else {
+            return Ok(None);
+        };
+        let id = epoch_upload_id(epoch);
+        upload_objects(&remote, &seg, id).await.map(Some)
+    }
+    .await;
+    remote.busy.set(false);
+    match &r {
+        Ok(Some(_)) => remote.failing.set(false),
+        Ok(None) => {}
+        Err(_) => {
+            remote.failing.set(true);
+            remote.stats.borrow_mut().errors += 1;
+        }
+    }
+    r
+}
+
+/// [`super::Log::list_remote_segment`].
+pub(super) async fn list_segment(inner: &Inner, seg: RemoteSegment) -> Result<bool> {
+    // `seg` continues the list: it begins at or before its end and ends past it, and it is
+    // not wholly below the list's start. Listed segments from its base on (a replica that
+    // cut its segments elsewhere uploaded them) are wholly inside it: it replaces them, and
+    // their objects are left for the leader to collect (`collect_orphans_before`).
+    let add = |m: &mut Manifest| {
+        let extends = m
+            .end()
+            .is_none_or(|end| seg.base_offset <= end && end < seg.next_offset);
+        if !extends || seg.next_offset <= m.start {
+            return None;
+        }
+        let covered: Vec<u64> = m
+            .segments
+            .range(seg.base_offset..)
+            .map(|(b, _)| *b)
+            .collect();
+        for b in covered {
+            m.segments.remove(&b);
+        }
+        m.segments.insert(seg.base_offset, seg);
+        Some(())
+    };
+    let Some(remote) = inner.remote() else {
+        // No store attached here (yet): the file alone, which attaching loads.
+        let mut m = load_manifest(inner).await?;
+        if add(&mut m).is_none() {
+            return Ok(false);
+        }
+        save_manifest(inner, &m).await?;
+        if let Some(remote) = inner.remote() {
+            // Attached meanwhile, from the file before this change.
+            update_manifest(inner, &remote, add).await?;
+        }
+        return Ok(true);
+    };
+    // A replica reopening applies every upload again: most are listed already.
+    if remote
+        .manifest
+        .borrow()
+        .end()
+        .is_some_and(|end| seg.next_offset <= end)
+    {
+        return Ok(false);
+    }
+    Ok(update_manifest(inner, &remote, add).await?.is_some())
+}
+
+/// [`super::Log::collect_remote_orphans`].
+pub(super) async fn collect_orphans_before(inner: &Inner, epoch: u32) -> Result<usize> {
+    inner.check_usable()?;
+    let Some(remote) = inner.remote() else {
+        return Ok(0);
+    };
+    let _tick = remote.tick_lock.lock().await.ok_or(Error::Closed)?;
+    delete_unlisted(inner, &remote, |id| id >> 32 < u64::from(epoch)).await
+}
+
+/// [`super::Log::remote_retention_point`].
+pub(super) fn retention_point(inner: &Inner, now_ms: i64) -> Option<u64> {
+    let remote = inner.remote()?;
+    retention_cut(inner, &remote, now_ms)
+}
+
+/// [`super::Log::remote_manifest`].
+pub(super) fn manifest_bytes(inner: &Inner) -> Option<Vec<u8>> {
+    Some(inner.remote()?.manifest.borrow().encode())
+}
+
+/// [`super::Log::install_remote_manifest`].
+pub(super) async fn install_manifest(inner: &Inner, bytes: &[u8]) -> Result<()> {
+    let m = Manifest::decode(bytes)
+        .ok_or_else(|| Error::Remote("a remote segment manifest that fails its checks".into()))?;
+    match inner.remote() {
+        Some(remote) => {
+            update_manifest(inner, &remote, |old| {
+                *old = m;
+                Some(())
+            })
+            .await?;
+        }
+        None => save_manifest(inner, &m).await?,
+    }
+    Ok(())
+}
+
+/// An upload id of a replicated log's leader: its epoch in the high 32 bits, a count of this
+/// thread's uploads in the low ones (starting from the clock). One process leads an epoch
+/// (a restarted broker leads only after an election, in a new one), so ids never repeat.
+fn epoch_upload_id(epoch: u32) -> u64 {
+    thread_local!(static NEXT: Cell<u32> = Cell::new(upload_id() as u32));
+    let low = NEXT.with(|n| {
+        let v = n.get();
+        n.set(v.wrapping_add(1));
+        v
+    });
+    (u64::from(epoch) << 32) | u64::from(low)
 }
 
 /// Whole batches from the remote segment holding `offset`, up to `max_bytes` (at least

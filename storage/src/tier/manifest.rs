@@ -5,7 +5,10 @@
 //! magic "WEIRRSM1" | start u64 | count u32 | count x entry | crc32c u32
 //! entry: base u64 | next_offset u64 | size u64 | max_timestamp i64 | data_crc u32 | id u64
 //! ```
-//! Big-endian; the CRC-32C covers everything before it. `start` is the first offset of the
+//! Big-endian; the CRC-32C covers everything before it. Entries are in offset order, each
+//! beginning and ending past the one before; a replicated log's may begin inside the one
+//! before (its replicas cut segments at different offsets: a new leader uploads its own segment
+//! holding the remote end, whose first batches are in the store already). `start` is the first offset of the
 //! whole log when it lies in the remote tier (retention or DeleteRecords moved it there).
 //! `id` is unique per upload, part of the objects' keys: an upload interrupted by a crash and
 //! done again never writes over objects the manifest lists. The file is replaced whole
@@ -38,9 +41,51 @@ pub struct RemoteSegment {
 }
 
 impl RemoteSegment {
+    /// Bytes of [`RemoteSegment::encode`]: the manifest's entry.
+    pub const ENCODED_BYTES: usize = ENTRY_BYTES;
+
     /// The key of its `.log` (`ext` "log"), `.index` or `.timeindex` object under `prefix`.
     pub fn key(&self, prefix: &str, ext: &str) -> String {
         format!("{prefix}/{:020}-{:016x}.{ext}", self.base_offset, self.id)
+    }
+
+    /// The upload id in a key [`RemoteSegment::key`] made under `prefix` (`None`: not such a
+    /// key).
+    pub fn id_in_key(prefix: &str, key: &str) -> Option<u64> {
+        let name = key.strip_prefix(prefix)?.strip_prefix('/')?;
+        let (_, rest) = name.split_once('-')?;
+        let (id, _) = rest.split_once('.')?;
+        if id.len() != 16 {
+            return None;
+        }
+        u64::from_str_radix(id, 16).ok()
+    }
+
+    /// Appends its manifest entry (big-endian): what a replicated log's Raft entry carries.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.base_offset.to_be_bytes());
+        out.extend_from_slice(&self.next_offset.to_be_bytes());
+        out.extend_from_slice(&self.size.to_be_bytes());
+        out.extend_from_slice(&self.max_timestamp.to_be_bytes());
+        out.extend_from_slice(&self.data_crc.to_be_bytes());
+        out.extend_from_slice(&self.id.to_be_bytes());
+    }
+
+    /// An entry [`RemoteSegment::encode`] wrote (`None`: not exactly one, or empty).
+    pub fn decode(b: &[u8]) -> Option<RemoteSegment> {
+        if b.len() != ENTRY_BYTES {
+            return None;
+        }
+        let u = |at: usize| u64::from_be_bytes(b[at..at + 8].try_into().unwrap_or_default());
+        let s = RemoteSegment {
+            base_offset: u(0),
+            next_offset: u(8),
+            size: u(16),
+            max_timestamp: u(24) as i64,
+            data_crc: u32::from_be_bytes(b[32..36].try_into().ok()?),
+            id: u(36),
+        };
+        (s.next_offset > s.base_offset).then_some(s)
     }
 }
 
@@ -58,19 +103,17 @@ impl Manifest {
         b.extend_from_slice(&self.start.to_be_bytes());
         b.extend_from_slice(&(self.segments.len() as u32).to_be_bytes());
         for s in self.segments.values() {
-            b.extend_from_slice(&s.base_offset.to_be_bytes());
-            b.extend_from_slice(&s.next_offset.to_be_bytes());
-            b.extend_from_slice(&s.size.to_be_bytes());
-            b.extend_from_slice(&s.max_timestamp.to_be_bytes());
-            b.extend_from_slice(&s.data_crc.to_be_bytes());
-            b.extend_from_slice(&s.id.to_be_bytes());
+            s.encode(&mut b);
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_be_bytes());
         b
     }
 
-    /// `None` unless well-formed: magic, length, CRC, segments in order without overlap.
+    /// `None` unless well-formed: magic, length, CRC, segments in order, each beginning and
+    /// ending past the one before (a replicated log's segment may begin inside the one before
+    /// it: replicas cut their segments at different offsets, and a new leader uploads its own
+    /// from the one holding the remote end).
     pub(crate) fn decode(b: &[u8]) -> Option<Manifest> {
         if b.len() < 24 || &b[..8] != MAGIC {
             return None;
@@ -87,21 +130,16 @@ impl Manifest {
             return None;
         }
         let mut segments = BTreeMap::new();
-        let mut prev_end = 0;
+        let mut prev: Option<RemoteSegment> = None;
         for i in 0..count {
             let at = 20 + i * ENTRY_BYTES;
-            let s = RemoteSegment {
-                base_offset: u64_at(at),
-                next_offset: u64_at(at + 8),
-                size: u64_at(at + 16),
-                max_timestamp: u64_at(at + 24) as i64,
-                data_crc: u32::from_be_bytes(body[at + 32..at + 36].try_into().ok()?),
-                id: u64_at(at + 36),
-            };
-            if s.next_offset <= s.base_offset || s.base_offset < prev_end {
+            let s = RemoteSegment::decode(&body[at..at + ENTRY_BYTES])?;
+            if prev
+                .is_some_and(|p| s.base_offset <= p.base_offset || s.next_offset <= p.next_offset)
+            {
                 return None;
             }
-            prev_end = s.next_offset;
+            prev = Some(s);
             segments.insert(s.base_offset, s);
         }
         Some(Manifest { start, segments })
@@ -169,10 +207,59 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_segments_are_refused() {
+    fn an_entry_round_trips_and_its_keys_name_its_upload() {
+        let s = seg(10, 25);
+        let mut b = Vec::new();
+        s.encode(&mut b);
+        assert_eq!(b.len(), RemoteSegment::ENCODED_BYTES);
+        assert_eq!(RemoteSegment::decode(&b), Some(s));
+        assert_eq!(RemoteSegment::decode(&b[1..]), None);
+        let empty = RemoteSegment {
+            next_offset: 10,
+            ..s
+        };
+        b.clear();
+        empty.encode(&mut b);
+        assert_eq!(RemoteSegment::decode(&b), None, "a segment without offsets");
+        for ext in ["log", "index", "timeindex"] {
+            assert_eq!(
+                RemoteSegment::id_in_key("t-0", &s.key("t-0", ext)),
+                Some(s.id)
+            );
+        }
+        assert_eq!(RemoteSegment::id_in_key("t-0", &s.key("t-1", "log")), None);
+        assert_eq!(
+            RemoteSegment::id_in_key("t-0", "t-0/00000000000000000010-12.log"),
+            None
+        );
+        assert_eq!(RemoteSegment::id_in_key("t-0", "t-0/garbage"), None);
+    }
+
+    #[test]
+    fn a_segment_may_begin_inside_the_one_before_but_must_end_past_it() {
         let mut m = Manifest::default();
         m.segments.insert(0, seg(0, 10));
         m.segments.insert(5, seg(5, 12));
-        assert_eq!(Manifest::decode(&m.encode()), None);
+        assert_eq!(Manifest::decode(&m.encode()), Some(m.clone()));
+        assert_eq!(m.find(4), Some(seg(0, 10)));
+        assert_eq!(
+            m.find(7),
+            Some(seg(5, 12)),
+            "the later segment serves the overlap"
+        );
+        assert_eq!(m.end(), Some(12));
+        m.segments.insert(6, seg(6, 11));
+        assert_eq!(
+            Manifest::decode(&m.encode()),
+            None,
+            "ends inside the one before"
+        );
+        m.segments.remove(&6);
+        m.segments.insert(5, seg(5, 10));
+        assert_eq!(
+            Manifest::decode(&m.encode()),
+            None,
+            "ends where the one before does"
+        );
     }
 }
