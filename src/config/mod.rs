@@ -250,7 +250,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("cache.bytes.per.core", "268435456", "bytes", None,
         "Recently appended batches kept in memory per core, so tailing consumers read no disk."),
     setting("read.cache.bytes.per.core", "134217728", "bytes", None,
-        "Chunks read from disk (read-ahead included) kept in memory per core, shared by all its partitions; oldest evicted first."),
+        "Chunks read from disk and from the remote tier (read-ahead included) kept in memory per core, shared by all its partitions; oldest evicted first."),
     setting("cross.core.queue.depth", "1024", "calls", None,
         "Cross-core calls in flight from one core to another; past it a call waits (back-pressure, logged once)."),
     setting("metrics.listen", "127.0.0.1:9644", "host:port", None,

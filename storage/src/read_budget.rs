@@ -76,6 +76,17 @@ impl ReadBudget {
         }
     }
 
+    /// Lets go of a chunk whose read failed (it holds no data): its bytes no longer count.
+    pub(crate) fn release(&self, slot: &Rc<Slot>) {
+        let mut chunks = self.chunks.borrow_mut();
+        if let Some(i) = chunks.iter().position(|(s, _, _)| Rc::ptr_eq(s, slot)) {
+            if let Some((old, len, _)) = chunks.remove(i) {
+                self.taken(&old);
+                self.used_bytes.set(self.used_bytes.get() - len);
+            }
+        }
+    }
+
     /// A reader asked for this chunk (or it left the budget): it no longer counts as read
     /// ahead.
     pub(crate) fn taken(&self, slot: &Slot) {

@@ -62,6 +62,11 @@ impl ReadCache {
         self.slots.borrow_mut().retain(|k, _| k.0 != uid);
     }
 
+    /// The core's cache, whose read budget this log's chunks are under.
+    pub(crate) fn core_cache(&self) -> &Rc<BatchCache> {
+        &self.cache
+    }
+
     /// Lets the core's budget release chunks nobody read for a while.
     pub(crate) fn expire_idle(&self) {
         self.cache.reads.expire(Instant::now());
@@ -185,7 +190,8 @@ impl ReadCache {
     }
 }
 
-async fn wait(slot: &Slot) -> std::result::Result<Bytes, String> {
+/// The chunk's data once its read has ended (or the read's error).
+pub(crate) async fn wait(slot: &Slot) -> std::result::Result<Bytes, String> {
     poll_fn(|cx| {
         if let Some(r) = slot.data.borrow().as_ref() {
             return Poll::Ready(r.clone());

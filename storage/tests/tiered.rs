@@ -794,3 +794,127 @@ fn replicas_that_cut_segments_elsewhere_share_one_remote_tier_across_a_failover(
         b.close().await.expect("close");
     });
 }
+
+/// A [`DirStore`] that records the ranged GETs of segment data (`.log` objects) and can
+/// refuse them (`down`).
+struct RecordingStore {
+    inner: DirStore,
+    log_gets: Rc<std::cell::RefCell<Vec<(String, u64)>>>,
+    down: Rc<Cell<bool>>,
+}
+
+impl ObjectStore for RecordingStore {
+    fn put(&self, key: &str, body: Bytes) -> StoreFuture<'_, ()> {
+        self.inner.put(key, body)
+    }
+    fn upload(&self, key: &str) -> StoreFuture<'_, Box<dyn Upload>> {
+        self.inner.upload(key)
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> StoreFuture<'_, Bytes> {
+        if key.ends_with(".log") {
+            if self.down.get() {
+                let key = key.to_string();
+                return Box::pin(async move { Err(Error::Remote(format!("{key}: store down"))) });
+            }
+            self.log_gets
+                .borrow_mut()
+                .push((key.to_string(), range.start));
+        }
+        self.inner.get_range(key, range)
+    }
+    fn delete(&self, key: &str) -> StoreFuture<'_, ()> {
+        self.inner.delete(key)
+    }
+    fn list(&self, prefix: &str) -> StoreFuture<'_, Vec<ObjectInfo>> {
+        self.inner.list(prefix)
+    }
+}
+
+#[test]
+fn a_catch_up_read_of_remote_segments_reads_ahead_and_gets_each_chunk_once() {
+    // 12 MiB segments (three 4 MiB ranged GETs each), 8 MiB of read-ahead: two chunks.
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let log_gets = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let down = Rc::new(Cell::new(false));
+        let store = Rc::new(RecordingStore {
+            inner: DirStore::new(root.join("bucket")),
+            log_gets: log_gets.clone(),
+            down: down.clone(),
+        });
+        let config = LogConfig {
+            segment_bytes: 12 << 20,
+            local_retention_bytes: Some(0),
+            read_ahead_bytes: 8 << 20,
+            ..tiered_config()
+        };
+        let log = Log::open(root.join("t-0"), config).await.expect("open");
+        log.attach_remote(store.clone(), PREFIX.into())
+            .await
+            .expect("attach");
+        for i in 0..800usize {
+            let mut v = format!("{i:08}").into_bytes();
+            v.resize(33_000, (i % 251) as u8);
+            let b = RecordBatchBuilder::new(1_000)
+                .record(None, Some(&v), &[])
+                .build();
+            log.append(b).await.expect("append");
+        }
+        assert_eq!(log.tier_tick(10_000).await.expect("tick"), 2);
+        log.enforce_retention(10_000).await.expect("retention");
+        let segs = log.remote_segments();
+        assert_eq!(segs.len(), 2);
+        let local = log.local_start_offset();
+        assert_eq!(local, segs[1].next_offset, "both segments are only remote");
+        let chunk_starts = |s: &weir_storage::tier::RemoteSegment| -> Vec<(String, u64)> {
+            (0..s.size.div_ceil(4 << 20))
+                .map(|c| (s.key(PREFIX, "log"), c << 22))
+                .collect()
+        };
+        // Waits until the store has been asked for `n` chunks (GETs run off the reactor).
+        let asked_for = |n: usize| {
+            let log_gets = log_gets.clone();
+            async move {
+                let start = std::time::Instant::now();
+                while log_gets.borrow().len() < n && start.elapsed().as_secs() < 20 {
+                    glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        };
+
+        // The store is down: the read fails, and the failure is not kept — once the store is
+        // back the same read is served.
+        down.set(true);
+        assert!(log.read(0, 1).await.is_err(), "a read with the store down");
+        down.set(false);
+        let r = log.read(0, 1).await.expect("the store is back");
+        assert_eq!(r.batches().next().expect("a batch").0.base_offset.get(), 0);
+        asked_for(3).await;
+        // One batch of chunk 0 read: chunks 1 and 2 were asked for before any reader
+        // needed them.
+        assert_eq!(*log_gets.borrow(), chunk_starts(&segs[0]));
+
+        // Reading on to the first segment's last chunk reads ahead into the second segment.
+        let mut next = 0;
+        let last_chunk_start = (segs[0].size.div_ceil(4 << 20) - 1) << 22;
+        let mut pos = 0u64;
+        while pos < last_chunk_start {
+            let r = log.read(next, 1).await.expect("read");
+            let (h, batch) = r.batches().next().expect("a batch");
+            next = h.last_offset() as u64 + 1;
+            pos += batch.len() as u64;
+        }
+        asked_for(5).await;
+        let mut want = chunk_starts(&segs[0]);
+        want.extend(chunk_starts(&segs[1]).into_iter().take(2));
+        assert_eq!(*log_gets.borrow(), want);
+
+        // The whole catch-up: every record once and in order, every chunk fetched once.
+        assert_complete(&read_all(&log, 0).await.expect("read"), 0, 800);
+        let mut all = chunk_starts(&segs[0]);
+        all.extend(chunk_starts(&segs[1]));
+        assert_eq!(*log_gets.borrow(), all);
+        log.close().await.expect("close");
+    });
+}

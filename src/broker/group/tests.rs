@@ -34,12 +34,12 @@ pub(super) fn join_req(member: &str, session_ms: i32) -> JoinRequest {
 }
 
 /// Opens a coordinator and drives its `tick`, as the broker's core does.
-/// Waits (3 s at most, else fails with `what`) until group "g"'s stored state is removed.
+/// Waits (20 s at most, else fails with `what`) until group "g"'s stored state is removed.
 async fn state_removed(c: &Coordinator, what: &str) {
     let store = c.offsets.store("g").expect("store");
     let start = Instant::now();
     while store.has_group_state("g") {
-        assert!(start.elapsed() < Duration::from_secs(3), "{what}");
+        assert!(start.elapsed() < Duration::from_secs(20), "{what}");
         glommio::timer::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -275,10 +275,21 @@ fn static_member_restart_fencing_and_leave_by_instance_id() {
 fn a_silent_member_is_removed_after_its_session_timeout() {
     run(|dir| async move {
         let c = open(&dir).await;
-        let joins = form_group(&c, 2, 200).await;
+        // Member 0 (a long session) keeps heartbeating; member 1 (200 ms) goes silent. The
+        // long session keeps member 0 in the group however late a loaded machine wakes us.
+        let tasks: Vec<_> = [30_000, 200]
+            .into_iter()
+            .map(|session_ms| {
+                let c = c.clone();
+                glommio::spawn_local(async move { c.join(join_req("", session_ms)).await })
+            })
+            .collect();
+        let mut joins = Vec::new();
+        for t in tasks {
+            joins.push(t.await);
+        }
         sync_all(&c, &joins).await;
         let start = Instant::now();
-        // Member 0 keeps heartbeating; member 1 goes silent.
         loop {
             glommio::timer::sleep(Duration::from_millis(50)).await;
             let hb = c.heartbeat("g", &joins[0].member_id, None, 1);
@@ -286,13 +297,14 @@ fn a_silent_member_is_removed_after_its_session_timeout() {
             if hb == codes::REBALANCE_IN_PROGRESS {
                 break;
             }
+            assert_eq!(hb, codes::NONE);
             assert!(
-                start.elapsed() < Duration::from_secs(3),
+                start.elapsed() < Duration::from_secs(20),
                 "silent member never expired"
             );
         }
         assert!(start.elapsed() >= Duration::from_millis(200));
-        let j = c.join(join_req(&joins[0].member_id, 200)).await;
+        let j = c.join(join_req(&joins[0].member_id, 30_000)).await;
         assert_eq!(
             (j.error, j.generation_id, j.members.len()),
             (codes::NONE, 2, 1)
@@ -443,7 +455,7 @@ fn a_stable_group_resumes_after_a_restart_without_a_rebalance() {
         let start = Instant::now();
         while c.describe("g").state != "Empty" {
             assert!(
-                start.elapsed() < Duration::from_secs(3),
+                start.elapsed() < Duration::from_secs(20),
                 "members never expired"
             );
             glommio::timer::sleep(Duration::from_millis(20)).await;

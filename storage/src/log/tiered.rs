@@ -23,6 +23,7 @@ use bytes::Bytes;
 mod read;
 mod replicated;
 
+use read::RemoteReads;
 pub(super) use read::{
     read_remote, release_remote_reads, remote_max_timestamp, remote_offset_for_timestamp,
 };
@@ -42,8 +43,6 @@ use crate::watermark::FifoLock;
 /// Bytes fetched from the store per ranged GET: a catch-up consumer's next fetches are served
 /// from memory.
 const REMOTE_CHUNK_BYTES: u64 = 4 << 20;
-/// Chunks kept per log (the newest).
-const REMOTE_CHUNKS_KEPT: usize = 2;
 /// Offset indexes of remote segments kept per log.
 const REMOTE_INDEXES_KEPT: usize = 8;
 /// Bytes read from a local segment file per part of an upload.
@@ -54,8 +53,8 @@ pub(super) struct Remote {
     store: Rc<dyn ObjectStore>,
     prefix: String,
     manifest: RefCell<Manifest>,
-    /// The newest chunks read from the store: (upload id, chunk index, bytes).
-    chunks: RefCell<VecDeque<(u64, u64, Bytes)>>,
+    /// The chunks read from the store, and read ahead, under the core's read budget.
+    reads: RemoteReads,
     /// The newest offset indexes read from the store: (upload id, index).
     indexes: RefCell<VecDeque<(u64, Rc<OffsetIndex>)>>,
     /// A tick is uploading (ticks do not overlap).
@@ -113,7 +112,10 @@ pub(super) async fn attach(
         store,
         prefix,
         manifest: RefCell::new(manifest),
-        chunks: RefCell::default(),
+        reads: RemoteReads::new(
+            inner.reader.core_cache().clone(),
+            inner.config.borrow().read_ahead_bytes,
+        ),
         indexes: RefCell::default(),
         busy: Cell::new(false),
         orphans_collected: Cell::new(false),

@@ -1,17 +1,64 @@
-//! Reads of a log's remote tier: batches of a remote segment through the log's chunk cache
-//! (ranged GETs, every batch CRC-checked before it is served), the remote segments' offset
-//! indexes, and the timestamp lookups below the local log start.
+//! Reads of a log's remote tier: batches of a remote segment through chunks of
+//! [`REMOTE_CHUNK_BYTES`] (ranged GETs, every batch CRC-checked before it is served), the
+//! remote segments' offset indexes, and the timestamp lookups below the local log start.
+//!
+//! The chunks are held by the core's read budget (`ReadBudget`, the one local reads use), so
+//! memory for remote reads is bounded per core however many partitions are read; a log keeps
+//! weak references to find them again. A read starts GETs of the chunks after the one it
+//! needs — read-ahead of `read_ahead_bytes`, into the next remote segment at a segment's end —
+//! so a catch-up consumer's next fetch finds its bytes in memory and the store streams
+//! while the consumer works.
 
-use std::rc::Rc;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+use std::task::Waker;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Remote, REMOTE_CHUNKS_KEPT, REMOTE_CHUNK_BYTES, REMOTE_INDEXES_KEPT};
+use super::{Remote, REMOTE_CHUNK_BYTES, REMOTE_INDEXES_KEPT};
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
+use crate::cache::BatchCache;
 use crate::error::{Error, Result};
 use crate::log::Inner;
 use crate::offset_index::OffsetIndex;
+use crate::read_budget::Slot;
+use crate::reader::wait;
 use crate::tier::RemoteSegment;
+
+/// One log's chunks of remote segments: weak references into the core's read budget, by
+/// (upload id, chunk index).
+pub(super) struct RemoteReads {
+    cache: Rc<BatchCache>,
+    /// Chunks read ahead of the one a reader needs.
+    ahead_chunks: u64,
+    slots: RefCell<HashMap<(u64, u64), Weak<Slot>>>,
+}
+
+impl RemoteReads {
+    pub(super) fn new(cache: Rc<BatchCache>, read_ahead_bytes: usize) -> RemoteReads {
+        // As for local reads: read-ahead never takes more than a quarter of the core's budget.
+        let budget_chunks = cache.reads.capacity_bytes() as u64 / REMOTE_CHUNK_BYTES / 4;
+        let ahead_chunks = (read_ahead_bytes as u64).div_ceil(REMOTE_CHUNK_BYTES);
+        RemoteReads {
+            ahead_chunks: ahead_chunks.min(budget_chunks),
+            cache,
+            slots: RefCell::default(),
+        }
+    }
+
+    /// The chunk's slot, read or being read; not one whose GET failed (asked again).
+    fn live(&self, key: (u64, u64)) -> Option<Rc<Slot>> {
+        let slot = self.slots.borrow().get(&key).and_then(Weak::upgrade)?;
+        let failed = matches!(*slot.data.borrow(), Some(Err(_)));
+        (!failed).then_some(slot)
+    }
+
+    /// Forgets the chunks of one remote segment (a bad batch in them: read them again).
+    fn forget(&self, id: u64) {
+        self.slots.borrow_mut().retain(|k, _| k.0 != id);
+    }
+}
 
 /// Whole batches from the remote segment holding `offset`, up to `max_bytes` (at least
 /// one batch), none at or past `hw`. Every batch is CRC-checked.
@@ -49,10 +96,7 @@ pub(in crate::log) async fn read_remote(
         let whole = remote_bytes(remote, &seg, pos, len as u64).await?;
         if let Err(e) = batch::validate_stored(&whole) {
             // Read again next time: the store may have had a bad moment.
-            remote
-                .chunks
-                .borrow_mut()
-                .retain(|(id, _, _)| *id != seg.id);
+            remote.reads.forget(seg.id);
             return Err(corrupt(&seg, pos, &e.to_string()));
         }
         out.push(whole);
@@ -156,7 +200,7 @@ async fn remote_index(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<OffsetI
 /// Drops what the remote tier keeps in memory for readers (an idle log).
 pub(in crate::log) fn release_remote_reads(inner: &Inner) {
     if let Some(r) = inner.remote() {
-        r.chunks.borrow_mut().clear();
+        r.reads.slots.borrow_mut().clear();
         r.indexes.borrow_mut().clear();
     }
 }
@@ -187,33 +231,91 @@ async fn remote_bytes(remote: &Remote, seg: &RemoteSegment, pos: u64, len: u64) 
     Ok(joined.freeze())
 }
 
+/// Chunk `chunk` of `seg`: from memory, or (after starting its GET) once the store answers;
+/// either way the chunks after it are read ahead.
 async fn remote_chunk(remote: &Remote, seg: &RemoteSegment, chunk: u64) -> Result<Bytes> {
-    let hit = remote
-        .chunks
-        .borrow()
-        .iter()
-        .find(|(id, c, _)| *id == seg.id && *c == chunk)
-        .map(|(_, _, b)| b.clone());
-    if let Some(b) = hit {
-        return Ok(b);
+    let reads = &remote.reads;
+    let slot = match reads.live((seg.id, chunk)) {
+        Some(s) => {
+            reads.cache.reads.taken(&s);
+            s
+        }
+        None => start_get(remote, seg, chunk, false),
+    };
+    read_ahead(remote, seg, chunk);
+    // A failed GET stays in its slot only to tell the readers waiting for it: the next read
+    // asks the store again (`RemoteReads::live`).
+    wait(&slot).await.map_err(Error::Remote)
+}
+
+/// Starts the GETs of the [`RemoteReads::ahead_chunks`] chunks after `chunk` of `seg` not in
+/// memory yet, going on into the remote segment that follows `seg` (while the core's
+/// read-ahead is under half its budget: `ReadBudget::ahead_room`).
+fn read_ahead(remote: &Remote, seg: &RemoteSegment, chunk: u64) {
+    let reads = &remote.reads;
+    let (mut seg, mut next) = (*seg, chunk + 1);
+    for _ in 0..reads.ahead_chunks {
+        if next * REMOTE_CHUNK_BYTES >= seg.size {
+            match remote.find(seg.next_offset) {
+                Some(after) if after.id != seg.id && after.base_offset == seg.next_offset => {
+                    (seg, next) = (after, 0);
+                }
+                _ => return,
+            }
+        }
+        if !reads.cache.reads.ahead_room() {
+            return;
+        }
+        if reads.live((seg.id, next)).is_none() {
+            start_get(remote, &seg, next, true);
+        }
+        next += 1;
     }
+}
+
+/// Starts the GET of chunk `chunk` of `seg` into a new slot of the core's read budget.
+fn start_get(remote: &Remote, seg: &RemoteSegment, chunk: u64, ahead: bool) -> Rc<Slot> {
     let start = chunk * REMOTE_CHUNK_BYTES;
     let end = (start + REMOTE_CHUNK_BYTES).min(seg.size);
+    let slot = Rc::new(Slot {
+        valid_to: end,
+        ..Default::default()
+    });
     let key = seg.key(&remote.prefix, "log");
-    let bytes = remote.store.get_range(&key, start..end).await?;
-    if bytes.len() as u64 != end - start {
-        return Err(Error::Remote(format!(
-            "{key}: {} bytes at {start}, {} expected (the object is shorter than the manifest says)",
-            bytes.len(),
-            end - start
-        )));
+    let store = remote.store.clone();
+    let cache = remote.reads.cache.clone();
+    let filled = slot.clone();
+    glommio::spawn_local(async move {
+        let r = match store.get_range(&key, start..end).await {
+            Ok(b) if b.len() as u64 == end - start => Ok(b),
+            Ok(b) => Err(format!(
+                "{key}: {} bytes at {start}, {} expected (the object is shorter than the manifest says)",
+                b.len(),
+                end - start
+            )),
+            Err(e) => Err(e.to_string()),
+        };
+        let failed = r.is_err();
+        *filled.data.borrow_mut() = Some(r);
+        if failed {
+            cache.reads.release(&filled);
+        }
+        let waiters = std::mem::take(&mut *filled.waiters.borrow_mut());
+        waiters.into_iter().for_each(Waker::wake);
+    })
+    .detach();
+    let reads = &remote.reads;
+    reads
+        .cache
+        .reads
+        .admit(slot.clone(), (end - start) as usize, ahead);
+    let mut slots = reads.slots.borrow_mut();
+    slots.insert((seg.id, chunk), Rc::downgrade(&slot));
+    // Evicted chunks leave dead weak references behind: sweep them now and then.
+    if slots.len() > 4 * (reads.ahead_chunks as usize + 2) {
+        slots.retain(|_, w| w.strong_count() > 0);
     }
-    let mut kept = remote.chunks.borrow_mut();
-    kept.push_back((seg.id, chunk, bytes.clone()));
-    if kept.len() > REMOTE_CHUNKS_KEPT {
-        kept.pop_front();
-    }
-    Ok(bytes)
+    slot
 }
 
 fn corrupt(seg: &RemoteSegment, pos: u64, why: &str) -> Error {

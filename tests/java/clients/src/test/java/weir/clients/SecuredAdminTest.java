@@ -86,6 +86,12 @@ class SecuredAdminTest {
             return null;
         } catch (ExecutionException e) {
             return e.getCause();
+        } catch (org.apache.kafka.common.KafkaException e) {
+            // A fatal InitProducerId error reaches the caller one of two ways, depending on
+            // whether send() ran before or after it arrived: through the future, or thrown by
+            // send() as "Cannot execute transactional method because we are in an error
+            // state" with the broker's error as its cause. Report the broker's error.
+            return e.getCause() instanceof org.apache.kafka.common.errors.ApiException ? e.getCause() : e;
         } catch (Exception e) {
             return e;
         }
