@@ -14,6 +14,7 @@ in the middle of its uploads leaves no orphaned object and no hole.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import struct
 import threading
@@ -85,7 +86,7 @@ def manifest_keys(data_dir: Path, topic: str = TOPIC, partition: int = 0) -> lis
     keys = []
     for i in range(count):
         base, _next, _size, _ts, _crc, upload = struct.unpack_from(">QQQqIQ", b, 20 + 44 * i)
-        keys += [f"{topic}-{partition}/{base:020d}-{upload:016x}.{ext}" for ext in ("index", "log", "timeindex")]
+        keys += [f"{topic}-{partition}/{base:020d}-{upload:016x}.{ext}" for ext in ("index", "log", "timeindex", "txnindex")]
     return sorted(keys)
 
 
@@ -275,3 +276,71 @@ def test_kill9_during_uploads_leaves_no_orphan_and_no_hole(broker_factory, s3):
                lambda: sorted(k for k, _ in s3.list_objects(BUCKET, f"{TOPIC}-0/")) == manifest_keys(broker.data_dir))
     got = rd_consume(broker.bootstrap, TOPIC, [0], len(sent), offset=confluent_kafka.OFFSET_BEGINNING)
     assert_exact(sent, got)
+
+
+def test_read_committed_consumers_skip_aborted_transactions_read_from_the_store(broker_factory, s3):
+    """Transactions on a tiered topic: a segment goes up only once no transaction in it is
+    open, with the aborted ones it holds (`.txnindex`); a read_committed consumer from offset 0
+    skips the aborted records read back from the store — also when the broker no longer has its
+    own list of them (its `producer_state` file lost, as a replica that installed a snapshot
+    has none below the snapshot point)."""
+    broker = broker_factory(tiered_settings(s3))
+    create_tiered_topic(broker.bootstrap, 64 << 10, 64 << 10)
+    p = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tiered-txn",
+                                  "linger.ms": 5})
+    p.init_transactions(30)
+    committed: list[bytes] = []
+    n = 0
+    for round_ in range(12):
+        abort = round_ % 3 == 1
+        p.begin_transaction()
+        for _ in range(200):
+            value = f"{n:06d} {'abort' if abort else 'commit'} ".encode().ljust(300, b"x")
+            p.produce(TOPIC, value, partition=0)
+            if not abort:
+                committed.append(value)
+            n += 1
+        p.flush(30)
+        (p.abort_transaction if abort else p.commit_transaction)(30)
+    # Plain records after the last transaction (incompressible: 180 KB) roll its segment out.
+    tail = [os.urandom(150).hex().encode() for _ in range(600)]
+    plain = rd_producer(broker.bootstrap)
+    for v in tail:
+        plain.produce(TOPIC, v, partition=0)
+    plain.flush(30)
+    committed += tail
+
+    def read_committed() -> list[bytes]:
+        c = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tiered-rc",
+                                      "isolation.level": "read_committed", "enable.auto.commit": False,
+                                      "enable.partition.eof": True})
+        got: list[bytes] = []
+        try:
+            c.assign([confluent_kafka.TopicPartition(TOPIC, 0, confluent_kafka.OFFSET_BEGINNING)])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                m = c.poll(1.0)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                        break
+                    raise AssertionError(f"consumer error {m.error()}")
+                got.append(m.value())
+            else:
+                raise AssertionError(f"no end of partition within 60 s ({len(got)} records)")
+        finally:
+            c.close()
+        return got
+
+    # Every transaction is in remote segments gone from the local disk (the last marker is
+    # at offset n + 11: 12 transactions of n records in all).
+    wait_until("the last transaction's marker uploaded", lambda: list_offset(broker.bootstrap, -5) >= n + 11)
+    wait_until("the transactions deleted locally", lambda: list_offset(broker.bootstrap, -4) > n + 11)
+    assert any(k.endswith(".txnindex") for k, _ in s3.list_objects(BUCKET, f"{TOPIC}-0/"))
+    assert read_committed() == committed
+    broker.stop()
+    (broker.data_dir / f"{TOPIC}-0" / "producer_state").unlink()
+    broker.start()
+    assert read_committed() == committed
+    broker.check_alive()

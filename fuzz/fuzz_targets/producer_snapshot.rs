@@ -88,7 +88,11 @@ fuzz_target!(|data: &[u8]| {
                 && wm.last_stable_offset <= wm.high_watermark,
             "last stable offset out of range: {wm:?}"
         );
-        for a in log.aborted_transactions(0, u64::MAX) {
+        let aborted = log
+            .aborted_transactions(0, u64::MAX)
+            .await
+            .expect("no remote tier: the log's own list");
+        for a in aborted {
             assert!(
                 a.first_offset <= a.last_offset,
                 "aborted range reversed: {a:?}"

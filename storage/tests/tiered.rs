@@ -13,9 +13,9 @@ use std::path::Path;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use weir_storage::batch::{decode_records, RecordBatchBuilder};
-use weir_storage::tier::{DirStore, ObjectInfo, ObjectStore, StoreFuture, Upload};
-use weir_storage::{Error, Log, LogConfig};
+use weir_storage::batch::{self, decode_records, RecordBatchBuilder, TRANSACTIONAL_FLAG};
+use weir_storage::tier::{DirStore, ObjectInfo, ObjectStore, RemoteSegment, StoreFuture, Upload};
+use weir_storage::{AbortedTxn, Error, Log, LogConfig};
 
 const PREFIX: &str = "t-0";
 
@@ -96,7 +96,7 @@ fn listed(log: &Log) -> Vec<String> {
     let mut k: Vec<String> = log
         .remote_segments()
         .iter()
-        .flat_map(|s| ["index", "log", "timeindex"].map(|e| s.key(PREFIX, e)))
+        .flat_map(|s| RemoteSegment::OBJECTS.map(|e| s.key(PREFIX, e)))
         .collect();
     k.sort();
     k
@@ -755,8 +755,8 @@ fn replicas_that_cut_segments_elsewhere_share_one_remote_tier_across_a_failover(
         // segments from the one holding the remote end.
         assert_eq!(
             b.collect_remote_orphans(2).await.expect("collect"),
-            3,
-            "the stray upload"
+            RemoteSegment::OBJECTS.len(),
+            "the stray upload's objects"
         );
         assert!(!keys(&store)
             .await
@@ -915,6 +915,98 @@ fn a_catch_up_read_of_remote_segments_reads_ahead_and_gets_each_chunk_once() {
         let mut all = chunk_starts(&segs[0]);
         all.extend(chunk_starts(&segs[1]));
         assert_eq!(*log_gets.borrow(), all);
+        log.close().await.expect("close");
+    });
+}
+
+#[test]
+fn aborted_transactions_travel_with_remote_segments_and_uploads_wait_for_open_ones() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        let config = LogConfig {
+            local_retention_bytes: Some(0),
+            ..tiered_config()
+        };
+        let path = root.join("t-0");
+        let log = open_tiered(&path, config.clone(), store.clone()).await;
+        // Producer 7 opens a transaction at offset 0; 40 KiB of other records follow it.
+        let mut txn = RecordBatchBuilder::new(1_000)
+            .producer(7, 0, 0)
+            .attributes(TRANSACTIONAL_FLAG);
+        for _ in 0..3 {
+            txn = txn.record(None, Some(&[b'a'; 300]), &[]);
+        }
+        log.append(txn.build()).await.expect("txn");
+        fill(&log, 3, 40, 1_000).await;
+        let local_segments = std::fs::read_dir(&path)
+            .expect("dir")
+            .filter(|e| e.as_ref().expect("entry").path().extension() == Some("log".as_ref()))
+            .count();
+        assert!(
+            local_segments > 2,
+            "closed segments to upload: {local_segments}"
+        );
+        // Nothing is uploaded while the transaction is open: a segment goes up only with
+        // every aborted transaction it holds a record of known.
+        assert_eq!(log.tier_tick(10_000).await.expect("tick"), 0);
+        assert!(log.remote_segments().is_empty());
+        let m = batch::marker_batch(7, 0, false, 0, 2_000);
+        let abort_at = log.append(m).await.expect("abort").base_offset;
+        let aborted = vec![AbortedTxn {
+            producer_id: 7,
+            first_offset: 0,
+            last_offset: abort_at,
+        }];
+        fill(&log, abort_at as usize + 1, 40, 1_000).await;
+        assert!(log.tier_tick(10_000).await.expect("tick") > 2);
+        log.enforce_retention(10_000).await.expect("retention");
+        assert!(
+            log.local_start_offset() > abort_at,
+            "the transaction and its marker are only remote"
+        );
+        assert_eq!(keys(&store).await, listed(&log));
+        assert_eq!(
+            log.aborted_transactions(0, 3).await.expect("aborted"),
+            aborted
+        );
+        log.close().await.expect("close");
+
+        // A log without its own list of them (a replica that installed a snapshot has none
+        // below the snapshot point) still answers them, from the remote segments' .txnindex.
+        std::fs::remove_file(path.join("producer_state")).expect("remove the producer state");
+        let log = open_tiered(&path, config, store.clone()).await;
+        assert!(log.local_start_offset() > abort_at);
+        assert_eq!(
+            log.aborted_transactions(0, 3).await.expect("aborted"),
+            aborted
+        );
+        assert_eq!(
+            log.aborted_transactions(2, abort_at + 1)
+                .await
+                .expect("aborted"),
+            aborted
+        );
+        assert_eq!(
+            log.aborted_transactions(abort_at + 1, abort_at + 5)
+                .await
+                .expect("aborted"),
+            vec![],
+            "none after the marker"
+        );
+        // A damaged .txnindex is an error, never an empty list.
+        let seg = log.remote_segments()[0];
+        log.close().await.expect("close");
+        store
+            .put(
+                &seg.key(PREFIX, "txnindex"),
+                Bytes::from_static(b"WTXN garbage"),
+            )
+            .await
+            .expect("put");
+        let log = open_tiered(&path, tiered_config(), store.clone()).await;
+        assert!(log.aborted_transactions(0, 3).await.is_err());
         log.close().await.expect("close");
     });
 }

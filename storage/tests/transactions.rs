@@ -71,7 +71,10 @@ fn open_transactions_bound_reads_and_aborts_are_listed_across_restarts() {
             first_offset: 2,
             last_offset: 6,
         };
-        assert_eq!(log.aborted_transactions(0, 7), vec![aborted]);
+        assert_eq!(
+            log.aborted_transactions(0, 7).await.expect("aborted"),
+            vec![aborted]
+        );
 
         // A second transaction, committed, across rolls; a third left open.
         let mut seq = 3;
@@ -83,7 +86,10 @@ fn open_transactions_bound_reads_and_aborts_are_listed_across_restarts() {
         log.append(txn_batch(8, 0, 0, 1)).await.expect("open txn");
         let open_at = commit_at + 1;
         assert_eq!(log.watermarks().last_stable_offset, open_at);
-        assert_eq!(log.aborted_transactions(7, open_at), vec![]);
+        assert_eq!(
+            log.aborted_transactions(7, open_at).await.expect("aborted"),
+            vec![]
+        );
         log.close().await.expect("close");
 
         for phase in ["clean close", "crash", "rolls then a crash"] {
@@ -94,7 +100,9 @@ fn open_transactions_bound_reads_and_aborts_are_listed_across_restarts() {
                 "{phase}: the open transaction"
             );
             assert_eq!(
-                log.aborted_transactions(0, u64::MAX),
+                log.aborted_transactions(0, u64::MAX)
+                    .await
+                    .expect("aborted"),
                 vec![aborted],
                 "{phase}"
             );
@@ -106,7 +114,13 @@ fn open_transactions_bound_reads_and_aborts_are_listed_across_restarts() {
                     Err(Error::InvalidProducerEpoch { .. })
                 ));
                 assert_eq!(log.watermarks().last_stable_offset, at + 1);
-                assert_eq!(log.aborted_transactions(open_at, at + 1).len(), 1);
+                assert_eq!(
+                    log.aborted_transactions(open_at, at + 1)
+                        .await
+                        .expect("aborted")
+                        .len(),
+                    1
+                );
                 log.close().await.expect("close");
                 break;
             }
@@ -118,7 +132,13 @@ fn open_transactions_bound_reads_and_aborts_are_listed_across_restarts() {
             drop(log); // no clean close
         }
         let log = Log::open(&path, cfg).await.expect("last open");
-        assert_eq!(log.aborted_transactions(0, u64::MAX).len(), 2);
+        assert_eq!(
+            log.aborted_transactions(0, u64::MAX)
+                .await
+                .expect("aborted")
+                .len(),
+            2
+        );
         let w = log.watermarks();
         assert_eq!(w.last_stable_offset, w.high_watermark);
         log.close().await.expect("close");
@@ -255,7 +275,10 @@ fn a_stale_snapshot_is_completed_from_the_sealed_segments() {
         drop(log); // a crash ...
         std::fs::write(&snapshot, &stale).expect("... that left the snapshot of an earlier roll");
         let log = Log::open(&path, cfg).await.expect("reopen");
-        let aborted = log.aborted_transactions(0, u64::MAX);
+        let aborted = log
+            .aborted_transactions(0, u64::MAX)
+            .await
+            .expect("aborted");
         assert_eq!(aborted.len(), 1, "the abort at {aborted_at} is known");
         assert_eq!(
             (aborted[0].producer_id, aborted[0].last_offset),

@@ -90,21 +90,28 @@ impl Shard {
                         .read_available(p.offset as u64, wanted, limit)
                         .await
                 };
+                // A read_committed read gets the aborted transactions it meets, or fails:
+                // records without them would show the consumer aborted records.
+                let read = match read {
+                    Ok(read) if p.committed => match read.next_offset() {
+                        Some(end) => part
+                            .log
+                            .aborted_transactions(p.offset as u64, end)
+                            .await
+                            .map(|aborted| (read, aborted)),
+                        None => Ok((read, Vec::new())),
+                    },
+                    other => other.map(|read| (read, Vec::new())),
+                };
                 match read {
-                    Ok(read) => {
+                    Ok((read, aborted)) => {
                         r.high_watermark = read.watermarks.high_watermark as i64;
                         r.last_stable_offset = read.watermarks.last_stable_offset as i64;
                         r.log_start_offset = read.watermarks.log_start_offset as i64;
-                        if p.committed {
-                            if let Some(end) = read.next_offset() {
-                                r.aborted = part
-                                    .log
-                                    .aborted_transactions(p.offset as u64, end)
-                                    .iter()
-                                    .map(|a| (a.producer_id, a.first_offset as i64))
-                                    .collect();
-                            }
-                        }
+                        r.aborted = aborted
+                            .iter()
+                            .map(|a| (a.producer_id, a.first_offset as i64))
+                            .collect();
                         remaining = remaining.saturating_sub(read.len());
                         wanted = wanted.saturating_sub(read.len()).max(1);
                         r.chunks = if p.topic == OFFSETS_TOPIC {

@@ -179,9 +179,16 @@ impl Log {
     }
 
     /// The aborted transactions a read_committed read of `[from, to)` meets (Fetch's
-    /// `aborted_transactions`): markers at or after `from`, first records before `to`.
-    pub fn aborted_transactions(&self, from: u64, to: u64) -> Vec<AbortedTxn> {
-        self.inner.producers.borrow().aborted_between(from, to)
+    /// `aborted_transactions`): markers at or after `from`, first records before `to`, by
+    /// marker offset. Below the local log start those the remote segments' `.txnindex`
+    /// objects list are added (a replica that installed a snapshot has none of its own
+    /// there); an error only if such an object cannot be read.
+    pub async fn aborted_transactions(&self, from: u64, to: u64) -> Result<Vec<AbortedTxn>> {
+        let mut out = self.inner.producers.borrow().aborted_between(from, to);
+        if from < self.inner.log_start.get() {
+            tiered::add_remote_aborted(&self.inner, from, to, &mut out).await?;
+        }
+        Ok(out)
     }
 
     /// Attaches the object store that holds this log's remote segments (`tier/`), under

@@ -25,7 +25,8 @@ mod replicated;
 
 use read::RemoteReads;
 pub(super) use read::{
-    read_remote, release_remote_reads, remote_max_timestamp, remote_offset_for_timestamp,
+    add_remote_aborted, read_remote, release_remote_reads, remote_max_timestamp,
+    remote_offset_for_timestamp,
 };
 pub(super) use replicated::{
     collect_orphans_before, install_manifest, list_segment, manifest_bytes, retention_point,
@@ -35,6 +36,7 @@ pub(super) use replicated::{
 use super::Inner;
 use crate::error::{Error, Result};
 use crate::offset_index::OffsetIndex;
+use crate::producer_state::AbortedTxn;
 use crate::segment::Segment;
 use crate::tier::manifest::{Manifest, MANIFEST_TMP_FILE};
 use crate::tier::{ObjectStore, RemoteSegment, TierStats, MANIFEST_FILE};
@@ -57,6 +59,8 @@ pub(super) struct Remote {
     reads: RemoteReads,
     /// The newest offset indexes read from the store: (upload id, index).
     indexes: RefCell<VecDeque<(u64, Rc<OffsetIndex>)>>,
+    /// The newest `.txnindex` objects read from the store: (upload id, aborted transactions).
+    txn_indexes: RefCell<VecDeque<(u64, Rc<Vec<AbortedTxn>>)>>,
     /// A tick is uploading (ticks do not overlap).
     busy: Cell<bool>,
     /// The first tick has deleted the orphans.
@@ -117,6 +121,7 @@ pub(super) async fn attach(
             inner.config.borrow().read_ahead_bytes,
         ),
         indexes: RefCell::default(),
+        txn_indexes: RefCell::default(),
         busy: Cell::new(false),
         orphans_collected: Cell::new(false),
         failing: Cell::new(false),
@@ -178,7 +183,7 @@ async fn delete_unlisted(
         .borrow()
         .segments
         .values()
-        .flat_map(|s| ["log", "index", "timeindex"].map(|e| s.key(&remote.prefix, e)))
+        .flat_map(|s| RemoteSegment::OBJECTS.map(|e| s.key(&remote.prefix, e)))
         .collect();
     let mut orphans = 0;
     for obj in remote.store.list(&format!("{}/", remote.prefix)).await? {
@@ -303,10 +308,12 @@ pub(super) fn local_retention_limit(inner: &Inner) -> Option<u64> {
     Some(end.unwrap_or(0))
 }
 
-/// Closed local segments from the remote end on, whole and below the high watermark.
+/// Closed local segments from the remote end on, whole and below the last stable offset: as
+/// in Kafka, a segment is uploaded once no transaction with a record in it is still open, so
+/// its `.txnindex` lists every aborted one a read of it may meet.
 fn upload_candidates(inner: &Inner, remote_end: Option<u64>) -> Vec<Rc<Segment>> {
     let segs = inner.segments.borrow();
-    not_uploaded(&segs, inner.visible.get(), remote_end)
+    not_uploaded(&segs, inner.last_stable(), remote_end)
         .cloned()
         .collect()
 }
@@ -331,7 +338,7 @@ fn not_uploaded(
 
 /// Copies `seg` to the store, then lists it in the manifest.
 async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()> {
-    let entry = upload_objects(remote, seg, upload_id()).await?;
+    let entry = upload_objects(inner, remote, seg, upload_id()).await?;
     update_manifest(inner, remote, |m| {
         m.segments.insert(entry.base_offset, entry);
         Some(())
@@ -341,9 +348,14 @@ async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()>
     Ok(())
 }
 
-/// Copies `seg` to the store under the upload id `id`: its `.log`, `.index` and `.timeindex`
-/// objects. Lists it nowhere: the caller does.
-async fn upload_objects(remote: &Remote, seg: &Rc<Segment>, id: u64) -> Result<RemoteSegment> {
+/// Copies `seg` to the store under the upload id `id`: its `.log`, `.index`, `.timeindex`
+/// and `.txnindex` objects. Lists it nowhere: the caller does.
+async fn upload_objects(
+    inner: &Inner,
+    remote: &Remote,
+    seg: &Rc<Segment>,
+    id: u64,
+) -> Result<RemoteSegment> {
     let (summary, oi, ti) = {
         let st = seg.state.borrow();
         let summary = seg.summary();
@@ -353,6 +365,11 @@ async fn upload_objects(remote: &Remote, seg: &Rc<Segment>, id: u64) -> Result<R
             st.time_index.encode(&summary),
         )
     };
+    let aborted = inner
+        .producers
+        .borrow()
+        .aborted_between(seg.base_offset, summary.next_offset);
+    let txns = crate::tier::txn_index::encode(&aborted);
     let entry = RemoteSegment {
         base_offset: seg.base_offset,
         next_offset: summary.next_offset,
@@ -393,6 +410,9 @@ async fn upload_objects(remote: &Remote, seg: &Rc<Segment>, id: u64) -> Result<R
         .await?;
     store
         .put(&entry.key(&remote.prefix, "timeindex"), Bytes::from(ti))
+        .await?;
+    store
+        .put(&entry.key(&remote.prefix, "txnindex"), Bytes::from(txns))
         .await?;
     let entry = RemoteSegment {
         data_crc: crc,
@@ -505,7 +525,7 @@ pub(super) async fn delete_remote_below(inner: &Inner, remote: &Remote, offset: 
     .await?
     .unwrap_or_default();
     for s in &gone {
-        for ext in ["log", "index", "timeindex"] {
+        for ext in RemoteSegment::OBJECTS {
             remote.store.delete(&s.key(&remote.prefix, ext)).await?;
         }
         remote.stats.borrow_mut().deleted_segments += 1;

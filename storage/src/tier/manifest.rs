@@ -44,7 +44,12 @@ impl RemoteSegment {
     /// Bytes of [`RemoteSegment::encode`]: the manifest's entry.
     pub const ENCODED_BYTES: usize = ENTRY_BYTES;
 
-    /// The key of its `.log` (`ext` "log"), `.index` or `.timeindex` object under `prefix`.
+    /// The extensions of its objects: the segment file, its offset and time indexes, and the
+    /// aborted transactions a read of it may meet (`txn_index.rs`).
+    pub const OBJECTS: [&'static str; 4] = ["log", "index", "timeindex", "txnindex"];
+
+    /// The key of its object with extension `ext` (one of [`RemoteSegment::OBJECTS`]) under
+    /// `prefix`.
     pub fn key(&self, prefix: &str, ext: &str) -> String {
         format!("{prefix}/{:020}-{:016x}.{ext}", self.base_offset, self.id)
     }
@@ -221,7 +226,7 @@ mod tests {
         b.clear();
         empty.encode(&mut b);
         assert_eq!(RemoteSegment::decode(&b), None, "a segment without offsets");
-        for ext in ["log", "index", "timeindex"] {
+        for ext in RemoteSegment::OBJECTS {
             assert_eq!(
                 RemoteSegment::id_in_key("t-0", &s.key("t-0", ext)),
                 Some(s.id)

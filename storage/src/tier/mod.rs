@@ -23,6 +23,7 @@
 
 mod dir_store;
 pub(crate) mod manifest;
+pub(crate) mod txn_index;
 
 use std::future::Future;
 use std::ops::Range;

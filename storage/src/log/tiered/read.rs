@@ -22,9 +22,10 @@ use crate::cache::BatchCache;
 use crate::error::{Error, Result};
 use crate::log::Inner;
 use crate::offset_index::OffsetIndex;
+use crate::producer_state::AbortedTxn;
 use crate::read_budget::Slot;
 use crate::reader::wait;
-use crate::tier::RemoteSegment;
+use crate::tier::{txn_index, RemoteSegment};
 
 /// One log's chunks of remote segments: weak references into the core's read budget, by
 /// (upload id, chunk index).
@@ -197,11 +198,68 @@ async fn remote_index(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<OffsetI
     Ok(idx)
 }
 
+/// Adds to `out` (sorted by marker offset, without duplicates) the aborted transactions the
+/// `.txnindex` objects of the remote segments below the local log start that `[from, to)`
+/// overlaps list: markers at or after `from`, first records before `to`.
+pub(in crate::log) async fn add_remote_aborted(
+    inner: &Inner,
+    from: u64,
+    to: u64,
+    out: &mut Vec<AbortedTxn>,
+) -> Result<()> {
+    let Some(remote) = inner.remote() else {
+        return Ok(());
+    };
+    let local = inner.log_start.get();
+    let segs: Vec<RemoteSegment> = remote
+        .segments()
+        .into_iter()
+        .filter(|s| s.next_offset > from && s.base_offset < to.min(local))
+        .collect();
+    for seg in segs {
+        for a in remote_aborted(&remote, &seg).await?.iter() {
+            let meets = a.last_offset >= from && a.first_offset < to;
+            let known = out
+                .iter()
+                .any(|b| b.producer_id == a.producer_id && b.first_offset == a.first_offset);
+            if meets && !known {
+                out.push(*a);
+            }
+        }
+    }
+    out.sort_by_key(|a| a.last_offset);
+    Ok(())
+}
+
+async fn remote_aborted(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<Vec<AbortedTxn>>> {
+    let kept = remote
+        .txn_indexes
+        .borrow()
+        .iter()
+        .find(|(id, _)| *id == seg.id)
+        .map(|(_, t)| t.clone());
+    if let Some(t) = kept {
+        return Ok(t);
+    }
+    let key = seg.key(&remote.prefix, "txnindex");
+    let bytes = remote.store.get_range(&key, 0..u64::MAX).await?;
+    let txns = txn_index::decode(&bytes)
+        .ok_or_else(|| Error::Remote(format!("{key}: not a valid transaction index")))?;
+    let txns = Rc::new(txns);
+    let mut kept = remote.txn_indexes.borrow_mut();
+    kept.push_back((seg.id, txns.clone()));
+    if kept.len() > REMOTE_INDEXES_KEPT {
+        kept.pop_front();
+    }
+    Ok(txns)
+}
+
 /// Drops what the remote tier keeps in memory for readers (an idle log).
 pub(in crate::log) fn release_remote_reads(inner: &Inner) {
     if let Some(r) = inner.remote() {
         r.reads.slots.borrow_mut().clear();
         r.indexes.borrow_mut().clear();
+        r.txn_indexes.borrow_mut().clear();
     }
 }
 

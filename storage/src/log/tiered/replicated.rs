@@ -37,7 +37,7 @@ pub(in crate::log) async fn upload_next(
             return Ok(None);
         };
         let id = epoch_upload_id(epoch);
-        upload_objects(&remote, &seg, id).await.map(Some)
+        upload_objects(inner, &remote, &seg, id).await.map(Some)
     }
     .await;
     remote.busy.set(false);
