@@ -4,7 +4,8 @@
 # On a fresh Debian machine (as root) it installs what it needs first — kcat, node and npm from
 # Debian's packages, the pinned Python clients from scripts/requirements-test.txt — and then runs:
 #   cargo fmt --check, cargo clippy -D warnings, a check that the default build needs only Rust,
-#   cargo build --release --features rdkafka, cargo test --workspace (and the storage tests
+#   cargo build --profile ci --features rdkafka (Cargo.toml: release with weir's own debug
+#   assertions and overflow checks; every Rust step uses it), cargo test --workspace (and the storage tests
 #   again with WEIR_TEST_OPEN_FILE_LIMIT=1),
 #   pytest tests/ (the real `weir` binary driven by kcat, confluent-kafka, kafka-python, KafkaJS,
 #   the Java client, Kafka Streams, Connect and MirrorMaker 2, Kafka's own tools (tests/java/*,
@@ -17,7 +18,7 @@
 #   PYTEST_ARGS="..."     extra arguments for pytest (e.g. "-k restart -x")
 #   WEIR_CARGO_TEST_TIMEOUT_S, WEIR_PYTEST_TIMEOUT_S   deadlines (default 2400 s and 2700 s)
 #   WEIR_TEST_SKIP_FUZZ=1 skip the fuzz smoke run (CI never sets it); WEIR_FUZZ_SECONDS=10
-#   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the release build still runs); for
+#   WEIR_TEST_SKIP_RUST=1 skip fmt/clippy/cargo test (the ci build still runs); for
 #                         iterating on tests/ only — CI never sets it.
 #   WEIR_LIBRDKAFKA_FULL=1 also run the whole of librdkafka's 0113 (about 14 minutes);
 #                         WEIR_CRASH_CYCLES=300 the crash loop's long mode, WEIR_IDEMPOTENT_CYCLES
@@ -153,14 +154,14 @@ if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
     cargo fmt --all -- --check || die "cargo fmt: run 'cargo fmt --all'"
 
     step "cargo clippy --all-targets -- -D warnings"
-    # --release: rdkafka-sys's build script (librdkafka built with cmake, minutes) then runs
-    # once for this and the release build below, not once per profile.
-    cargo clippy --release --workspace --all-targets --features rdkafka -- -D warnings \
+    # --profile ci (Cargo.toml: release with weir's own debug assertions and overflow checks),
+    # as every build below: rdkafka-sys's build script (librdkafka built with cmake, minutes)
+    # runs once for all of them, and the dependencies are compiled once.
+    cargo clippy --profile ci --workspace --all-targets --features rdkafka -- -D warnings \
         || die "cargo clippy --features rdkafka"
     # Without default features: the code compiled only without rdkafka and without
-    # tiered-storage (the fuzz crate's build of the library and src/broker/tier_off.rs);
-    # --release too, so the dependencies checked above are not checked again for dev.
-    cargo clippy --release --workspace --all-targets --no-default-features -- -D warnings \
+    # tiered-storage (the fuzz crate's build of the library and src/broker/tier_off.rs).
+    cargo clippy --profile ci --workspace --all-targets --no-default-features -- -D warnings \
         || die "cargo clippy --no-default-features (the fuzz crate builds the library so)"
 fi
 
@@ -171,29 +172,31 @@ bash "$ROOT/scripts/check_default_build.sh" || die "scripts/check_default_build.
 step "source tree shape (scripts/check_layers.py: no import cycles, long files say why)"
 "$PYTHON" "$ROOT/scripts/check_layers.py" || die "scripts/check_layers.py"
 
-step "cargo build --release --features rdkafka"
-# With librdkafka linked: tests/test_bench.py runs `weir bench --client rdkafka`.
-cargo build --release --features rdkafka || die "cargo build --release --features rdkafka"
-[ -x "$ROOT/target/release/weir" ] || die "target/release/weir was not built"
+step "cargo build --profile ci --features rdkafka"
+# With librdkafka linked: tests/test_bench.py runs `weir bench --client rdkafka`. The ci
+# profile is the release build plus weir's own debug assertions and overflow checks
+# (Cargo.toml): the broker the tests drive is target/ci/weir.
+cargo build --profile ci --features rdkafka || die "cargo build --profile ci --features rdkafka"
+[ -x "$ROOT/target/ci/weir" ] || die "target/ci/weir was not built"
 
 if [ "${WEIR_TEST_SKIP_RUST:-0}" != 1 ]; then
     step "cargo test --workspace"
     # A deadline, so that a hung test fails the run instead of eating CI's whole budget.
-    timeout -k 30 "${WEIR_CARGO_TEST_TIMEOUT_S:-2400}" cargo test --workspace \
+    timeout -k 30 "${WEIR_CARGO_TEST_TIMEOUT_S:-2400}" cargo test --profile ci --features rdkafka --workspace \
         || die "cargo test --workspace (exit $?; 124 = timed out)"
     step "storage tests again with one open file per thread (WEIR_TEST_OPEN_FILE_LIMIT=1)"
     # --workspace, as above: `-p weir-storage` alone resolves its dependencies' features
     # differently and rebuilds the crate and every test binary (1.5 minutes); the broker's
     # own tests run again too (seconds; they do not read the variable).
-    WEIR_TEST_OPEN_FILE_LIMIT=1 timeout -k 30 900 cargo test --workspace --tests \
+    WEIR_TEST_OPEN_FILE_LIMIT=1 timeout -k 30 900 cargo test --profile ci --features rdkafka --workspace --tests \
         || die "storage tests with one open file per thread (exit $?)"
     step "cargo test --bench broker_path (a smoke run of the broker-path benchmark)"
-    timeout -k 30 600 cargo test --bench broker_path || die "benches/broker_path.rs smoke run"
+    timeout -k 30 600 cargo test --profile ci --features rdkafka --bench broker_path || die "benches/broker_path.rs smoke run"
 fi
 
 # ---------------------------------------------------------------------------------------------
 step "pytest tests/"
-export WEIR_BIN="$ROOT/target/release/weir"
+export WEIR_BIN="$ROOT/target/ci/weir"
 # pytest exits 5 when it collected no test: that is a failure here too (set -e sees non-zero).
 # Every test's duration is in target/pytest-report.xml (JUnit XML): where CI's time goes.
 # shellcheck disable=SC2086
