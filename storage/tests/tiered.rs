@@ -40,6 +40,19 @@ async fn fill(log: &Log, from: usize, n: usize, ts: i64) {
     }
 }
 
+/// Appends `n` batches of one 33,000-byte record each (about 3 per 100 KiB; a 4 MiB remote
+/// chunk ends inside one every time): record `i` starts with `i` as text, then `i % 251`.
+async fn fill_large(log: &Log, n: usize) {
+    for i in 0..n {
+        let mut v = format!("{i:08}").into_bytes();
+        v.resize(33_000, (i % 251) as u8);
+        let b = RecordBatchBuilder::new(1_000)
+            .record(None, Some(&v), &[])
+            .build();
+        log.append(b).await.expect("append");
+    }
+}
+
 /// Opens the log at `path` with `config` and attaches `store` under [`PREFIX`].
 async fn open_tiered(path: &Path, config: LogConfig, store: Rc<dyn ObjectStore>) -> Log {
     let log = Log::open(path, config).await.expect("open");
@@ -456,18 +469,8 @@ fn batches_across_the_remote_read_chunks_are_read_whole() {
             local_retention_bytes: Some(0),
             ..tiered_config()
         };
-        let log = Log::open(root.join("t-0"), config).await.expect("open");
-        log.attach_remote(store.clone(), PREFIX.into())
-            .await
-            .expect("attach");
-        for i in 0..450usize {
-            let mut v = format!("{i:08}").into_bytes();
-            v.resize(33_000, (i % 251) as u8);
-            let b = RecordBatchBuilder::new(1_000)
-                .record(None, Some(&v), &[])
-                .build();
-            log.append(b).await.expect("append");
-        }
+        let log = open_tiered(&root.join("t-0"), config, store.clone()).await;
+        fill_large(&log, 450).await;
         assert_eq!(log.tier_tick(10_000).await.expect("tick"), 1);
         log.enforce_retention(10_000).await.expect("retention");
         let local = log.local_start_offset();
@@ -849,18 +852,8 @@ fn a_catch_up_read_of_remote_segments_reads_ahead_and_gets_each_chunk_once() {
             read_ahead_bytes: 8 << 20,
             ..tiered_config()
         };
-        let log = Log::open(root.join("t-0"), config).await.expect("open");
-        log.attach_remote(store.clone(), PREFIX.into())
-            .await
-            .expect("attach");
-        for i in 0..800usize {
-            let mut v = format!("{i:08}").into_bytes();
-            v.resize(33_000, (i % 251) as u8);
-            let b = RecordBatchBuilder::new(1_000)
-                .record(None, Some(&v), &[])
-                .build();
-            log.append(b).await.expect("append");
-        }
+        let log = open_tiered(&root.join("t-0"), config, store.clone()).await;
+        fill_large(&log, 800).await;
         assert_eq!(log.tier_tick(10_000).await.expect("tick"), 2);
         log.enforce_retention(10_000).await.expect("retention");
         let segs = log.remote_segments();

@@ -71,8 +71,14 @@ async fn open(dir: &Path) -> Rc<Coordinator> {
 
 /// Joins `n` new members concurrently and syncs them (the leader assigns "a-<member>").
 async fn form_group(c: &Rc<Coordinator>, n: usize, session_ms: i32) -> Vec<JoinResponse> {
-    let tasks: Vec<_> = (0..n)
-        .map(|_| {
+    form_group_with(c, &vec![session_ms; n]).await
+}
+
+/// [`form_group`] with one member per session timeout of `sessions_ms`, in that order.
+async fn form_group_with(c: &Rc<Coordinator>, sessions_ms: &[i32]) -> Vec<JoinResponse> {
+    let tasks: Vec<_> = sessions_ms
+        .iter()
+        .map(|&session_ms| {
             let c = c.clone();
             glommio::spawn_local(async move { c.join(join_req("", session_ms)).await })
         })
@@ -277,17 +283,7 @@ fn a_silent_member_is_removed_after_its_session_timeout() {
         let c = open(&dir).await;
         // Member 0 (a long session) keeps heartbeating; member 1 (200 ms) goes silent. The
         // long session keeps member 0 in the group however late a loaded machine wakes us.
-        let tasks: Vec<_> = [30_000, 200]
-            .into_iter()
-            .map(|session_ms| {
-                let c = c.clone();
-                glommio::spawn_local(async move { c.join(join_req("", session_ms)).await })
-            })
-            .collect();
-        let mut joins = Vec::new();
-        for t in tasks {
-            joins.push(t.await);
-        }
+        let joins = form_group_with(&c, &[30_000, 200]).await;
         sync_all(&c, &joins).await;
         let start = Instant::now();
         loop {
