@@ -23,6 +23,27 @@ pub(crate) struct Slot {
     pub(crate) ahead: Cell<usize>,
 }
 
+impl Slot {
+    /// Sets the chunk's data (or its read's error) and wakes the readers waiting for it.
+    pub(crate) fn fill(&self, data: std::result::Result<Bytes, String>) {
+        *self.data.borrow_mut() = Some(data);
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        waiters.into_iter().for_each(Waker::wake);
+    }
+
+    /// The chunk's data once its read has ended (or the read's error).
+    pub(crate) async fn wait(&self) -> std::result::Result<Bytes, String> {
+        std::future::poll_fn(|cx| {
+            if let Some(r) = self.data.borrow().as_ref() {
+                return std::task::Poll::Ready(r.clone());
+            }
+            self.waiters.borrow_mut().push(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
 /// Chunks unused for this long are released by [`ReadBudget::expire`].
 const IDLE_CHUNK: Duration = Duration::from_secs(30);
 

@@ -13,9 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::future::poll_fn;
 use std::rc::{Rc, Weak};
-use std::task::{Poll, Waker};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -104,9 +102,7 @@ impl ReadCache {
                 Ok(b) => Err(format!("short read at {start}: {} of {len} bytes", b.len())),
                 Err(e) => Err(e.to_string()),
             };
-            *s2.data.borrow_mut() = Some(r);
-            let waiters = std::mem::take(&mut *s2.waiters.borrow_mut());
-            waiters.into_iter().for_each(Waker::wake);
+            s2.fill(r);
         })
         .detach();
         self.cache.reads.admit(slot.clone(), len, ahead);
@@ -175,7 +171,7 @@ impl ReadCache {
             let need_to = to.min(chunk_end);
             let slot = self.slot(segment, idx, need_to, limit, false);
             self.read_ahead(segment, idx, limit);
-            let data = wait(&slot).await.map_err(|why| Error::Io {
+            let data = slot.wait().await.map_err(|why| Error::Io {
                 op: "read",
                 path: segment.log_path.clone(),
                 position: Some(chunk_start),
@@ -188,16 +184,4 @@ impl ReadCache {
         }
         Ok(out)
     }
-}
-
-/// The chunk's data once its read has ended (or the read's error).
-pub(crate) async fn wait(slot: &Slot) -> std::result::Result<Bytes, String> {
-    poll_fn(|cx| {
-        if let Some(r) = slot.data.borrow().as_ref() {
-            return Poll::Ready(r.clone());
-        }
-        slot.waiters.borrow_mut().push(cx.waker().clone());
-        Poll::Pending
-    })
-    .await
 }

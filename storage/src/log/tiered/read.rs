@@ -10,9 +10,8 @@
 //! while the consumer works.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::{Rc, Weak};
-use std::task::Waker;
 
 use bytes::{Bytes, BytesMut};
 
@@ -24,7 +23,6 @@ use crate::log::Inner;
 use crate::offset_index::OffsetIndex;
 use crate::producer_state::AbortedTxn;
 use crate::read_budget::Slot;
-use crate::reader::wait;
 use crate::tier::{txn_index, RemoteSegment};
 
 /// One log's chunks of remote segments: weak references into the core's read budget, by
@@ -178,9 +176,26 @@ pub(in crate::log) async fn remote_offset_for_timestamp(
     Ok(None)
 }
 
+/// The object of `seg` a kept list holds, by upload id.
+fn kept<T>(list: &RefCell<VecDeque<(u64, Rc<T>)>>, seg: &RemoteSegment) -> Option<Rc<T>> {
+    let list = list.borrow();
+    list.iter()
+        .find(|(id, _)| *id == seg.id)
+        .map(|(_, v)| v.clone())
+}
+
+/// Keeps `v` for `seg` in a kept list, the oldest dropped past [`REMOTE_INDEXES_KEPT`].
+fn keep<T>(list: &RefCell<VecDeque<(u64, Rc<T>)>>, seg: &RemoteSegment, v: &Rc<T>) {
+    let mut list = list.borrow_mut();
+    list.push_back((seg.id, v.clone()));
+    if list.len() > REMOTE_INDEXES_KEPT {
+        list.pop_front();
+    }
+}
+
 async fn remote_index(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<OffsetIndex>> {
-    if let Some((_, idx)) = remote.indexes.borrow().iter().find(|(id, _)| *id == seg.id) {
-        return Ok(idx.clone());
+    if let Some(idx) = kept(&remote.indexes, seg) {
+        return Ok(idx);
     }
     let key = seg.key(&remote.prefix, "index");
     let bytes = remote.store.get_range(&key, 0..u64::MAX).await?;
@@ -190,11 +205,7 @@ async fn remote_index(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<OffsetI
         return Err(Error::Remote(format!("{key}: describes another segment")));
     }
     let idx = Rc::new(idx);
-    let mut kept = remote.indexes.borrow_mut();
-    kept.push_back((seg.id, idx.clone()));
-    if kept.len() > REMOTE_INDEXES_KEPT {
-        kept.pop_front();
-    }
+    keep(&remote.indexes, seg, &idx);
     Ok(idx)
 }
 
@@ -232,13 +243,7 @@ pub(in crate::log) async fn add_remote_aborted(
 }
 
 async fn remote_aborted(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<Vec<AbortedTxn>>> {
-    let kept = remote
-        .txn_indexes
-        .borrow()
-        .iter()
-        .find(|(id, _)| *id == seg.id)
-        .map(|(_, t)| t.clone());
-    if let Some(t) = kept {
+    if let Some(t) = kept(&remote.txn_indexes, seg) {
         return Ok(t);
     }
     let key = seg.key(&remote.prefix, "txnindex");
@@ -246,11 +251,7 @@ async fn remote_aborted(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<Vec<A
     let txns = txn_index::decode(&bytes)
         .ok_or_else(|| Error::Remote(format!("{key}: not a valid transaction index")))?;
     let txns = Rc::new(txns);
-    let mut kept = remote.txn_indexes.borrow_mut();
-    kept.push_back((seg.id, txns.clone()));
-    if kept.len() > REMOTE_INDEXES_KEPT {
-        kept.pop_front();
-    }
+    keep(&remote.txn_indexes, seg, &txns);
     Ok(txns)
 }
 
@@ -303,7 +304,7 @@ async fn remote_chunk(remote: &Remote, seg: &RemoteSegment, chunk: u64) -> Resul
     read_ahead(remote, seg, chunk);
     // A failed GET stays in its slot only to tell the readers waiting for it: the next read
     // asks the store again (`RemoteReads::live`).
-    wait(&slot).await.map_err(Error::Remote)
+    slot.wait().await.map_err(Error::Remote)
 }
 
 /// Starts the GETs of the [`RemoteReads::ahead_chunks`] chunks after `chunk` of `seg` not in
@@ -354,12 +355,10 @@ fn start_get(remote: &Remote, seg: &RemoteSegment, chunk: u64, ahead: bool) -> R
             Err(e) => Err(e.to_string()),
         };
         let failed = r.is_err();
-        *filled.data.borrow_mut() = Some(r);
+        filled.fill(r);
         if failed {
             cache.reads.release(&filled);
         }
-        let waiters = std::mem::take(&mut *filled.waiters.borrow_mut());
-        waiters.into_iter().for_each(Waker::wake);
     })
     .detach();
     let reads = &remote.reads;
