@@ -16,6 +16,11 @@ What a user would notice, and what is checked:
   still reads everything from 0, and the killed broker, restarted behind the new leader's
   local log start, installs its snapshot — with the remote segment list — and lists the same
   segments as the others;
+- that broker, made the leader (it is the preferred replica), knows what a replica holding the
+  whole log would: the idempotent producer that wrote only below its snapshot point, with its
+  last sequence (DescribeProducers), and where the first leader's epoch ended
+  (OffsetForLeaderEpoch) — taken from the remote segment ending at the point (its `.snapshot`
+  and `.epochs` objects), as a Kafka follower builds its auxiliary state from the remote tier;
 - the whole log's `retention.bytes` deletes remote segments on every replica and in the store.
 """
 
@@ -24,14 +29,17 @@ from __future__ import annotations
 import struct
 
 import confluent_kafka
+import kafka
 import pytest
+from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from clients import CLIENT_TIMEOUT_S, assert_exact, rd_admin, rd_consume, rd_producer, rd_produce
+from test_cluster_epochs import epoch_end
 from test_cluster_metadata import NODE_ID_STRIDE, create, three_brokers, wait_until
 from test_cluster_replication import leader_of
-from test_tiered_storage import (BUCKET, TOPIC, list_offset, manifest_keys, messages,  # noqa: F401
-                                 s3, sealed_segment_sizes, tiered_settings)
+from test_tiered_storage import (BUCKET, OBJECTS, TOPIC, list_offset, manifest_keys,  # noqa: F401
+                                 messages, s3, sealed_segment_sizes, tiered_settings)
 
 SEGMENT = 64 << 10
 LOCAL = 128 << 10
@@ -55,10 +63,11 @@ def epochs(keys: list[str]) -> set[int]:
 
 def settled(s3, brokers) -> list[str] | None:
     """The keys every replica lists, once the partition's leader uploaded every closed segment
-    (its latest tiered offset is just below its active segment), all list the same and the
-    bucket holds exactly those (no upload in flight, no orphan)."""
+    (its latest tiered offset is at least just below its active segment: a leader that took
+    over cut its segments elsewhere, and its active one may hold the remote end), all list the
+    same and the bucket holds exactly those (no upload in flight, no orphan)."""
     lead = leading(brokers)
-    if lead is None or list_offset(lead.bootstrap, -5) + 1 != local_bases(lead)[-1]:
+    if lead is None or list_offset(lead.bootstrap, -5) + 1 < local_bases(lead)[-1]:
         return None
     lists = [manifest_keys(b.data_dir) for b in brokers]
     if any(keys != lists[0] for keys in lists) or bucket_keys(s3) != lists[0]:
@@ -89,6 +98,18 @@ def covered(b) -> tuple[int, int]:
     return ranges[0][0], ranges[-1][1]
 
 
+def producers(bootstrap: str) -> dict[int, int]:
+    """{producer id: last sequence} of partition 0, as its leader answers DescribeProducers."""
+    admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
+    try:
+        tp = kafka.TopicPartition(TOPIC, 0)
+        return {p.producer_id: p.last_sequence for p in admin.describe_producers([tp])[tp].active_producers}
+    except kafka.errors.KafkaError as e:  # e.g. NOT_LEADER while metadata catches up
+        raise AssertionError(f"DescribeProducers: {e!r}") from e
+    finally:
+        admin.close()
+
+
 def local_bases(b) -> list[int]:
     return sorted(int(p.stem) for p in (b.data_dir / f"{TOPIC}-0").glob("*.log"))
 
@@ -109,7 +130,7 @@ def test_a_replicated_topic_is_tiered_by_its_leader_and_survives_a_leader_kill(t
     wait_until("the leader's local log start to move", lambda: list_offset(lead.bootstrap, -4) > 0, timeout=60)
     keys = wait_until("every replica to list the same uploads, and the bucket to hold them",
                       lambda: settled(s3, cluster), timeout=60)
-    assert len(keys) >= 3 * 5, keys
+    assert len(keys) >= len(OBJECTS) * 5, keys
     assert len(epochs(keys)) == 1, f"more than one uploader: {keys}"
     assert list_offset(lead.bootstrap, -2) == 0, "the log still starts at 0"
     # Each replica deletes locally only what is uploaded, down to local.retention.bytes.
@@ -119,6 +140,9 @@ def test_a_replicated_topic_is_tiered_by_its_leader_and_survives_a_leader_kill(t
                    timeout=30)
     got = rd_consume(everyone, TOPIC, [0], N, offset=confluent_kafka.OFFSET_BEGINNING)
     assert_exact(sent, got)
+    [(first_producer, first_last_seq)] = producers(everyone).items()
+    assert first_last_seq == N - 1
+    first_epoch = epoch
 
     # The leader's broker dies; the new leader goes on uploading where it stopped.
     tiered_before = list_offset(lead.bootstrap, -5)
@@ -139,7 +163,7 @@ def test_a_replicated_topic_is_tiered_by_its_leader_and_survives_a_leader_kill(t
     # begin inside the last one listed, or replace the ones listed inside it — never leave a
     # hole, and never drop an object that still serves an offset nobody else does.
     gone = sorted(set(keys) - set(after))
-    assert len(gone) <= 3 * 2, f"more replaced than a failover explains: {gone}"
+    assert len(gone) <= len(OBJECTS) * 2, f"more replaced than a failover explains: {gone}"
     for b in survivors:
         assert covered(b) == (0, list_offset(lead.bootstrap, -5) + 1)
     assert tiered_before < list_offset(lead.bootstrap, -5)
@@ -152,10 +176,31 @@ def test_a_replicated_topic_is_tiered_by_its_leader_and_survives_a_leader_kill(t
     dead.start()
     wait_until("the restarted broker to list the same uploads as the others",
                lambda: settled(s3, cluster), timeout=60)
-    assert b"installing a Raft snapshot" in dead.log_path.read_bytes(), "no snapshot installed"
+    log = dead.log_path.read_bytes()
+    assert b"installing a Raft snapshot" in log, "no snapshot installed"
+    assert b"restored the producer state and leader epochs" in log, "nothing taken from the remote tier"
+
+    # Leading the partition, it knows the first producer, which wrote only below its snapshot
+    # point, and where the first leader's epoch ended: as a replica holding the whole log.
+    admin = rd_admin(everyone)
+
+    def elected():
+        f = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(TOPIC, 0)])
+        try:
+            f.result(CLIENT_TIMEOUT_S)
+        except confluent_kafka.KafkaException:
+            pass  # not in sync yet, or elected already: the metadata says which
+        leader, _ = leader_of(cluster, TOPIC, 0, epoch)
+        return cluster[leader // NODE_ID_STRIDE - 1] is dead
+    wait_until("the restarted broker, the preferred replica, to lead", elected, timeout=60)
+    leader, epoch = leader_of(cluster, TOPIC, 0, epoch + 1)
+    assert list_offset(dead.bootstrap, -4) > N, "the first producer's records are all below its log"
+    known = wait_until("the new leader to answer DescribeProducers with both producers",
+                       lambda: (p := producers(everyone)) and len(p) == 2 and p, timeout=30)
+    assert known[first_producer] == first_last_seq, known
+    assert epoch_end(dead, TOPIC, first_epoch, epoch) == (0, first_epoch, N)
 
     # The whole log's retention.bytes deletes remote segments, on every replica and in the store.
-    admin = rd_admin(everyone)
     res = ConfigResource(ResourceType.TOPIC, TOPIC, incremental_configs=[
         ConfigEntry("retention.bytes", str(4 * SEGMENT), incremental_operation=AlterConfigOpType.SET)])
     for f in admin.incremental_alter_configs([res], request_timeout=CLIENT_TIMEOUT_S).values():
@@ -170,6 +215,7 @@ def test_a_replicated_topic_is_tiered_by_its_leader_and_survives_a_leader_kill(t
     assert_exact(sent[start:], got, {0: start})
     for b in cluster:
         b.check_alive()
-    print(f"uploads: {len(keys) // 3} by the first leader, {len(new) // 3} by the second, "
-          f"{len(gone) // 3} replaced at the failover; remote retention moved the log start to {start}")
+    print(f"uploads: {len(keys) // len(OBJECTS)} by the first leader, {len(new) // len(OBJECTS)} by the "
+          f"second, {len(gone) // len(OBJECTS)} replaced at the failover; remote retention moved the log "
+          f"start to {start}")
 

@@ -78,6 +78,10 @@ def list_offset(bootstrap: str, timestamp: int) -> int:
     return offset
 
 
+# The objects of one remote segment (RemoteSegment::OBJECTS), by extension.
+OBJECTS = ("epochs", "index", "log", "snapshot", "timeindex", "txnindex")
+
+
 def manifest_keys(data_dir: Path, topic: str = TOPIC, partition: int = 0) -> list[str]:
     """The object keys the partition's manifest (`remote_segments`, storage/DESIGN.md) lists."""
     b = (data_dir / f"{topic}-{partition}" / "remote_segments").read_bytes()
@@ -86,7 +90,7 @@ def manifest_keys(data_dir: Path, topic: str = TOPIC, partition: int = 0) -> lis
     keys = []
     for i in range(count):
         base, _next, _size, _ts, _crc, upload = struct.unpack_from(">QQQqIQ", b, 20 + 44 * i)
-        keys += [f"{topic}-{partition}/{base:020d}-{upload:016x}.{ext}" for ext in ("index", "log", "timeindex", "txnindex")]
+        keys += [f"{topic}-{partition}/{base:020d}-{upload:016x}.{ext}" for ext in OBJECTS]
     return sorted(keys)
 
 

@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use crate::io::{IoFile, Vfs};
 use crate::offset_index::{OffsetIndex, SegmentSummary, TimeIndex};
@@ -47,6 +48,10 @@ pub(crate) struct Segment {
     pub file: IoFile,
     pub log_path: PathBuf,
     pub state: RefCell<SegmentState>,
+    /// The producer-state snapshot as of this segment's end, taken when the log rolled past
+    /// it (in memory only; with remote storage on): what its upload carries
+    /// (`log/tiered/aux.rs`). `None` for a segment closed before this process opened it.
+    pub producers_at_end: RefCell<Option<Rc<Vec<u8>>>>,
     index_interval_bytes: u64,
 }
 
@@ -81,6 +86,7 @@ impl Segment {
             file,
             log_path,
             state: RefCell::new(SegmentState::empty(base_offset)),
+            producers_at_end: RefCell::new(None),
             index_interval_bytes: u64::from(index_interval_bytes.max(1)),
         }
     }

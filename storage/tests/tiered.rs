@@ -14,6 +14,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use weir_storage::batch::{self, decode_records, RecordBatchBuilder, TRANSACTIONAL_FLAG};
+use weir_storage::log::RestoredState;
 use weir_storage::tier::{DirStore, ObjectInfo, ObjectStore, RemoteSegment, StoreFuture, Upload};
 use weir_storage::{AbortedTxn, Error, Log, LogConfig};
 
@@ -1001,5 +1002,149 @@ fn aborted_transactions_travel_with_remote_segments_and_uploads_wait_for_open_on
         let log = open_tiered(&path, tiered_config(), store.clone()).await;
         assert!(log.aborted_transactions(0, 3).await.is_err());
         log.close().await.expect("close");
+    });
+}
+
+/// Appends one batch of producer `pid` (epoch 0), records `seq` and `seq + 1`.
+async fn append_idempotent(log: &Log, pid: i64, seq: i32) {
+    let b = RecordBatchBuilder::new(1_000)
+        .producer(pid, 0, seq)
+        .record(None, Some(b"x"), &[])
+        .record(None, Some(b"y"), &[])
+        .build();
+    log.append(b).await.expect("append");
+}
+
+/// (producer, epoch, last sequence, last offset) of each producer the log knows, by id.
+fn producers(log: &Log) -> Vec<(i64, i16, i32, u64)> {
+    let mut v: Vec<_> = log
+        .active_producers()
+        .iter()
+        .map(|p| (p.producer_id, p.epoch, p.last_sequence, p.last_offset))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_follower_restarting_at_a_remote_segment_end_takes_its_producers_and_epochs() {
+    let dir = common::tempdir();
+    let root = dir.path().to_path_buf();
+    common::run(dir.path(), move || async move {
+        let store = Rc::new(DirStore::new(root.join("bucket")));
+        let leader_path = root.join("a");
+        let leader = open_tiered(&leader_path, tiered_config(), store.clone()).await;
+        // Producer 7 writes in leader epoch 3, producer 9 in epoch 5; plain batches follow.
+        leader.set_leader_epoch(3).expect("epoch");
+        for seq in (0..20).step_by(2) {
+            append_idempotent(&leader, 7, seq).await;
+        }
+        leader.set_leader_epoch(5).expect("epoch");
+        let epoch_5_start = leader.watermarks().log_end_offset;
+        for seq in (0..10).step_by(2) {
+            append_idempotent(&leader, 9, seq).await;
+        }
+        fill(&leader, 30, 60, 1_000).await;
+        assert!(leader.tier_tick(10_000).await.expect("tick") >= 3);
+        let point = leader.remote_segments()[2].next_offset;
+        assert!(point > epoch_5_start + 10, "{point}");
+        let expected = producers(&leader);
+        assert_eq!(expected.len(), 2);
+
+        // A follower behind the leader's log start restarts empty at the end of a remote
+        // segment, and takes the producers and epochs the leader had there.
+        let follower_config = LogConfig {
+            committed_reads: true,
+            ..tiered_config()
+        };
+        let follower_path = root.join("b");
+        let follower = open_tiered(&follower_path, follower_config.clone(), store.clone()).await;
+        follower
+            .install_remote_manifest(&leader.remote_manifest().expect("manifest"))
+            .await
+            .expect("manifest");
+        follower
+            .truncate_fully_and_start_at(point)
+            .await
+            .expect("restart");
+        assert!(follower.active_producers().is_empty());
+        let restored = follower
+            .restore_from_remote(point)
+            .await
+            .expect("restore")
+            .expect("a remote segment ends at the point");
+        assert_eq!(
+            restored,
+            RestoredState {
+                producers: Some(2),
+                leader_epochs: 2
+            }
+        );
+        let epochs = vec![(3, 0), (5, epoch_5_start)];
+        let check = |log: &Log| {
+            assert_eq!(producers(log), expected);
+            assert_eq!(log.leader_epochs(), epochs);
+            assert_eq!(log.end_offset_for_epoch(3), Some((3, epoch_5_start)));
+            assert_eq!(log.leader_epoch(), 5);
+        };
+        check(&follower);
+        // Saved as the follower's own: a reopen keeps them.
+        follower.close().await.expect("close");
+        let follower = open_tiered(&follower_path, follower_config.clone(), store.clone()).await;
+        check(&follower);
+        follower.close().await.expect("close");
+        // Only into a log that is empty at the point.
+        assert!(matches!(
+            leader.restore_from_remote(point).await,
+            Err(Error::InvalidArgument(_))
+        ));
+
+        // Segments closed before the leader's process opened the log: their state at the end
+        // is not known any more, and a follower restarting there starts its producers
+        // unknown (its epochs are still known).
+        fill(&leader, 90, 40, 1_000).await;
+        leader.close().await.expect("close");
+        let leader = open_tiered(&leader_path, tiered_config(), store.clone()).await;
+        let before = leader.remote_segments().len();
+        assert!(leader.tier_tick(10_000).await.expect("tick") >= 1);
+        let point = leader.remote_segments()[before].next_offset;
+        let follower = open_tiered(&root.join("c"), follower_config, store.clone()).await;
+        follower
+            .install_remote_manifest(&leader.remote_manifest().expect("manifest"))
+            .await
+            .expect("manifest");
+        follower
+            .truncate_fully_and_start_at(point)
+            .await
+            .expect("restart");
+        assert_eq!(
+            follower.restore_from_remote(point).await.expect("restore"),
+            Some(RestoredState {
+                producers: None,
+                leader_epochs: 2
+            })
+        );
+        assert!(follower.active_producers().is_empty());
+        assert_eq!(follower.leader_epochs(), epochs);
+
+        // A damaged snapshot object is an error, never a state.
+        let seg = leader.remote_segments()[before];
+        store
+            .put(
+                &seg.key(PREFIX, "epochs"),
+                Bytes::from_static(b"WEIREPC1 damaged"),
+            )
+            .await
+            .expect("put");
+        follower
+            .truncate_fully_and_start_at(point)
+            .await
+            .expect("restart");
+        assert!(matches!(
+            follower.restore_from_remote(point).await,
+            Err(Error::Remote(_))
+        ));
+        follower.close().await.expect("close");
+        leader.close().await.expect("close");
     });
 }

@@ -5,10 +5,12 @@
 //! follower does with `truncateFullyAndStartAt`, and the leader's entries follow.
 //!
 //! Crash ordering on the follower: `snapshot_install` names the point durably first; then the
-//! log restarts, the side log is emptied, `raft_state` saved with the point (commit = its
-//! index), and the file removed (durably: a redo after entries were appended past the point
-//! would delete them). A group that opens with the file present does the same again first
-//! (`Shard::open_group`), so every crash point ends in the installed state.
+//! log restarts (a tiered partition's also takes the producer state and leader epochs of the
+//! remote segment ending at the point: `Log::restore_from_remote`), the side log is emptied,
+//! `raft_state` saved with the point (commit = its index), and the file removed (durably: a
+//! redo after entries were appended past the point would delete them). A group that opens
+//! with the file present does the same again first (`Shard::open_group`), so every crash
+//! point ends in the installed state.
 
 use std::path::Path;
 use std::rc::Rc;
@@ -129,6 +131,18 @@ pub(super) async fn install_on_disk(
     log.truncate_fully_and_start_at(point.offset)
         .await
         .map_err(|e| format!("restarting the log at {}: {e}", point.offset))?;
+    // A tiered partition: the producers' state and the leader epochs as of the point, from
+    // the remote segment that ends there (what the leader knew when it rolled past it).
+    // Without them the replica goes on as Kafka's does without a producer snapshot: its
+    // producers unknown, its epochs those of the entries after the point.
+    match log.restore_from_remote(point.offset).await {
+        Ok(Some(restored)) => info!(dir = %dir.display(), offset = point.offset,
+            producers = ?restored.producers, leader_epochs = restored.leader_epochs,
+            "restored the producer state and leader epochs the remote tier holds at the snapshot point"),
+        Ok(None) => {}
+        Err(e) => warn!(dir = %dir.display(), offset = point.offset, error = %e,
+            "could not restore the producer state and leader epochs from the remote tier; producers start unknown"),
+    }
     state.snapshot = point;
     state.commit = state.commit.max(point.index);
     state.term = state.term.max(point.term);

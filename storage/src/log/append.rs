@@ -489,8 +489,9 @@ impl Inner {
         *self.appender.borrow_mut() =
             Appender::new(file, base, config.write_chunk_bytes, 0, &[], base, prealloc);
         // Recovery after a crash scans only the active segment: the producers' state up to
-        // its base comes from this snapshot.
+        // its base comes from this snapshot (and the old segment's upload carries it).
         self.save_producer_state().await?;
+        super::tiered::keep_producers_at_end(self, &old);
         tracing::debug!(dir = %self.dir.display(), base, "rolled to a new segment");
         Ok(())
     }
@@ -537,9 +538,8 @@ impl Inner {
         Ok(None)
     }
 
-    /// Writes the producer-state snapshot covering everything up to the log end (called
-    /// under the append lock, at a roll and at close). Nothing to write when no idempotent
-    /// producer ever wrote here and no snapshot exists.
+    /// Writes the producer-state snapshot up to the log end (under the append lock: rolls, close,
+    /// `restore_from_remote`); nothing when no idempotent producer wrote here and none exists.
     pub(super) async fn save_producer_state(&self) -> Result<()> {
         let path = self.dir.join(SNAPSHOT_FILE);
         if self.producers.borrow().len() == 0 && !self.vfs.exists(&path) {

@@ -53,7 +53,7 @@ use crate::reader::ReadCache;
 use crate::segment::Segment;
 use crate::watermark::{FifoLock, Watch, Watermarks};
 
-pub use crate::tier::TierStats;
+pub use crate::tier::{RestoredState, TierStats};
 pub use append::{AppendInfo, FlushStats, FLUSH_BUCKETS};
 pub use clean::{CleanOptions, CleanStats, DirtyInfo, MAP_BUDGET_BYTES};
 pub use clean_files::CLEANER_CHECKPOINT_FILE;
@@ -260,6 +260,15 @@ impl Log {
     /// installing its leader's snapshot.
     pub async fn install_remote_manifest(&self, bytes: &[u8]) -> Result<()> {
         tiered::install_manifest(&self.inner, bytes).await
+    }
+
+    /// A replicated log's follower that restarted its log empty at `offset`
+    /// ([`Log::truncate_fully_and_start_at`], installing its leader's snapshot) takes what the
+    /// remote segment ending at `offset` carries: the producers' state and the leader epochs
+    /// as of there (`log/tiered/aux_state.rs`), saved as its own. `None`: no store attached,
+    /// or no remote segment ends there. The log must still be empty at `offset`.
+    pub async fn restore_from_remote(&self, offset: u64) -> Result<Option<RestoredState>> {
+        tiered::restore_at(&self.inner, offset).await
     }
 
     /// The remote tier's figures (`None`: no store attached).

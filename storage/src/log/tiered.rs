@@ -20,9 +20,11 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
+mod aux_state;
 mod read;
 mod replicated;
 
+pub(super) use aux_state::{keep_producers_at_end, restore_at};
 use read::RemoteReads;
 pub(super) use read::{
     add_remote_aborted, read_remote, release_remote_reads, remote_max_timestamp,
@@ -47,6 +49,9 @@ use crate::watermark::FifoLock;
 const REMOTE_CHUNK_BYTES: u64 = 4 << 20;
 /// Offset indexes of remote segments kept per log.
 const REMOTE_INDEXES_KEPT: usize = 8;
+/// The most bytes read of an object read whole (an index, a snapshot): a damaged or foreign
+/// object is refused before it is all in memory.
+const SMALL_OBJECT_MAX_BYTES: u64 = 64 << 20;
 /// Bytes read from a local segment file per part of an upload.
 const UPLOAD_PART_BYTES: usize = 8 << 20;
 
@@ -348,8 +353,9 @@ async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()>
     Ok(())
 }
 
-/// Copies `seg` to the store under the upload id `id`: its `.log`, `.index`, `.timeindex`
-/// and `.txnindex` objects. Lists it nowhere: the caller does.
+/// Copies `seg` to the store under the upload id `id`: its `.log`, `.index`, `.timeindex`,
+/// `.txnindex`, `.snapshot` and `.epochs` objects ([`RemoteSegment::OBJECTS`]). Lists it
+/// nowhere: the caller does.
 async fn upload_objects(
     inner: &Inner,
     remote: &Remote,
@@ -370,6 +376,8 @@ async fn upload_objects(
         .borrow()
         .aborted_between(seg.base_offset, summary.next_offset);
     let txns = crate::tier::txn_index::encode(&aborted);
+    let producers = aux_state::producers_object(seg, summary.next_offset);
+    let epochs = aux_state::epochs_object(inner, summary.next_offset);
     let entry = RemoteSegment {
         base_offset: seg.base_offset,
         next_offset: summary.next_offset,
@@ -413,6 +421,12 @@ async fn upload_objects(
         .await?;
     store
         .put(&entry.key(&remote.prefix, "txnindex"), Bytes::from(txns))
+        .await?;
+    store
+        .put(&entry.key(&remote.prefix, "snapshot"), producers)
+        .await?;
+    store
+        .put(&entry.key(&remote.prefix, "epochs"), epochs)
         .await?;
     let entry = RemoteSegment {
         data_crc: crc,

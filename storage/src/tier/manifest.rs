@@ -46,7 +46,14 @@ impl RemoteSegment {
 
     /// The extensions of its objects: the segment file, its offset and time indexes, and the
     /// aborted transactions a read of it may meet (`txn_index.rs`).
-    pub const OBJECTS: [&'static str; 4] = ["log", "index", "timeindex", "txnindex"];
+    pub const OBJECTS: [&'static str; 6] = [
+        "log",
+        "index",
+        "timeindex",
+        "txnindex",
+        "snapshot",
+        "epochs",
+    ];
 
     /// The key of its object with extension `ext` (one of [`RemoteSegment::OBJECTS`]) under
     /// `prefix`.

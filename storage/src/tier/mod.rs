@@ -81,6 +81,15 @@ pub trait Upload {
     fn abort(self: Box<Self>) -> StoreFuture<'static, ()>;
 }
 
+/// What [`crate::Log::restore_from_remote`] took from the remote segment its log continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoredState {
+    /// Producers whose state was restored (`None`: the segment's uploader did not know it).
+    pub producers: Option<usize>,
+    /// Leader epochs restored.
+    pub leader_epochs: usize,
+}
+
 /// What the remote tier of a log holds and has done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TierStats {

@@ -15,6 +15,7 @@ use std::rc::{Rc, Weak};
 
 use bytes::{Bytes, BytesMut};
 
+use super::aux_state::get_small;
 use super::{Remote, REMOTE_CHUNK_BYTES, REMOTE_INDEXES_KEPT};
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
 use crate::cache::BatchCache;
@@ -198,7 +199,7 @@ async fn remote_index(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<OffsetI
         return Ok(idx);
     }
     let key = seg.key(&remote.prefix, "index");
-    let bytes = remote.store.get_range(&key, 0..u64::MAX).await?;
+    let bytes = get_small(remote, &key).await?;
     let (summary, idx) = OffsetIndex::decode(&bytes)
         .ok_or_else(|| Error::Remote(format!("{key}: not a valid offset index")))?;
     if summary.base_offset != seg.base_offset || summary.segment_bytes != seg.size {
@@ -247,7 +248,7 @@ async fn remote_aborted(remote: &Remote, seg: &RemoteSegment) -> Result<Rc<Vec<A
         return Ok(t);
     }
     let key = seg.key(&remote.prefix, "txnindex");
-    let bytes = remote.store.get_range(&key, 0..u64::MAX).await?;
+    let bytes = get_small(remote, &key).await?;
     let txns = txn_index::decode(&bytes)
         .ok_or_else(|| Error::Remote(format!("{key}: not a valid transaction index")))?;
     let txns = Rc::new(txns);
