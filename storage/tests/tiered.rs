@@ -1099,16 +1099,16 @@ fn a_follower_restarting_at_a_remote_segment_end_takes_its_producers_and_epochs(
             Err(Error::InvalidArgument(_))
         ));
 
-        // Segments closed before the leader's process opened the log: their state at the end
-        // is not known any more, and a follower restarting there starts its producers
-        // unknown (its epochs are still known).
+        // Segments closed before the leader's process opened the log: the state at their end
+        // is the state at their base (the segment before's .snapshot) with their batches
+        // replayed; a follower restarting there gets the same producers.
         fill(&leader, 90, 40, 1_000).await;
         leader.close().await.expect("close");
         let leader = open_tiered(&leader_path, tiered_config(), store.clone()).await;
         let before = leader.remote_segments().len();
         assert!(leader.tier_tick(10_000).await.expect("tick") >= 1);
         let point = leader.remote_segments()[before].next_offset;
-        let follower = open_tiered(&root.join("c"), follower_config, store.clone()).await;
+        let follower = open_tiered(&root.join("c"), follower_config.clone(), store.clone()).await;
         follower
             .install_remote_manifest(&leader.remote_manifest().expect("manifest"))
             .await
@@ -1120,12 +1120,63 @@ fn a_follower_restarting_at_a_remote_segment_end_takes_its_producers_and_epochs(
         assert_eq!(
             follower.restore_from_remote(point).await.expect("restore"),
             Some(RestoredState {
-                producers: None,
+                producers: Some(2),
                 leader_epochs: 2
             })
         );
-        assert!(follower.active_producers().is_empty());
+        assert_eq!(producers(&follower), expected);
         assert_eq!(follower.leader_epochs(), epochs);
+
+        // The first upload of a log whose start moved before it had a remote tier, closed
+        // before this process: its producers at the end are not known, and a follower
+        // restarting there starts them unknown.
+        let other = root.join("d");
+        let plain = LogConfig {
+            remote_storage: false,
+            ..tiered_config()
+        };
+        let log = Log::open(&other, plain).await.expect("open");
+        append_idempotent(&log, 11, 0).await;
+        fill(&log, 0, 60, 1_000).await;
+        log.set_log_start_offset(20).await.expect("delete records");
+        log.enforce_retention(10_000).await.expect("retention");
+        assert!(log.local_start_offset() > 0);
+        log.close().await.expect("close");
+        let log = Log::open(&other, tiered_config()).await.expect("open");
+        log.attach_remote(store.clone(), "t-1".into())
+            .await
+            .expect("attach");
+        assert!(log.tier_tick(10_000).await.expect("tick") >= 1);
+        let first = log.remote_segments()[0];
+        assert!(first.base_offset > 0);
+        let follower_d = Log::open(&root.join("e"), follower_config)
+            .await
+            .expect("open");
+        follower_d
+            .attach_remote(store.clone(), "t-1".into())
+            .await
+            .expect("attach");
+        follower_d
+            .install_remote_manifest(&log.remote_manifest().expect("manifest"))
+            .await
+            .expect("manifest");
+        follower_d
+            .truncate_fully_and_start_at(first.next_offset)
+            .await
+            .expect("restart");
+        assert_eq!(
+            follower_d
+                .restore_from_remote(first.next_offset)
+                .await
+                .expect("restore"),
+            Some(RestoredState {
+                producers: None,
+                leader_epochs: 0
+            })
+        );
+        assert!(follower_d.active_producers().is_empty());
+        follower_d.close().await.expect("close");
+        log.close().await.expect("close");
 
         // A damaged snapshot object is an error, never a state.
         let seg = leader.remote_segments()[before];

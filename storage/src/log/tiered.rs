@@ -376,7 +376,7 @@ async fn upload_objects(
         .borrow()
         .aborted_between(seg.base_offset, summary.next_offset);
     let txns = crate::tier::txn_index::encode(&aborted);
-    let producers = aux_state::producers_object(seg, summary.next_offset);
+    let producers = aux_state::producers_object(inner, remote, seg, summary.next_offset).await;
     let epochs = aux_state::epochs_object(inner, summary.next_offset);
     let entry = RemoteSegment {
         base_offset: seg.base_offset,

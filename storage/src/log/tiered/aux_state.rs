@@ -12,9 +12,10 @@
 //! - `.snapshot`: the producer-state snapshot format (`producer_state.rs`) whose `covers` is
 //!   the segment's end, taken in memory when the log rolled past the segment
 //!   ([`crate::segment::Segment::producers_at_end`]); for a segment closed before this process
-//!   opened the log that state is gone, and the object is the 8 bytes `WEIRPSUN` (unknown:
-//!   a replica restoring from it starts its producers unknown, as Kafka does without a
-//!   snapshot — accepted at any sequence).
+//!   opened the log, the state at its base (the `.snapshot` of the remote segment ending
+//!   there) with its batches replayed over it; where that is not known either, the 8 bytes
+//!   `WEIRPSUN` (unknown: a replica restoring from it starts its producers unknown, as Kafka
+//!   does without a snapshot — accepted at any sequence).
 //! - `.epochs`: the `leader_epochs` file format (`epochs.rs`), the entries that start below
 //!   the segment's end.
 
@@ -27,6 +28,7 @@ use super::{Remote, SMALL_OBJECT_MAX_BYTES};
 use crate::error::{Error, Result};
 use crate::log::Inner;
 use crate::producer_state::ProducerState;
+use crate::recovery::ScanRules;
 use crate::segment::Segment;
 use crate::tier::{RemoteSegment, RestoredState};
 
@@ -42,14 +44,75 @@ pub(in crate::log) fn keep_producers_at_end(inner: &Inner, seg: &Segment) {
     }
 }
 
-/// The `.snapshot` object of `seg`, which ends at `end`.
-pub(super) fn producers_object(seg: &Segment, end: u64) -> Bytes {
-    match seg.producers_at_end.borrow().as_ref() {
-        Some(b) if ProducerState::decode(b).is_some_and(|(_, covers)| covers == end) => {
-            Bytes::copy_from_slice(b)
+/// The `.snapshot` object of `seg`, which ends at `end`: the state kept at the roll past it;
+/// for a segment closed before this process opened the log, the state at its base (the
+/// `.snapshot` of the remote segment ending there, or none before offset 0) with its batches
+/// replayed over it; else unknown.
+pub(super) async fn producers_object(
+    inner: &Inner,
+    remote: &Remote,
+    seg: &Segment,
+    end: u64,
+) -> Bytes {
+    if let Some(b) = seg.producers_at_end.borrow().as_ref() {
+        if ProducerState::decode(b).is_some_and(|(_, covers)| covers == end) {
+            return Bytes::copy_from_slice(b);
         }
-        _ => Bytes::from_static(UNKNOWN_PRODUCERS),
     }
+    match replayed(inner, remote, seg, end).await {
+        Ok(Some(state)) => Bytes::from(state),
+        Ok(None) => Bytes::from_static(UNKNOWN_PRODUCERS),
+        Err(e) => {
+            // A store that fails here fails the upload's own puts too, and it is retried.
+            tracing::debug!(path = %seg.log_path.display(), error = %e,
+                "the producer state at a segment's end could not be derived");
+            Bytes::from_static(UNKNOWN_PRODUCERS)
+        }
+    }
+}
+
+/// The producer state at `seg`'s end, from the state at its base and its batches (`None`:
+/// the state at its base is not known).
+async fn replayed(
+    inner: &Inner,
+    remote: &Remote,
+    seg: &Segment,
+    end: u64,
+) -> Result<Option<Vec<u8>>> {
+    let mut state = if seg.base_offset == 0 {
+        ProducerState::default()
+    } else {
+        let before = remote
+            .segments()
+            .into_iter()
+            .find(|s| s.next_offset == seg.base_offset);
+        match before {
+            Some(before) => match fetch_producers(remote, &before).await? {
+                Some(state) => state,
+                None => return Ok(None),
+            },
+            None => return Ok(None),
+        }
+    };
+    let interval = inner.config.borrow().index_interval_bytes;
+    let copy = Segment::new(
+        seg.base_offset,
+        seg.file.clone(),
+        seg.log_path.clone(),
+        interval,
+    );
+    let mut batches = Vec::new();
+    crate::recovery::scan_segment(
+        &copy,
+        u64::from(interval.max(1)),
+        ScanRules::trusted(),
+        &mut batches,
+    )
+    .await?;
+    for (b, base, last) in &batches {
+        state.update(b, *base, *last);
+    }
+    Ok(Some(state.encode(end)))
 }
 
 /// The `.epochs` object of a segment that ends at `end`.
@@ -117,27 +180,30 @@ pub(in crate::log) async fn restore_at(
     Ok(Some(restored))
 }
 
+/// The producer state (`None`: unknown) a remote segment carries, as of its end; a damaged
+/// object is an error.
+async fn fetch_producers(remote: &Remote, seg: &RemoteSegment) -> Result<Option<ProducerState>> {
+    let key = seg.key(&remote.prefix, "snapshot");
+    let bytes = get_small(remote, &key).await?;
+    if bytes[..] == UNKNOWN_PRODUCERS[..] {
+        return Ok(None);
+    }
+    match ProducerState::decode(&bytes) {
+        Some((state, covers)) if covers == seg.next_offset => Ok(Some(state)),
+        _ => Err(Error::Remote(format!(
+            "{key}: not a producer snapshot of offset {}",
+            seg.next_offset
+        ))),
+    }
+}
+
 /// The producer state (`None`: unknown) and the leader epochs a remote segment carries, as of
 /// its end; damaged objects are an error.
 async fn fetch(
     remote: &Remote,
     seg: &RemoteSegment,
 ) -> Result<(Option<ProducerState>, LeaderEpochs)> {
-    let key = seg.key(&remote.prefix, "snapshot");
-    let bytes = get_small(remote, &key).await?;
-    let producers = if bytes[..] == UNKNOWN_PRODUCERS[..] {
-        None
-    } else {
-        match ProducerState::decode(&bytes) {
-            Some((state, covers)) if covers == seg.next_offset => Some(state),
-            _ => {
-                return Err(Error::Remote(format!(
-                    "{key}: not a producer snapshot of offset {}",
-                    seg.next_offset
-                )))
-            }
-        }
-    };
+    let producers = fetch_producers(remote, seg).await?;
     let key = seg.key(&remote.prefix, "epochs");
     let bytes = get_small(remote, &key).await?;
     let epochs = LeaderEpochs::decode(&bytes)
