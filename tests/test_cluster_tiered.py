@@ -176,9 +176,10 @@ def test_a_replicated_topic_is_tiered_by_its_leader_and_survives_a_leader_kill(t
     dead.start()
     wait_until("the restarted broker to list the same uploads as the others",
                lambda: settled(s3, cluster), timeout=60)
-    log = dead.log_path.read_bytes()
-    assert b"installing a Raft snapshot" in log, "no snapshot installed"
-    assert b"restored the producer state and leader epochs" in log, "nothing taken from the remote tier"
+    assert b"installing a Raft snapshot" in dead.log_path.read_bytes(), "no snapshot installed"
+    wait_until("the restarted broker to take the producer state and epochs from the remote tier",
+               lambda: b"restored the producer state and leader epochs" in dead.log_path.read_bytes(),
+               timeout=30)
 
     # Leading the partition, it knows the first producer, which wrote only below its snapshot
     # point, and where the first leader's epoch ended: as a replica holding the whole log.

@@ -50,7 +50,8 @@ pub(crate) struct Segment {
     pub state: RefCell<SegmentState>,
     /// The producer-state snapshot as of this segment's end, taken when the log rolled past
     /// it (in memory only; with remote storage on): what its upload carries
-    /// (`log/tiered/aux.rs`). `None` for a segment closed before this process opened it.
+    /// (`log/tiered/aux_state.rs`), dropped once it is uploaded. `None` for a segment closed
+    /// before this process opened it.
     pub producers_at_end: RefCell<Option<Rc<Vec<u8>>>>,
     index_interval_bytes: u64,
 }

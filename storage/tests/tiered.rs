@@ -1068,6 +1068,20 @@ fn a_follower_restarting_at_a_remote_segment_end_takes_its_producers_and_epochs(
             .await
             .expect("restart");
         assert!(follower.active_producers().is_empty());
+        // Batches it applies before the restore (producer 9 goes on, producer 13 is new, in
+        // epoch 6) are replayed over the restored state.
+        for (i, (pid, seq)) in [(9, 10), (13, 0)].into_iter().enumerate() {
+            let mut b = RecordBatchBuilder::new(1_000)
+                .producer(pid, 0, seq)
+                .record(None, Some(b"z"), &[])
+                .build()
+                .to_vec();
+            batch::assign_offset(&mut b, (point + i as u64) as i64, 6);
+            follower
+                .append_assigned(Bytes::from(b))
+                .await
+                .expect("append");
+        }
         let restored = follower
             .restore_from_remote(point)
             .await
@@ -1081,11 +1095,16 @@ fn a_follower_restarting_at_a_remote_segment_end_takes_its_producers_and_epochs(
             }
         );
         let epochs = vec![(3, 0), (5, epoch_5_start)];
+        let mut with_replayed = expected.clone();
+        with_replayed.retain(|p| p.0 != 9);
+        with_replayed.extend([(9, 0, 10, point), (13, 0, 0, point + 1)]);
+        with_replayed.sort();
         let check = |log: &Log| {
-            assert_eq!(producers(log), expected);
-            assert_eq!(log.leader_epochs(), epochs);
+            assert_eq!(producers(log), with_replayed);
+            assert_eq!(log.leader_epochs(), [&epochs[..], &[(6, point)]].concat());
             assert_eq!(log.end_offset_for_epoch(3), Some((3, epoch_5_start)));
-            assert_eq!(log.leader_epoch(), 5);
+            assert_eq!(log.end_offset_for_epoch(5), Some((5, point)));
+            assert_eq!(log.leader_epoch(), 6);
         };
         check(&follower);
         // Saved as the follower's own: a reopen keeps them.
@@ -1093,7 +1112,7 @@ fn a_follower_restarting_at_a_remote_segment_end_takes_its_producers_and_epochs(
         let follower = open_tiered(&follower_path, follower_config.clone(), store.clone()).await;
         check(&follower);
         follower.close().await.expect("close");
-        // Only into a log that is empty at the point.
+        // Only into a log that still starts at the point.
         assert!(matches!(
             leader.restore_from_remote(point).await,
             Err(Error::InvalidArgument(_))

@@ -5,16 +5,17 @@
 //! follower does with `truncateFullyAndStartAt`, and the leader's entries follow.
 //!
 //! Crash ordering on the follower: `snapshot_install` names the point durably first; then the
-//! log restarts (a tiered partition's also takes the producer state and leader epochs of the
-//! remote segment ending at the point: `Log::restore_from_remote`), the side log is emptied,
-//! `raft_state` saved with the point (commit = its index), and the file removed (durably: a
-//! redo after entries were appended past the point would delete them). A group that opens
-//! with the file present does the same again first (`Shard::open_group`), so every crash
-//! point ends in the installed state.
+//! log restarts, the side log is emptied, `raft_state` saved with the point (commit = its
+//! index), and the file removed (durably: a redo after entries were appended past the point
+//! would delete them). A group that opens with the file present does the same again first
+//! (`Shard::open_group`), so every crash point ends in the installed state. A tiered
+//! partition then takes the producer state and leader epochs of the remote segment ending at
+//! the point, in a task of its own (`restore_from_remote`; not after a redo: its producers
+//! start unknown).
 
-use std::path::Path;
-use std::rc::Rc;
-use std::time::Instant;
+use std::path::{Path, PathBuf};
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
 
 use raft::prelude::{Message, MessageType, Snapshot};
 use raft::SnapshotStatus;
@@ -64,6 +65,9 @@ impl Shard {
         g.saved_at.set(Instant::now());
         g.store.apply_snapshot(point);
         g.next_offset.set(None);
+        if remote_manifest.is_some() {
+            restore_from_remote(Rc::downgrade(&g.part), g.dir.clone(), point.offset);
+        }
         Ok(())
     }
 
@@ -117,6 +121,49 @@ impl Shard {
     }
 }
 
+/// A tiered partition's follower that installed a snapshot at `offset`: the producers' state
+/// and the leader epochs as of there, from the remote segment that ends there (what the
+/// leader knew when it rolled past it), taken in a task of their own — the core's Raft
+/// driver never waits on the store — and retried while the store fails (1 s, 2 s, ... 32 s).
+/// The batches applied meanwhile are replayed over the state (`Log::restore_from_remote`).
+/// Without them the replica goes on as Kafka's does without a producer snapshot: its
+/// producers unknown, its epochs those of the entries after the point.
+fn restore_from_remote(part: Weak<Partition>, dir: PathBuf, offset: u64) {
+    glommio::spawn_local(async move {
+        let mut wait = Duration::from_secs(1);
+        loop {
+            let Some(p) = part.upgrade() else { return };
+            let r = p.log.restore_from_remote(offset).await;
+            drop(p);
+            match r {
+                Ok(Some(restored)) => {
+                    info!(dir = %dir.display(), offset, producers = ?restored.producers,
+                        leader_epochs = restored.leader_epochs,
+                        "restored the producer state and leader epochs the remote tier holds at the snapshot point");
+                    return;
+                }
+                Ok(None) => {
+                    info!(dir = %dir.display(), offset,
+                        "no remote segment ends at the snapshot point: producers start unknown");
+                    return;
+                }
+                Err(e) if wait <= Duration::from_secs(32) && !matches!(e, weir_storage::Error::InvalidArgument(_)) => {
+                    warn!(dir = %dir.display(), offset, error = %e, retry_in = ?wait,
+                        "reading the producer state and leader epochs from the remote tier failed");
+                    glommio::timer::sleep(wait).await;
+                    wait *= 2;
+                }
+                Err(e) => {
+                    warn!(dir = %dir.display(), offset, error = %e,
+                        "could not restore the producer state and leader epochs from the remote tier; producers start unknown");
+                    return;
+                }
+            }
+        }
+    })
+    .detach();
+}
+
 /// The install once `snapshot_install` names `point` durably (and its redo when a group opens
 /// with the file present): the log restarts empty at the point's offset, the side log is
 /// emptied, `raft_state` saved with the point as snapshot and commit, and the file removed.
@@ -131,18 +178,6 @@ pub(super) async fn install_on_disk(
     log.truncate_fully_and_start_at(point.offset)
         .await
         .map_err(|e| format!("restarting the log at {}: {e}", point.offset))?;
-    // A tiered partition: the producers' state and the leader epochs as of the point, from
-    // the remote segment that ends there (what the leader knew when it rolled past it).
-    // Without them the replica goes on as Kafka's does without a producer snapshot: its
-    // producers unknown, its epochs those of the entries after the point.
-    match log.restore_from_remote(point.offset).await {
-        Ok(Some(restored)) => info!(dir = %dir.display(), offset = point.offset,
-            producers = ?restored.producers, leader_epochs = restored.leader_epochs,
-            "restored the producer state and leader epochs the remote tier holds at the snapshot point"),
-        Ok(None) => {}
-        Err(e) => warn!(dir = %dir.display(), offset = point.offset, error = %e,
-            "could not restore the producer state and leader epochs from the remote tier; producers start unknown"),
-    }
     state.snapshot = point;
     state.commit = state.commit.max(point.index);
     state.term = state.term.max(point.term);

@@ -262,11 +262,12 @@ impl Log {
         tiered::install_manifest(&self.inner, bytes).await
     }
 
-    /// A replicated log's follower that restarted its log empty at `offset`
+    /// A replicated log's follower that restarted its log at `offset`
     /// ([`Log::truncate_fully_and_start_at`], installing its leader's snapshot) takes what the
-    /// remote segment ending at `offset` carries: the producers' state and the leader epochs
-    /// as of there (`log/tiered/aux_state.rs`), saved as its own. `None`: no store attached,
-    /// or no remote segment ends there. The log must still be empty at `offset`.
+    /// remote segment ending at `offset` carries: the producers' state as of there, with the
+    /// batches appended since replayed over it, and the leader epochs below it
+    /// (`log/tiered/aux_state.rs`), saved as its own. `None`: no store attached, or no remote
+    /// segment ends there. The log must still start at `offset` (`InvalidArgument`).
     pub async fn restore_from_remote(&self, offset: u64) -> Result<Option<RestoredState>> {
         tiered::restore_at(&self.inner, offset).await
     }

@@ -349,6 +349,7 @@ async fn upload(inner: &Inner, remote: &Remote, seg: &Rc<Segment>) -> Result<()>
         Some(())
     })
     .await?;
+    aux_state::forget_producers_below(inner, entry.next_offset);
     tracing::debug!(dir = %inner.dir.display(), base = entry.base_offset, bytes = entry.size, "segment uploaded");
     Ok(())
 }

@@ -63,9 +63,11 @@ pub(super) async fn producers_object(
         Ok(Some(state)) => Bytes::from(state),
         Ok(None) => Bytes::from_static(UNKNOWN_PRODUCERS),
         Err(e) => {
-            // A store that fails here fails the upload's own puts too, and it is retried.
-            tracing::debug!(path = %seg.log_path.display(), error = %e,
-                "the producer state at a segment's end could not be derived");
+            // The `.snapshot` before it could not be read (the store failed, or the segment
+            // before was uploaded by a weir that wrote none): this one says unknown; segments
+            // the log rolls past from now on are known again.
+            tracing::warn!(path = %seg.log_path.display(), error = %e,
+                "the producer state at a segment's end could not be derived; uploading it as unknown");
             Bytes::from_static(UNKNOWN_PRODUCERS)
         }
     }
@@ -94,6 +96,12 @@ async fn replayed(
             None => return Ok(None),
         }
     };
+    replay(inner, seg, &mut state).await?;
+    Ok(Some(state.encode(end)))
+}
+
+/// Applies the producer batches of `seg`'s file to `state`, as recovery reads them.
+async fn replay(inner: &Inner, seg: &Segment, state: &mut ProducerState) -> Result<()> {
     let interval = inner.config.borrow().index_interval_bytes;
     let copy = Segment::new(
         seg.base_offset,
@@ -112,7 +120,17 @@ async fn replayed(
     for (b, base, last) in &batches {
         state.update(b, *base, *last);
     }
-    Ok(Some(state.encode(end)))
+    Ok(())
+}
+
+/// Drops the producer states kept for the uploads of local segments that end at or below
+/// `end` (uploaded: by this log, or — a replica — by its leader).
+pub(super) fn forget_producers_below(inner: &Inner, end: u64) {
+    for seg in inner.segments.borrow().values() {
+        if seg.state.borrow().next_offset <= end {
+            seg.producers_at_end.take();
+        }
+    }
 }
 
 /// The `.epochs` object of a segment that ends at `end`.
@@ -139,7 +157,7 @@ pub(super) async fn get_small(remote: &Remote, key: &str) -> Result<Bytes> {
 
 /// [`super::super::Log::restore_from_remote`].
 pub(in crate::log) async fn restore_at(
-    inner: &Inner,
+    inner: &Rc<Inner>,
     offset: u64,
 ) -> Result<Option<RestoredState>> {
     inner.check_usable()?;
@@ -156,25 +174,37 @@ pub(in crate::log) async fn restore_at(
     let (producers, epochs) = fetch(&remote, &seg).await?;
     let _permit = inner.append_lock.lock().await.ok_or(Error::Closed)?;
     inner.check_usable()?;
-    if inner.log_start.get() != offset || inner.log_end.get() != offset {
+    if inner.log_start.get() != offset {
         return Err(Error::InvalidArgument(format!(
-            "restoring the state at {offset} into a log holding [{}, {})",
-            inner.log_start.get(),
-            inner.log_end.get()
+            "restoring the state at {offset} into a log that starts at {}",
+            inner.log_start.get()
         )));
     }
     let restored = RestoredState {
         producers: producers.as_ref().map(ProducerState::len),
         leader_epochs: epochs.entries().len(),
     };
-    if let Some(p) = producers {
-        *inner.producers.borrow_mut() = p;
+    if let Some(mut state) = producers {
+        // The batches appended since the restart, replayed over the state at the point.
+        inner.drain_writes().await?;
+        let segs: Vec<Rc<Segment>> = inner.segments.borrow().values().cloned().collect();
+        for seg in segs {
+            replay(inner, &seg, &mut state).await?;
+        }
+        *inner.producers.borrow_mut() = state;
         inner.save_producer_state().await?;
     }
-    if let Some(latest) = epochs.latest() {
-        *inner.epochs.borrow_mut() = epochs;
+    if epochs.latest().is_some() {
+        // The epochs below the point, then those of the batches appended since.
+        let mut merged = epochs;
+        let since = inner.epochs.borrow().entries().to_vec();
+        for (epoch, start) in since {
+            merged.assign(epoch, start);
+        }
+        let latest = merged.latest().unwrap_or(0);
+        *inner.epochs.borrow_mut() = merged;
         inner.save_epochs().await?;
-        // As after a reopen: the latest epoch of the list.
+        // As after a reopen: at least the latest epoch of the list.
         inner.leader_epoch.set(inner.leader_epoch.get().max(latest));
     }
     Ok(Some(restored))

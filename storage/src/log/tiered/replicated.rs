@@ -98,7 +98,11 @@ pub(in crate::log) async fn list_segment(inner: &Inner, seg: RemoteSegment) -> R
     {
         return Ok(false);
     }
-    Ok(update_manifest(inner, &remote, add).await?.is_some())
+    let listed = update_manifest(inner, &remote, add).await?.is_some();
+    if listed {
+        super::aux_state::forget_producers_below(inner, seg.next_offset);
+    }
+    Ok(listed)
 }
 
 /// [`super::Log::collect_remote_orphans`].
