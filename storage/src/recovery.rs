@@ -77,6 +77,31 @@ pub(crate) struct ScanStop {
     pub reason: Option<BatchError>,
 }
 
+/// The idempotent producers' batches of `segment`'s file, in offset order, as
+/// [`scan_segment`] reports them (`(batch, base offset, last offset)`): the scan runs on a
+/// copy of the segment, so its own state is untouched. For segments already validated
+/// (sealed, or recovered at open).
+pub(crate) async fn producer_batches(
+    segment: &Segment,
+    index_interval_bytes: u32,
+) -> Result<Vec<(ProducerBatch, u64, u64)>> {
+    let copy = Segment::new(
+        segment.base_offset,
+        segment.file.clone(),
+        segment.log_path.clone(),
+        index_interval_bytes,
+    );
+    let mut batches = Vec::new();
+    scan_segment(
+        &copy,
+        u64::from(index_interval_bytes.max(1)),
+        ScanRules::trusted(),
+        &mut batches,
+    )
+    .await?;
+    Ok(batches)
+}
+
 /// Scans `segment`'s file from the start, refilling its state with every valid batch.
 /// Returns where the valid data ends and why.
 ///

@@ -2,7 +2,8 @@
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+
+use bytes::Bytes;
 
 use crate::io::{IoFile, Vfs};
 use crate::offset_index::{OffsetIndex, SegmentSummary, TimeIndex};
@@ -52,7 +53,8 @@ pub(crate) struct Segment {
     /// it (in memory only; with remote storage on): what its upload carries
     /// (`log/tiered/aux_state.rs`), dropped once it is uploaded. `None` for a segment closed
     /// before this process opened it.
-    pub producers_at_end: RefCell<Option<Rc<Vec<u8>>>>,
+    /// (The offset it covers, its bytes.)
+    pub producers_at_end: RefCell<Option<(u64, Bytes)>>,
     index_interval_bytes: u64,
 }
 

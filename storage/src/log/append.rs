@@ -488,10 +488,9 @@ impl Inner {
         self.segments.borrow_mut().insert(base, seg);
         *self.appender.borrow_mut() =
             Appender::new(file, base, config.write_chunk_bytes, 0, &[], base, prealloc);
-        // Recovery after a crash scans only the active segment: the producers' state up to
-        // its base comes from this snapshot (and the old segment's upload carries it).
-        self.save_producer_state().await?;
-        super::tiered::keep_producers_at_end(self, &old);
+        // Recovery scans only the active segment: the producers up to its base come from here.
+        let written = self.save_producer_state().await?;
+        super::tiered::keep_producers_at_end(self, &old, written);
         tracing::debug!(dir = %self.dir.display(), base, "rolled to a new segment");
         Ok(())
     }
@@ -538,12 +537,12 @@ impl Inner {
         Ok(None)
     }
 
-    /// Writes the producer-state snapshot up to the log end (under the append lock: rolls, close,
-    /// `restore_from_remote`); nothing when no idempotent producer wrote here and none exists.
-    pub(super) async fn save_producer_state(&self) -> Result<()> {
+    /// Writes (and returns) the producer-state snapshot up to the log end, under the append
+    /// lock; nothing when no idempotent producer wrote here and none exists.
+    pub(super) async fn save_producer_state(&self) -> Result<Option<Bytes>> {
         let path = self.dir.join(SNAPSHOT_FILE);
         if self.producers.borrow().len() == 0 && !self.vfs.exists(&path) {
-            return Ok(());
+            return Ok(None);
         }
         {
             let mut producers = self.producers.borrow_mut();
@@ -552,7 +551,8 @@ impl Inner {
             producers.expire(now_ms(), max_age);
         }
         let bytes = self.producers.borrow().encode(self.log_end.get());
-        self.vfs.write_small(&path, &bytes).await
+        self.vfs.write_small(&path, &bytes).await?;
+        Ok(Some(Bytes::from(bytes)))
     }
 
     pub(super) async fn flush_to(&self, target: u64) -> Result<u64> {

@@ -448,19 +448,7 @@ async fn recover_producers(
                 .filter(|(_, s)| s.state.borrow().next_offset > covers)
                 .map(|(_, s)| s)
             {
-                let copy = Segment::new(
-                    seg.base_offset,
-                    seg.file.clone(),
-                    seg.log_path.clone(),
-                    interval,
-                );
-                crate::recovery::scan_segment(
-                    &copy,
-                    u64::from(interval.max(1)),
-                    ScanRules::trusted(),
-                    &mut earlier,
-                )
-                .await?;
+                earlier.extend(crate::recovery::producer_batches(seg, interval).await?);
             }
             producers = state;
             // Segments recovery scanned itself before the active one were read again

@@ -449,17 +449,9 @@ impl Inner {
             .filter(|(_, s)| s.state.borrow().next_offset > from)
             .map(|(_, s)| s.clone())
             .collect();
-        let interval = u64::from(self.config.borrow().index_interval_bytes.max(1));
+        let interval = self.config.borrow().index_interval_bytes;
         for seg in earlier {
-            let copy = Segment::new(
-                seg.base_offset,
-                seg.file.clone(),
-                seg.log_path.clone(),
-                interval as u32,
-            );
-            let mut batches = Vec::new();
-            crate::recovery::scan_segment(&copy, interval, ScanRules::trusted(), &mut batches)
-                .await?;
+            let batches = crate::recovery::producer_batches(&seg, interval).await?;
             for (b, base, last) in batches.iter().filter(|s| s.1 >= from) {
                 state.update(b, *base, *last);
             }

@@ -86,6 +86,15 @@ impl Remote {
         self.manifest.borrow().find(offset)
     }
 
+    /// The remote segment that ends just before `offset`.
+    pub(super) fn ending_at(&self, offset: u64) -> Option<RemoteSegment> {
+        let m = self.manifest.borrow();
+        m.segments
+            .values()
+            .find(|s| s.next_offset == offset)
+            .copied()
+    }
+
     /// The first offset it serves (`None`: no segment).
     pub(super) fn first(&self) -> Option<u64> {
         self.manifest.borrow().first()

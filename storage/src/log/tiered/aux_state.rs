@@ -28,19 +28,20 @@ use super::{Remote, SMALL_OBJECT_MAX_BYTES};
 use crate::error::{Error, Result};
 use crate::log::Inner;
 use crate::producer_state::ProducerState;
-use crate::recovery::ScanRules;
 use crate::segment::Segment;
 use crate::tier::{RemoteSegment, RestoredState};
 
 /// The `.snapshot` object of a segment whose producer state at its end is not known.
 const UNKNOWN_PRODUCERS: &[u8; 8] = b"WEIRPSUN";
 
-/// At a roll past `seg` (under the append lock, the producer state as of its end): keeps
-/// that state for its upload, if the log has remote storage on.
-pub(in crate::log) fn keep_producers_at_end(inner: &Inner, seg: &Segment) {
+/// At a roll past `seg` (under the append lock, the producer state as of its end; `written`:
+/// the snapshot the roll saved, if it saved one): keeps that state for its upload, if the log
+/// has remote storage on.
+pub(in crate::log) fn keep_producers_at_end(inner: &Inner, seg: &Segment, written: Option<Bytes>) {
     if inner.config.borrow().remote_storage {
         let end = seg.state.borrow().next_offset;
-        *seg.producers_at_end.borrow_mut() = Some(Rc::new(inner.producers.borrow().encode(end)));
+        let bytes = written.unwrap_or_else(|| Bytes::from(inner.producers.borrow().encode(end)));
+        *seg.producers_at_end.borrow_mut() = Some((end, bytes));
     }
 }
 
@@ -54,10 +55,10 @@ pub(super) async fn producers_object(
     seg: &Segment,
     end: u64,
 ) -> Bytes {
-    if let Some(b) = seg.producers_at_end.borrow().as_ref() {
-        if ProducerState::decode(b).is_some_and(|(_, covers)| covers == end) {
-            return Bytes::copy_from_slice(b);
-        }
+    let kept = seg.producers_at_end.borrow().clone();
+    match kept {
+        Some((covers, b)) if covers == end => return b,
+        _ => {}
     }
     match replayed(inner, remote, seg, end).await {
         Ok(Some(state)) => Bytes::from(state),
@@ -84,17 +85,13 @@ async fn replayed(
     let mut state = if seg.base_offset == 0 {
         ProducerState::default()
     } else {
-        let before = remote
-            .segments()
-            .into_iter()
-            .find(|s| s.next_offset == seg.base_offset);
-        match before {
-            Some(before) => match fetch_producers(remote, &before).await? {
-                Some(state) => state,
-                None => return Ok(None),
-            },
-            None => return Ok(None),
-        }
+        let Some(before) = remote.ending_at(seg.base_offset) else {
+            return Ok(None);
+        };
+        let Some(state) = fetch_producers(remote, &before).await? else {
+            return Ok(None);
+        };
+        state
     };
     replay(inner, seg, &mut state).await?;
     Ok(Some(state.encode(end)))
@@ -103,22 +100,8 @@ async fn replayed(
 /// Applies the producer batches of `seg`'s file to `state`, as recovery reads them.
 async fn replay(inner: &Inner, seg: &Segment, state: &mut ProducerState) -> Result<()> {
     let interval = inner.config.borrow().index_interval_bytes;
-    let copy = Segment::new(
-        seg.base_offset,
-        seg.file.clone(),
-        seg.log_path.clone(),
-        interval,
-    );
-    let mut batches = Vec::new();
-    crate::recovery::scan_segment(
-        &copy,
-        u64::from(interval.max(1)),
-        ScanRules::trusted(),
-        &mut batches,
-    )
-    .await?;
-    for (b, base, last) in &batches {
-        state.update(b, *base, *last);
+    for (b, base, last) in crate::recovery::producer_batches(seg, interval).await? {
+        state.update(&b, base, last);
     }
     Ok(())
 }
@@ -164,11 +147,7 @@ pub(in crate::log) async fn restore_at(
     let Some(remote) = inner.remote() else {
         return Ok(None);
     };
-    let Some(seg) = remote
-        .segments()
-        .into_iter()
-        .find(|s| s.next_offset == offset)
-    else {
+    let Some(seg) = remote.ending_at(offset) else {
         return Ok(None);
     };
     let (producers, epochs) = fetch(&remote, &seg).await?;
