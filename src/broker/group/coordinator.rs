@@ -473,10 +473,7 @@ impl Coordinator {
     /// Called periodically by the core (every 100 ms or so).
     pub fn tick(&self) {
         self.drop_lost_groups();
-        let changes = self.consumer.tick();
-        if !changes.is_empty() {
-            self.store_consumer_changes_later(changes);
-        }
+        self.tick_consumer_groups();
         let now = Instant::now();
         let groups: Vec<(String, Rc<RefCell<Group>>)> = self
             .groups

@@ -9,6 +9,7 @@ mod admin;
 mod commits;
 pub mod consumer;
 pub mod coordinator;
+mod migrate;
 pub mod offsets;
 mod persist;
 mod routing;

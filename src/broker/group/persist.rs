@@ -37,10 +37,8 @@ impl Coordinator {
         }
     }
 
-    /// Serves a ConsumerGroupHeartbeat (KIP-848) and stores the group's state if it changed
-    /// before answering, in the order of the group writes of this core (`persist_lock`). A
-    /// state that cannot be written drops the group here (its members join again) and the
-    /// heartbeat is answered the error.
+    /// Serves a ConsumerGroupHeartbeat (KIP-848), storing the group's state if it changed
+    /// before answering (`Coordinator::consumer_op`).
     pub(super) async fn consumer_heartbeat(
         &self,
         hb: &super::consumer::Heartbeat,
@@ -51,38 +49,63 @@ impl Coordinator {
             member_epoch: -1,
             ..Default::default()
         };
+        self.consumer_op(&hb.group_id, |c| Some(c.heartbeat(hb, topics)), failed)
+            .await
+            .expect("a heartbeat is always served")
+    }
+
+    /// Runs a consumer-protocol group's operation `op` (`None`: there is no such group) and
+    /// stores the group's state, if it changed, before the answer — in the order of this
+    /// core's group writes (`persist_lock`). A state that cannot be written drops the group
+    /// here (its members join again) and the request is answered `failed`'s error. A group the
+    /// operation left with classic members only becomes a classic group.
+    pub(super) async fn consumer_op<T>(
+        &self,
+        group: &str,
+        op: impl FnOnce(&super::consumer::ConsumerGroups) -> Option<super::consumer::Served<T>>,
+        failed: impl FnOnce(i16) -> T,
+    ) -> Option<T> {
         let Ok(_permit) = self.persist_lock.acquire_permit(1).await else {
-            return failed(codes::COORDINATOR_NOT_AVAILABLE);
+            return Some(failed(codes::COORDINATOR_NOT_AVAILABLE));
         };
-        let (answer, change) = self.consumer.heartbeat(hb, topics);
-        let Some(state) = change else {
-            return answer;
+        let served = op(&self.consumer)?;
+        if let Some(g) = served.downgraded {
+            super::migrate::downgrade(self, group, g);
+        }
+        let Some(state) = served.change else {
+            return Some(served.answer);
         };
-        let written = match self.offsets.store_for_write(&hb.group_id).await {
-            Ok(store) => store
-                .store_consumer_group(&hb.group_id, state)
-                .await
-                .map_err(|e| {
-                    tracing::warn!(group = %hb.group_id, error = %e, "storing the consumer group's state failed");
-                    e.code_or(codes::COORDINATOR_NOT_AVAILABLE)
-                }),
+        let written = match self.offsets.store_for_write(group).await {
+            Ok(store) => store.store_consumer_group(group, state).await.map_err(|e| {
+                tracing::warn!(group, error = %e, "storing the consumer group's state failed");
+                e.code_or(codes::COORDINATOR_NOT_AVAILABLE)
+            }),
             Err(code) => Err(code),
         };
-        match written {
-            Ok(()) => answer,
+        Some(match written {
+            Ok(()) => served.answer,
             Err(code) => {
-                self.consumer.discard(&hb.group_id);
+                self.consumer.discard(group);
                 failed(code)
             }
+        })
+    }
+
+    /// Fences the consumer-protocol groups' members past their timeouts, stores the states
+    /// that changed, and turns the groups left with classic members only into classic groups.
+    pub(super) fn tick_consumer_groups(&self) {
+        let (changes, downgraded) = self.consumer.tick();
+        if !changes.is_empty() {
+            self.store_consumer_changes_later(changes);
+        }
+        for (id, g) in downgraded {
+            super::migrate::downgrade(self, &id, g);
         }
     }
 
     /// Stores the consumer groups' states a tick changed (members fenced), in the background
     /// and in order with the other group writes of this core.
-    pub(super) fn store_consumer_changes_later(
-        &self,
-        changes: Vec<(String, super::consumer::Change)>,
-    ) {
+    fn store_consumer_changes_later(&self, changes: Vec<(String, super::consumer::Change)>) {
         for (id, state) in changes {
             let Some(store) = self.offsets.store(&id) else {
                 continue;

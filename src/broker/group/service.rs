@@ -15,7 +15,9 @@ pub const CONSUMER_PROTOCOL: &str = "consumer-kip848";
 /// A group operation, sent to the group's core.
 #[derive(Debug)]
 pub enum GroupReq {
-    Join(JoinRequest),
+    /// JoinGroup, with the broker's topics (name → partitions) when its protocol type is
+    /// `consumer`: a consumer-protocol group assigns for its classic members.
+    Join(JoinRequest, super::consumer::Topics),
     Sync(SyncRequest),
     Heartbeat {
         group: String,
@@ -103,7 +105,7 @@ impl GroupReq {
     /// The group the request is for (none for a listing or a deleted topic).
     pub fn group(&self) -> Option<&str> {
         match self {
-            GroupReq::Join(j) => Some(&j.group_id),
+            GroupReq::Join(j, _) => Some(&j.group_id),
             GroupReq::Sync(s) => Some(&s.group_id),
             GroupReq::Heartbeat { group, .. }
             | GroupReq::Leave { group, .. }
@@ -121,7 +123,7 @@ impl GroupReq {
     /// The answer meaning "`code`, nothing done" in this request's shape.
     fn refused(&self, code: i16) -> GroupResp {
         match self {
-            GroupReq::Join(j) => GroupResp::Join(JoinResponse {
+            GroupReq::Join(j, _) => GroupResp::Join(JoinResponse {
                 error: code,
                 member_id: j.member_id.clone(),
                 generation_id: -1,
@@ -165,29 +167,36 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
         }
     }
     match req {
-        // A group is classic or consumer-protocol while it has members (Kafka's
-        // `group.consumer.migration.policy=disabled`): an empty one becomes either.
-        GroupReq::Join(j) if coord.consumer.is_live(&j.group_id) => GroupResp::Join(JoinResponse {
-            error: super::state::codes::INCONSISTENT_GROUP_PROTOCOL,
-            member_id: j.member_id.clone(),
-            generation_id: -1,
-            ..Default::default()
-        }),
-        GroupReq::Join(j) => GroupResp::Join(coord.join(j).await),
+        // A group has classic and consumer-protocol members alike during an online migration
+        // (`migrate.rs`): a consumer-protocol group serves its classic members' requests.
+        GroupReq::Join(j, topics) => match super::migrate::classic_join(coord, &j, &topics).await {
+            Some(answer) => GroupResp::Join(answer),
+            None => GroupResp::Join(coord.join(j).await),
+        },
         GroupReq::ConsumerHeartbeat { heartbeat, topics } => {
             let classic = coord
                 .group(&heartbeat.group_id)
                 .is_some_and(|g| !g.borrow().members.is_empty());
             if classic {
-                return GroupResp::ConsumerHeartbeat(super::consumer::HeartbeatAnswer {
-                    error: super::state::codes::GROUP_ID_NOT_FOUND,
-                    message: Some(format!(
+                // Only a joining member upgrades a classic group; any other is not its member.
+                let refused = if heartbeat.member_epoch == 0 {
+                    super::migrate::upgrade(coord, &heartbeat.group_id, &topics)
+                        .await
+                        .err()
+                } else {
+                    Some(format!(
                         "Group {} is not a consumer group: it has classic-protocol members",
                         heartbeat.group_id
-                    )),
-                    member_epoch: -1,
-                    ..Default::default()
-                });
+                    ))
+                };
+                if let Some(message) = refused {
+                    return GroupResp::ConsumerHeartbeat(super::consumer::HeartbeatAnswer {
+                        error: super::state::codes::GROUP_ID_NOT_FOUND,
+                        message: Some(message),
+                        member_epoch: -1,
+                        ..Default::default()
+                    });
+                }
             }
             GroupResp::ConsumerHeartbeat(coord.consumer_heartbeat(&heartbeat, &topics).await)
         }
@@ -197,15 +206,29 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
                 .describe(&g)
                 .ok_or(super::state::codes::GROUP_ID_NOT_FOUND),
         ),
-        GroupReq::Sync(s) => GroupResp::Sync(coord.sync(s).await),
+        GroupReq::Sync(s) => match super::migrate::classic_sync(coord, &s).await {
+            Some(answer) => GroupResp::Sync(answer),
+            None => GroupResp::Sync(coord.sync(s).await),
+        },
         GroupReq::Heartbeat {
             group,
             member,
             instance,
             generation,
-        } => GroupResp::Code(coord.heartbeat(&group, &member, instance.as_deref(), generation)),
+        } => {
+            let instance = instance.as_deref();
+            match super::migrate::classic_heartbeat(coord, &group, &member, instance, generation)
+                .await
+            {
+                Some(code) => GroupResp::Code(code),
+                None => GroupResp::Code(coord.heartbeat(&group, &member, instance, generation)),
+            }
+        }
         GroupReq::Leave { group, members } => {
-            let (top, each) = coord.leave(&group, &members).await;
+            let (top, each) = match super::migrate::classic_leave(coord, &group, &members).await {
+                Some(answer) => answer,
+                None => coord.leave(&group, &members).await,
+            };
             GroupResp::Leave(top, each)
         }
         GroupReq::Commit {

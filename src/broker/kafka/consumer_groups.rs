@@ -16,42 +16,14 @@ use kafka_protocol::messages::consumer_group_heartbeat_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::groups::call;
+use super::groups::{call, topic_index, TopicIndex};
 use crate::broker::group::consumer::assign::Partitions;
-use crate::broker::group::consumer::{codes, Heartbeat, Topics};
+use crate::broker::group::consumer::{codes, Heartbeat};
 use crate::broker::group::service::{GroupReq, GroupResp};
 use crate::broker::shard::Shard;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
-}
-
-/// The broker's topics as the assignors see them, and their ids both ways.
-struct TopicIndex {
-    counts: Topics,
-    ids: BTreeMap<String, uuid::Uuid>,
-    names: BTreeMap<uuid::Uuid, String>,
-}
-
-fn topic_index(shard: &Shard) -> TopicIndex {
-    let meta = shard.metadata();
-    let mut ix = TopicIndex {
-        counts: Topics::new(),
-        ids: BTreeMap::new(),
-        names: BTreeMap::new(),
-    };
-    // A standalone broker's `__consumer_offsets` (`Shard::offsets_view`) is a topic to
-    // clients, so a regex may match it as on Kafka.
-    let view = shard
-        .offsets_view()
-        .map(|v| (crate::broker::group::offsets::OFFSETS_TOPIC.to_string(), v));
-    for (name, t) in meta.topics.iter().chain(view.iter().map(|(n, v)| (n, v))) {
-        let id = super::metadata::topic_uuid(&t.id);
-        ix.counts.insert(name.clone(), t.owners.len() as i32);
-        ix.ids.insert(name.clone(), id);
-        ix.names.insert(id, name.clone());
-    }
-    ix
 }
 
 pub async fn heartbeat(
@@ -208,8 +180,8 @@ pub async fn describe(
                     dm.assignment = described(&ix, &m.assigned);
                     let empty = BTreeMap::<String, BTreeSet<i32>>::new();
                     dm.target_assignment = described(&ix, view.target.get(&m.id).unwrap_or(&empty));
-                    // v1: 1 = a consumer-protocol member (0 would be a classic one).
-                    dm.member_type = 1;
+                    // v1: 0 = a classic member (an online migration), 1 = a consumer-protocol one.
+                    dm.member_type = if m.classic.is_some() { 0 } else { 1 };
                     d.members.push(dm);
                 }
             }

@@ -164,7 +164,13 @@ pub async fn join_group(
             .map(|p| (p.name.to_string(), p.metadata.clone()))
             .collect(),
     };
-    let jr = match call(shard, &group, GroupReq::Join(j)).await {
+    // A consumer-protocol group assigns for its classic members: it needs the topics.
+    let topics = if j.protocol_type == crate::broker::group::consumer::PROTOCOL_TYPE {
+        topic_index(shard).counts
+    } else {
+        Default::default()
+    };
+    let jr = match call(shard, &group, GroupReq::Join(j, topics)).await {
         GroupResp::Join(j) => j,
         GroupResp::Code(c) => JoinResponse {
             error: c,
@@ -445,4 +451,33 @@ pub async fn topic_deleted(shard: &Rc<Shard>, topic: &str) {
             .call(core, Req::Group(GroupReq::TopicDeleted(topic.to_owned())))
             .await;
     }
+}
+
+/// The broker's topics as a consumer-protocol group's assignors see them, and their ids both
+/// ways (ConsumerGroupHeartbeat and -Describe; a classic member's JoinGroup to such a group).
+pub(super) struct TopicIndex {
+    pub(super) counts: crate::broker::group::consumer::Topics,
+    pub(super) ids: std::collections::BTreeMap<String, uuid::Uuid>,
+    pub(super) names: std::collections::BTreeMap<uuid::Uuid, String>,
+}
+
+pub(super) fn topic_index(shard: &Shard) -> TopicIndex {
+    let meta = shard.metadata();
+    let mut ix = TopicIndex {
+        counts: Default::default(),
+        ids: Default::default(),
+        names: Default::default(),
+    };
+    // A standalone broker's `__consumer_offsets` (`Shard::offsets_view`) is a topic to
+    // clients, so a regex may match it as on Kafka.
+    let view = shard
+        .offsets_view()
+        .map(|v| (crate::broker::group::offsets::OFFSETS_TOPIC.to_string(), v));
+    for (name, t) in meta.topics.iter().chain(view.iter().map(|(n, v)| (n, v))) {
+        let id = super::metadata::topic_uuid(&t.id);
+        ix.counts.insert(name.clone(), t.owners.len() as i32);
+        ix.ids.insert(name.clone(), id);
+        ix.names.insert(id, name.clone());
+    }
+    ix
 }

@@ -10,10 +10,23 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::{stored, ConsumerConfig, ConsumerGroup, Heartbeat, HeartbeatAnswer, Topics};
+use crate::broker::group::state::{JoinRequest, JoinResponse};
 
 /// A group's state to write to its bucket: the new state, or `None` (a tombstone) when the
 /// group emptied.
 pub type Change = Option<Bytes>;
+
+/// A request served by a consumer-protocol group: the answer, what to store of the group if
+/// that changed (written before the answer), and the group if it just went back to the classic
+/// protocol.
+pub struct Served<T> {
+    pub answer: T,
+    pub change: Option<Change>,
+    pub downgraded: Option<ConsumerGroup>,
+}
+
+/// Groups (by id) left with classic members only, going back to the classic protocol.
+pub type Downgraded = Vec<(String, ConsumerGroup)>;
 
 /// A consumer-protocol group as ConsumerGroupDescribe shows it.
 pub type GroupView = ConsumerGroup;
@@ -40,38 +53,85 @@ impl ConsumerGroups {
     /// Serves a ConsumerGroupHeartbeat; a group left without members is dropped (its
     /// committed offsets stay). Also what to store of the group, if that changed: the caller
     /// writes it (in the order of the heartbeats) before it answers.
-    pub fn heartbeat(&self, hb: &Heartbeat, topics: &Topics) -> (HeartbeatAnswer, Option<Change>) {
-        let answer = self.serve(hb, topics);
-        (answer, self.change_of(&hb.group_id))
+    pub fn heartbeat(&self, hb: &Heartbeat, topics: &Topics) -> Served<HeartbeatAnswer> {
+        self.groups
+            .borrow_mut()
+            .entry(hb.group_id.clone())
+            .or_default();
+        self.classic(&hb.group_id, |g, now| {
+            g.heartbeat(hb, topics, &self.config, || self.new_member_id(), now)
+        })
+        .expect("created above")
     }
 
-    fn serve(&self, hb: &Heartbeat, topics: &Topics) -> HeartbeatAnswer {
-        let mut groups = self.groups.borrow_mut();
-        let g = groups.entry(hb.group_id.clone()).or_default();
-        let before = g.members.len();
-        let answer = g.heartbeat(
-            hb,
-            topics,
-            &self.config,
-            || self.new_member_id(),
-            Instant::now(),
-        );
-        if g.members.len() != before {
-            tracing::info!(group = %hb.group_id, member = %answer.member_id,
-                members = g.members.len(), group_epoch = g.group_epoch,
-                "consumer group membership changed");
-        }
+    /// Runs `op` on consumer-protocol group `group` (`None` if there is none): a heartbeat, or
+    /// a classic member's request (`classic.rs`). A group left without members is dropped;
+    /// one left with classic members only goes back to the classic protocol (Kafka's online
+    /// downgrade), handed to the caller.
+    pub fn classic<T>(
+        &self,
+        group: &str,
+        op: impl FnOnce(&mut ConsumerGroup, Instant) -> T,
+    ) -> Option<Served<T>> {
+        let downgraded = {
+            let mut groups = self.groups.borrow_mut();
+            let g = groups.get_mut(group)?;
+            let before = g.members.len();
+            let answer = op(g, Instant::now());
+            if g.members.len() != before {
+                tracing::info!(
+                    group,
+                    members = g.members.len(),
+                    group_epoch = g.group_epoch,
+                    "consumer group membership changed"
+                );
+            }
+            let downgraded = self.settle(&mut groups, group);
+            (answer, downgraded)
+        };
+        Some(Served {
+            answer: downgraded.0,
+            change: self.change_of(group),
+            downgraded: downgraded.1,
+        })
+    }
+
+    /// Drops `id` if it has no members; takes it out if it has classic members only.
+    fn settle(
+        &self,
+        groups: &mut BTreeMap<String, ConsumerGroup>,
+        id: &str,
+    ) -> Option<ConsumerGroup> {
+        let g = groups.get(id)?;
         if g.members.is_empty() {
-            groups.remove(&hb.group_id);
+            groups.remove(id);
+            return None;
         }
-        answer
+        if !g.only_classic() {
+            return None;
+        }
+        tracing::info!(
+            group = id,
+            members = g.members.len(),
+            group_epoch = g.group_epoch,
+            "the last consumer-protocol member left: the group goes back to the classic protocol"
+        );
+        groups.remove(id)
+    }
+
+    /// A classic member's JoinGroup to consumer-protocol group `group`; `None` if there is none.
+    pub fn classic_join(&self, req: &JoinRequest, topics: &Topics) -> Option<Served<JoinResponse>> {
+        self.classic(&req.group_id, |g, now| {
+            g.classic_join(req, topics, &self.config, || self.new_member_id(), now)
+        })
     }
 
     /// Fences the members past their session or revocation timeouts; the groups whose stored
-    /// state that changed, and how.
-    pub fn tick(&self) -> Vec<(String, Change)> {
+    /// state that changed, and how; the groups left with classic members only.
+    pub fn tick(&self) -> (Vec<(String, Change)>, Downgraded) {
         let now = Instant::now();
         let mut changed = Vec::new();
+        let mut downgraded = Vec::new();
         {
             let mut groups = self.groups.borrow_mut();
             for (id, g) in groups.iter_mut() {
@@ -84,12 +144,24 @@ impl ConsumerGroups {
                     changed.push(id.clone());
                 }
             }
-            groups.retain(|_, g| !g.members.is_empty());
+            for id in &changed {
+                if let Some(g) = self.settle(&mut groups, id) {
+                    downgraded.push((id.clone(), g));
+                }
+            }
         }
-        changed
+        let changes = changed
             .into_iter()
             .filter_map(|id| self.change_of(&id).map(|c| (id, c)))
-            .collect()
+            .collect();
+        (changes, downgraded)
+    }
+
+    /// Adds a group converted from a classic one (an online upgrade); nothing of it is
+    /// stored yet, so the next request's change writes it whole.
+    pub fn adopt(&self, group: &str, g: ConsumerGroup) {
+        self.stored.borrow_mut().remove(group);
+        self.groups.borrow_mut().insert(group.to_string(), g);
     }
 
     /// What to write of `group` now, if it differs from what was written; noted as written.

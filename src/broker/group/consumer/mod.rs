@@ -26,11 +26,15 @@
 //! say what to answer; `Coordinator` (`coordinator.rs`) runs it on the group's core.
 
 pub mod assign;
+mod checks;
+mod classic;
+pub mod embedded;
 mod groups;
 mod stored;
 pub mod subscription;
 
-pub use groups::{Change, ConsumerGroups, GroupView};
+pub use classic::{ClassicInfo, ClassicMember, PROTOCOL_TYPE};
+pub use groups::{Change, ConsumerGroups, GroupView, Served};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -42,6 +46,7 @@ use subscription::{Regexes, Subscription};
 pub mod codes {
     pub const NONE: i16 = 0;
     pub const INVALID_REQUEST: i16 = 42;
+    pub const ILLEGAL_GENERATION: i16 = 22;
     pub const UNKNOWN_MEMBER_ID: i16 = 25;
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
@@ -155,6 +160,9 @@ pub struct Member {
     /// A static member that left with epoch -2: kept for its instance id until its session
     /// times out.
     away: bool,
+    /// A member speaking the classic protocol (JoinGroup/SyncGroup/Heartbeat) in this group
+    /// during an online upgrade or downgrade (`classic.rs`); `None`: a consumer-protocol one.
+    pub classic: Option<ClassicInfo>,
 }
 
 /// A consumer-protocol group.
@@ -251,8 +259,53 @@ impl ConsumerGroup {
                 );
             }
         }
-        let m = self.members.get_mut(&member_id).expect("joined above");
-        m.session_deadline = now + config.session_timeout;
+        self.apply(
+            &member_id,
+            hb,
+            regex,
+            joining,
+            topics,
+            now + config.session_timeout,
+            now,
+        );
+        // A full request (every field set: the client lost track) gets the assignment again.
+        let full = joining
+            || (hb.rebalance_timeout_ms != -1
+                && hb.subscribed_topic_names.is_some()
+                && hb.owned.is_some());
+        let m = self.members.get_mut(&member_id).expect("a member");
+        let assignment = if full || m.told.as_ref() != Some(&m.assigned) {
+            m.told = Some(m.assigned.clone());
+            Some(m.assigned.clone())
+        } else {
+            None
+        };
+        HeartbeatAnswer {
+            error: codes::NONE,
+            message: None,
+            member_id,
+            member_epoch: m.epoch,
+            heartbeat_interval_ms: config.heartbeat_interval.as_millis() as i32,
+            assignment,
+        }
+    }
+
+    /// What a member's heartbeat (or a classic member's JoinGroup) says, applied to the
+    /// member: its session renewed to `session_deadline`, its subscription and what it still
+    /// owns; then the group's target is refreshed and the member moved one step towards it.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        member_id: &str,
+        hb: &Heartbeat,
+        regex: Option<regex::Regex>,
+        joining: bool,
+        topics: &Topics,
+        session_deadline: Instant,
+        now: Instant,
+    ) {
+        let m = self.members.get_mut(member_id).expect("joined above");
+        m.session_deadline = session_deadline;
         if let Some(client_id) = Some(&hb.client_id).filter(|c| !c.is_empty()) {
             m.client_id.clone_from(client_id);
         }
@@ -283,60 +336,15 @@ impl ConsumerGroup {
                 m.revoke_deadline = None;
             }
         }
-        let changed = self.resolve_subscriptions(&member_id, hb, regex, pattern_changed, topics);
+        let changed = self.resolve_subscriptions(member_id, hb, regex, pattern_changed, topics);
         self.refresh_target(topics, joining || changed);
-        self.reconcile(&member_id, now);
-        // A full request (every field set: the client lost track) gets the assignment again.
-        let full = joining
-            || (hb.rebalance_timeout_ms != -1
-                && hb.subscribed_topic_names.is_some()
-                && hb.owned.is_some());
-        let m = self.members.get_mut(&member_id).expect("a member");
-        let assignment = if full || m.told.as_ref() != Some(&m.assigned) {
-            m.told = Some(m.assigned.clone());
-            Some(m.assigned.clone())
-        } else {
-            None
-        };
-        HeartbeatAnswer {
-            error: codes::NONE,
-            message: None,
-            member_id,
-            member_epoch: m.epoch,
-            heartbeat_interval_ms: config.heartbeat_interval.as_millis() as i32,
-            assignment,
-        }
-    }
-
-    /// A request Kafka refuses before looking at the group.
-    fn invalid(&self, hb: &Heartbeat) -> Option<HeartbeatAnswer> {
-        let bad = |why: &str| Some(HeartbeatAnswer::error(codes::INVALID_REQUEST, why));
-        if hb.member_epoch == 0 {
-            if hb.rebalance_timeout_ms < 0 {
-                return bad("RebalanceTimeoutMs must be provided in the first request");
-            }
-            if hb.subscribed_topic_names.is_none() && hb.subscribed_topic_regex.is_none() {
-                return bad(
-                    "SubscribedTopicNames or SubscribedTopicRegex must be set in the first request",
-                );
-            }
-            if hb.owned.as_ref().is_some_and(|o| count(o) > 0) {
-                return bad("TopicPartitions must be empty when (re-)joining");
-            }
-        } else if hb.member_epoch < -2 {
-            return bad("MemberEpoch must be -2, -1, 0 or positive");
-        } else if hb.member_id.is_empty() {
-            return bad("MemberId can't be empty");
-        }
-        if let Some(a) = hb.server_assignor.as_deref().filter(|a| !a.is_empty()) {
-            if !assign::ASSIGNORS.contains(&a) {
-                return Some(HeartbeatAnswer::error(
-                    codes::UNSUPPORTED_ASSIGNOR,
-                    format!("assignor {a} is not one of {:?}", assign::ASSIGNORS),
-                ));
-            }
-        }
-        None
+        // A classic member's JoinGroup says what it still owns: partitions it already gave up
+        // (an eager member gives up everything before it joins) need no revocation round.
+        let owned = hb
+            .owned
+            .as_ref()
+            .filter(|_| self.members[member_id].classic.is_some());
+        self.reconcile(member_id, owned, now);
     }
 
     /// A member joins (epoch 0): new, rejoining after it was fenced or lost its state (its
@@ -398,6 +406,7 @@ impl ConsumerGroup {
             session_deadline: now + config.session_timeout,
             revoke_deadline: None,
             away: false,
+            classic: None,
         };
         if let Some(old) = inherited {
             // The static member's place: its epoch and partitions, its target under the new id.
@@ -450,7 +459,14 @@ impl ConsumerGroup {
         let gone: Vec<String> = self
             .members
             .values()
-            .filter(|m| now >= m.session_deadline || m.revoke_deadline.is_some_and(|d| now >= d))
+            .filter(|m| {
+                now >= m.session_deadline
+                    || m.revoke_deadline.is_some_and(|d| now >= d)
+                    || m.classic
+                        .as_ref()
+                        .and_then(|c| c.deadline)
+                        .is_some_and(|d| now >= d)
+            })
             .map(|m| m.id.clone())
             .collect();
         if gone.is_empty() {
@@ -519,7 +535,7 @@ impl ConsumerGroup {
 
     /// Moves member `id` one step towards its target: revoke first; then, at the assignment
     /// epoch, take what no other member owns any more.
-    fn reconcile(&mut self, id: &str, now: Instant) {
+    fn reconcile(&mut self, id: &str, owned: Option<&Partitions>, now: Instant) {
         let Some(m) = self.members.get(id) else {
             return;
         };
@@ -541,7 +557,7 @@ impl ConsumerGroup {
         let m = self.members.get_mut(id).expect("checked above");
         let keep = intersect(&m.assigned, &target);
         let revoke = minus(&m.assigned, &target);
-        if !revoke.is_empty() {
+        if !revoke.is_empty() && owned.is_none_or(|o| !intersect(o, &revoke).is_empty()) {
             m.assigned = keep;
             m.revoking = revoke;
             m.state = MemberState::UnrevokedPartitions;
@@ -561,30 +577,9 @@ impl ConsumerGroup {
             MemberState::Stable
         };
     }
-
-    /// Whether `member` at `epoch` may fetch committed offsets (OffsetFetch v9): Kafka asks for
-    /// the member's current epoch exactly.
-    pub fn check_fetch(&self, member: &str, epoch: i32) -> i16 {
-        match self.members.get(member).filter(|m| !m.away) {
-            None => codes::UNKNOWN_MEMBER_ID,
-            Some(m) if epoch != m.epoch => codes::STALE_MEMBER_EPOCH,
-            Some(_) => codes::NONE,
-        }
-    }
-
-    /// Whether `member` at `epoch` may commit offsets (OffsetCommit v9+): Kafka's
-    /// UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH checks.
-    pub fn check_commit(&self, member: &str, epoch: i32) -> i16 {
-        match self.members.get(member).filter(|m| !m.away) {
-            None => codes::UNKNOWN_MEMBER_ID,
-            Some(m) if epoch > m.epoch => codes::STALE_MEMBER_EPOCH,
-            // An older epoch may still commit the partitions it owned then (Kafka allows
-            // the previous epoch while the member reconciles).
-            Some(m) if epoch < m.epoch && epoch != m.previous_epoch => codes::STALE_MEMBER_EPOCH,
-            Some(_) => codes::NONE,
-        }
-    }
 }
 
+#[cfg(test)]
+mod classic_tests;
 #[cfg(test)]
 mod tests;

@@ -12,14 +12,16 @@
 //!         | previous_epoch i32 | state u8 (0 stable, 1 unrevoked, 2 unreleased)
 //!         | subscribed u32 | topic str* | assignor opt | rebalance_timeout_ms u64 | away u8
 //!         | assigned parts | revoking parts | target parts | names u32 | topic str*
-//!         | regex opt
+//!         | regex opt | classic u8 (0 | 1 session_timeout_ms u64 | protocols u32
+//!         | (name str | metadata len u32 | bytes)*)
 //! parts:  topics u32 | (topic str | n u32 | partition i32 * n)*
 //! str:    len u16 | UTF-8;  opt: 0 | 1 str
 //! ```
 //!
 //! `subscribed` is what the member's subscription resolved to; `names` and `regex` are the
 //! subscription itself. Version 1 (before regex subscriptions) ends a member at its target
-//! partitions; its `subscribed` were the names.
+//! partitions; its `subscribed` were the names. Version 2 (before classic members,
+//! `classic.rs`) ends a member at its regex.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -28,10 +30,10 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use super::assign::Partitions;
 use super::subscription::Subscription;
-use super::{ConsumerConfig, ConsumerGroup, Member, MemberState};
+use super::{ClassicInfo, ConsumerConfig, ConsumerGroup, Member, MemberState};
 use crate::broker::group::offsets::get_str;
 
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 fn put_str(b: &mut BytesMut, s: &str) {
     let s = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
@@ -94,6 +96,35 @@ fn get_parts(b: &mut &[u8]) -> Option<Partitions> {
     Some(p)
 }
 
+fn get_classic(b: &mut &[u8]) -> Option<Option<ClassicInfo>> {
+    if b.remaining() < 1 {
+        return None;
+    }
+    if b.get_u8() == 0 {
+        return Some(None);
+    }
+    if b.remaining() < 12 {
+        return None;
+    }
+    let session_timeout = Duration::from_millis(b.get_u64());
+    let n = get_u32(b)? as usize;
+    let mut protocols = Vec::with_capacity(n.min(b.remaining() / 6));
+    for _ in 0..n {
+        let name = get_str(b)?;
+        let len = get_u32(b)? as usize;
+        if b.remaining() < len {
+            return None;
+        }
+        protocols.push((name, Bytes::copy_from_slice(&b[..len])));
+        b.advance(len);
+    }
+    Some(Some(ClassicInfo {
+        session_timeout,
+        protocols,
+        deadline: None,
+    }))
+}
+
 /// The stored form of `g`.
 pub fn encode(g: &ConsumerGroup) -> Bytes {
     let mut b = BytesMut::with_capacity(256);
@@ -136,6 +167,19 @@ pub fn encode(g: &ConsumerGroup) -> Bytes {
             put_str(&mut b, t);
         }
         put_opt(&mut b, m.subscription.regex.as_deref());
+        match &m.classic {
+            None => b.put_u8(0),
+            Some(c) => {
+                b.put_u8(1);
+                b.put_u64(c.session_timeout.as_millis() as u64);
+                b.put_u32(c.protocols.len() as u32);
+                for (name, md) in &c.protocols {
+                    put_str(&mut b, name);
+                    b.put_u32(md.len() as u32);
+                    b.put_slice(md);
+                }
+            }
+        }
     }
     b.freeze()
 }
@@ -206,6 +250,10 @@ pub fn decode(mut b: &[u8], config: &ConsumerConfig, now: Instant) -> Option<Con
                 regex: None,
             }
         };
+        let classic = if version >= 3 { get_classic(b)? } else { None };
+        let session_timeout = classic
+            .as_ref()
+            .map_or(config.session_timeout, |c| c.session_timeout);
         let revoke_deadline = (!revoking.is_empty()).then(|| now + rebalance_timeout);
         g.target.insert(id.clone(), target);
         g.members.insert(
@@ -226,9 +274,10 @@ pub fn decode(mut b: &[u8], config: &ConsumerConfig, now: Instant) -> Option<Con
                 assigned,
                 revoking,
                 told: None,
-                session_deadline: now + config.session_timeout,
+                session_deadline: now + session_timeout,
                 revoke_deadline,
                 away,
+                classic,
             },
         );
     }

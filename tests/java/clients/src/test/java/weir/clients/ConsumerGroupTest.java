@@ -33,7 +33,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 class ConsumerGroupTest {
 
     /** Every rebalance callback, in order, as "assigned [..]", "revoked [..]", "lost [..]". */
-    static final class Recorder implements ConsumerRebalanceListener {
+    static class Recorder implements ConsumerRebalanceListener {
         final List<String> events = new CopyOnWriteArrayList<>();
         final Set<TopicPartition> owned = Collections.synchronizedSet(new HashSet<>());
 

@@ -16,15 +16,19 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
 import org.apache.kafka.clients.admin.MemberDescription;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.CooperativeStickyAssignor;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.RangeAssignor;
 import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.GroupState;
 import org.apache.kafka.common.GroupType;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -138,6 +142,124 @@ class ConsumerProtocolTest {
         } finally {
             a.close(Duration.ofSeconds(10));
             b.close(Duration.ofSeconds(1));
+        }
+    }
+
+    /** A rebalance listener that commits what its consumer read before it gives partitions up
+     *  (what an application that must not read a record twice does). */
+    static final class Committing extends ConsumerGroupTest.Recorder {
+        KafkaConsumer<String, String> consumer;
+
+        @Override
+        public void onPartitionsRevoked(java.util.Collection<TopicPartition> ps) {
+            consumer.commitSync();
+            super.onPartitionsRevoked(ps);
+        }
+    }
+
+    private static Committing listen(KafkaConsumer<String, String> c, String topic) {
+        Committing r = new Committing();
+        r.consumer = c;
+        c.subscribe(List.of(topic), r);
+        return r;
+    }
+
+    /** Polls each consumer once and commits what it read (a commit refused mid-rebalance is
+     *  made by the revocation callback instead). */
+    private static void readAll(List<KafkaConsumer<String, String>> cs, Set<String> seen, List<String> dups) {
+        for (KafkaConsumer<String, String> c : cs) {
+            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
+                if (!seen.add(r.partition() + "@" + r.offset())) {
+                    dups.add(r.partition() + "@" + r.offset());
+                }
+            }
+            try {
+                c.commitSync();
+            } catch (RebalanceInProgressException | CommitFailedException e) {
+                // Committed on revocation, or read again by this member.
+            }
+        }
+    }
+
+    private static void readUntil(java.util.function.BooleanSupplier done, String what,
+                                  List<KafkaConsumer<String, String>> cs, Set<String> seen, List<String> dups) {
+        long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+        while (!done.getAsBoolean()) {
+            assertTrue(System.nanoTime() < deadline, "timed out waiting for " + what);
+            readAll(cs, seen, dups);
+        }
+    }
+
+    private static GroupType typeOf(String group) throws Exception {
+        try (Admin admin = Weir.admin()) {
+            return admin.describeConsumerGroups(List.of(group)).all().get().get(group).type();
+        }
+    }
+
+    /** Kafka 4's online migration ({@code group.consumer.migration.policy=bidirectional}): a
+     *  classic group's consumers are joined by one with {@code group.protocol=consumer}, which
+     *  turns the group into a consumer-protocol group whose classic members (one cooperative,
+     *  one eager) the broker assigns for; when it leaves, the group is classic again. They read
+     *  all along, and every record is read exactly once. */
+    @Test
+    void aClassicGroupMovesToTheConsumerProtocolAndBackWhileItsMembersRead() throws Exception {
+        String topic = Weir.createTopic("java-migrate", 4);
+        String group = Weir.name("java-migrate-group");
+        produce(topic, 4, 50, 0);
+        Set<String> seen = new HashSet<>();
+        List<String> dups = new java.util.ArrayList<>();
+        KafkaConsumer<String, String> a = Weir.groupConsumer(group, Map.of(
+                ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, CooperativeStickyAssignor.class.getName(),
+                ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 500));
+        KafkaConsumer<String, String> b = Weir.groupConsumer(group, Map.of(
+                ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
+                RangeAssignor.class.getName() + "," + CooperativeStickyAssignor.class.getName(),
+                ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 500));
+        KafkaConsumer<String, String> c = member(group, null);
+        try {
+            Committing ra = listen(a, topic);
+            Committing rb = listen(b, topic);
+            readUntil(() -> ra.owned.size() == 2 && rb.owned.size() == 2, "a classic 2+2 split",
+                    List.of(a, b), seen, dups);
+            assertEquals(GroupType.CLASSIC, typeOf(group));
+
+            // The upgrade: a consumer-protocol member joins the classic group.
+            Committing rc = listen(c, topic);
+            readUntil(() -> !rc.owned.isEmpty() && !ra.owned.isEmpty() && !rb.owned.isEmpty()
+                            && ra.owned.size() + rb.owned.size() + rc.owned.size() == 4,
+                    "partitions split over the classic and the consumer-protocol members", List.of(a, b, c), seen, dups);
+            Set<TopicPartition> all = new HashSet<>(ra.owned);
+            all.addAll(rb.owned);
+            all.addAll(rc.owned);
+            assertEquals(4, all.size(), "no partition owned twice: a " + ra.events + " b " + rb.events + " c " + rc.events);
+            try (Admin admin = Weir.admin()) {
+                ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(group)).all().get().get(group);
+                assertEquals(GroupType.CONSUMER, d.type(), d.toString());
+                assertEquals(3, d.members().size(), d.toString());
+                long classic = d.members().stream().filter(m -> m.upgraded().equals(java.util.Optional.of(false))).count();
+                assertEquals(2, classic, "two classic members: " + d);
+            }
+            assertFalse(ra.events.stream().anyMatch(e -> e.startsWith("lost")), "a lost partitions: " + ra.events);
+            assertFalse(rb.events.stream().anyMatch(e -> e.startsWith("lost")), "b lost partitions: " + rb.events);
+            produce(topic, 4, 50, 50);
+            readUntil(() -> seen.size() >= 400, "400 records", List.of(a, b, c), seen, dups);
+
+            // The downgrade: the consumer-protocol member leaves; the classic members rebalance.
+            c.close(Duration.ofSeconds(10));
+            readUntil(() -> ra.owned.size() + rb.owned.size() == 4 && !ra.owned.isEmpty() && !rb.owned.isEmpty(),
+                    "the classic members own all 4 again", List.of(a, b), seen, dups);
+            assertEquals(GroupType.CLASSIC, typeOf(group));
+            produce(topic, 4, 50, 100);
+            readUntil(() -> seen.size() >= 600, "600 records", List.of(a, b), seen, dups);
+            for (int i = 0; i < 10; i++) {
+                readAll(List.of(a, b), seen, dups);
+            }
+            assertEquals(List.of(), dups, "records read twice after a commit");
+            assertEquals(600, seen.size(), "every record read once");
+        } finally {
+            a.close(Duration.ofSeconds(10));
+            b.close(Duration.ofSeconds(10));
+            c.close(Duration.ofSeconds(1));
         }
     }
 
