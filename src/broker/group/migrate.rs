@@ -24,7 +24,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::consumer::{embedded, ClassicMember, ConsumerGroup, Topics, PROTOCOL_TYPE};
+use super::consumer::{
+    embedded, ClassicMember, ConsumerGroup, HeartbeatAnswer, Topics, PROTOCOL_TYPE,
+};
 use super::coordinator::*;
 
 /// A classic member's JoinGroup to a consumer-protocol group; `None` if `req`'s group is
@@ -130,73 +132,74 @@ pub(super) async fn classic_leave(
     if !coord.consumer.is_live(group) {
         return None;
     }
-    let each = coord
+    let answer = coord
         .consumer_op(
             group,
             |c| {
                 c.classic(group, |g, _| {
-                    members
+                    Ok(members
                         .iter()
                         .map(|(id, instance)| g.classic_leave(id, instance.as_deref()))
-                        .collect::<Vec<i16>>()
+                        .collect::<Vec<i16>>())
                 })
             },
-            |code| vec![code; members.len()],
+            Err,
         )
         .await?;
-    let top = if each.len() == 1 {
-        each[0]
-    } else {
-        codes::NONE
-    };
-    Some((top, each))
+    Some(match answer {
+        Ok(each) if each.len() == 1 => (each[0], each),
+        Ok(each) => (codes::NONE, each),
+        Err(code) => (code, vec![code; members.len()]),
+    })
 }
 
-/// The online upgrade of classic group `group_id`, asked by a consumer-protocol member
-/// joining it: `Err` (the message to answer with GROUP_ID_NOT_FOUND) when the group
-/// cannot become a consumer-protocol group. Nothing to do for a group without members.
+/// A ConsumerGroupHeartbeat to a classic group with members: the online upgrade when it is a
+/// member joining (epoch 0) a group that can become a consumer-protocol group — converted and
+/// joined in one step under the core's group-write order, so no other request sees the
+/// converted group before the new member is in it — else the error Kafka answers.
 pub(super) async fn upgrade(
     coord: &Coordinator,
-    group_id: &str,
+    hb: &super::consumer::Heartbeat,
     topics: &Topics,
-) -> Result<(), String> {
-    let Some(group) = coord.group(group_id) else {
-        return Ok(());
+) -> HeartbeatAnswer {
+    let group_id = hb.group_id.as_str();
+    let refused = |error: i16, message: String| HeartbeatAnswer {
+        error,
+        message: Some(message),
+        member_epoch: -1,
+        ..Default::default()
     };
-    if coord.consumer.is_live(group_id) {
-        // A classic state whose removal was lost: the consumer group's is the newer.
-        coord.groups.borrow_mut().remove(group_id);
-        return Ok(());
+    if hb.member_epoch != 0 {
+        return refused(
+            codes::GROUP_ID_NOT_FOUND,
+            format!("Group {group_id} is not a consumer group: it has classic-protocol members"),
+        );
     }
-    let (converted, persisted) = {
-        let mut g = group.borrow_mut();
-        if g.members.is_empty() {
-            return Ok(());
-        }
-        let converted = convertible(group_id, &g, topics, coord.consumer.config.max_size)?;
-        for (id, m) in g.members.iter_mut() {
-            if let Some(w) = m.join_waiter.take() {
-                w.set(JoinResponse {
-                    error: codes::REBALANCE_IN_PROGRESS,
-                    member_id: id.clone(),
-                    generation_id: -1,
-                    ..Default::default()
-                });
-            }
-            if let Some(w) = m.sync_waiter.take() {
-                w.set(SyncResponse {
-                    error: codes::REBALANCE_IN_PROGRESS,
-                    ..Default::default()
-                });
-            }
-        }
-        (converted, g.persisted)
-    };
-    coord.groups.borrow_mut().remove(group_id);
-    tracing::info!(group = group_id, members = converted.members.len(), epoch = converted.group_epoch,
-            "a consumer-protocol member joins a classic group: the group moves to the consumer protocol");
-    coord.consumer.adopt(group_id, converted);
-    if persisted {
+    if let Some(answer) = ConsumerGroup::refuses(hb) {
+        return answer;
+    }
+    let converted = std::cell::Cell::new(false);
+    let answer = coord
+        .consumer_op(
+            group_id,
+            |c| {
+                if let Err(answer) = convert(coord, hb, topics) {
+                    return Some(super::consumer::Served {
+                        answer,
+                        change: None,
+                        downgraded: None,
+                    });
+                }
+                converted.set(true);
+                Some(c.heartbeat(hb, topics))
+            },
+            |code| refused(code, "the group's state could not be stored".into()),
+        )
+        .await
+        .expect("a heartbeat is always served");
+    if converted.get() {
+        // The classic group's stored state goes (the consumer group's is written above): a
+        // restart finding both keeps the consumer group's (`persist::restore_groups`).
         if let Err(code) = coord.persist(group_id, None).await {
             tracing::warn!(
                 group = group_id,
@@ -205,7 +208,91 @@ pub(super) async fn upgrade(
             );
         }
     }
+    answer
+}
+
+/// Turns classic group `hb.group_id` into a consumer-protocol group for `hb`'s member to
+/// join, or says why not (the answer to give). A classic group that emptied meanwhile is
+/// simply replaced.
+fn convert(
+    coord: &Coordinator,
+    hb: &super::consumer::Heartbeat,
+    topics: &Topics,
+) -> Result<(), HeartbeatAnswer> {
+    let group_id = hb.group_id.as_str();
+    let refused = |error: i16, message: String| HeartbeatAnswer {
+        error,
+        message: Some(message),
+        member_epoch: -1,
+        ..Default::default()
+    };
+    let Some(group) = coord.group(group_id) else {
+        return Ok(());
+    };
+    let max_size = coord.consumer.config.max_size;
+    let converted = {
+        let mut g = group.borrow_mut();
+        if g.members.is_empty() || coord.consumer.is_live(group_id) {
+            // Emptied, or a classic state whose removal was lost (the consumer group's is
+            // the newer): replaced.
+            abandon(&mut g);
+            None
+        } else if g.state == State::CompletingRebalance {
+            // The leader's assignment may be being stored: what the members own is not known
+            // until it is answered. The client retries.
+            return Err(refused(
+                codes::COORDINATOR_LOAD_IN_PROGRESS,
+                format!("Group {group_id} is completing a classic rebalance"),
+            ));
+        } else if g.members.len() >= max_size {
+            return Err(refused(
+                codes::GROUP_MAX_SIZE_REACHED,
+                format!("the group has reached its maximum size of {max_size}"),
+            ));
+        } else if hb
+            .instance_id
+            .as_ref()
+            .is_some_and(|i| g.statics.contains_key(i))
+        {
+            return Err(refused(
+                super::consumer::codes::UNRELEASED_INSTANCE_ID,
+                "the instance id is used by a classic member".into(),
+            ));
+        } else {
+            let cg = convertible(group_id, &g, topics, max_size)
+                .map_err(|why| refused(codes::GROUP_ID_NOT_FOUND, why))?;
+            abandon(&mut g);
+            Some(cg)
+        }
+    };
+    coord.groups.borrow_mut().remove(group_id);
+    if let Some(cg) = converted {
+        tracing::info!(group = group_id, members = cg.members.len(), epoch = cg.group_epoch,
+            "a consumer-protocol member joins a classic group: the group moves to the consumer protocol");
+        coord.consumer.adopt(group_id, cg);
+    }
     Ok(())
+}
+
+/// Answers the requests waiting in a classic group's rebalance REBALANCE_IN_PROGRESS (the
+/// group is converted or replaced): the members join again.
+fn abandon(g: &mut Group) {
+    for (id, m) in g.members.iter_mut() {
+        if let Some(w) = m.join_waiter.take() {
+            w.set(JoinResponse {
+                error: codes::REBALANCE_IN_PROGRESS,
+                member_id: id.clone(),
+                generation_id: -1,
+                ..Default::default()
+            });
+        }
+        if let Some(w) = m.sync_waiter.take() {
+            w.set(SyncResponse {
+                error: codes::REBALANCE_IN_PROGRESS,
+                ..Default::default()
+            });
+        }
+    }
 }
 
 /// The online downgrade: consumer-protocol group `group_id`, left with classic members
@@ -264,10 +351,13 @@ pub(super) fn downgrade(coord: &Coordinator, group_id: &str, cg: ConsumerGroup) 
         members = g.members.len(),
         "the group is a classic group again; its members rebalance"
     );
-    coord
+    let replaced = coord
         .groups
         .borrow_mut()
         .insert(group_id.to_string(), Rc::new(RefCell::new(g)));
+    if let Some(old) = replaced {
+        abandon(&mut old.borrow_mut());
+    }
 }
 
 /// Classic group `g` as a consumer-protocol group, or why it cannot be one.
@@ -308,6 +398,7 @@ fn convertible(
         let assigned = embedded::decode_assignment(&m.assignment).ok_or_else(bad)?;
         subscriptions.push(sub.topics);
         members.push(ClassicMember {
+            rack_id: sub.rack_id.clone(),
             id: id.clone(),
             instance_id: m.group_instance_id.clone(),
             client_id: m.client_id.clone(),

@@ -10,6 +10,8 @@ mod commits;
 pub mod consumer;
 pub mod coordinator;
 mod migrate;
+#[cfg(test)]
+mod migrate_tests;
 pub mod offsets;
 mod persist;
 mod routing;

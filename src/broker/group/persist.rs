@@ -28,6 +28,12 @@ impl Coordinator {
                 if !which(super::offsets::bucket_of(&id)) {
                     continue;
                 }
+                if self.consumer.is_live(&id) {
+                    // Both kinds stored: an upgrade whose removal of the classic state was
+                    // lost (`migrate.rs`). The consumer-protocol group is the newer.
+                    tracing::warn!(group = %id, "a classic state stored beside the consumer group's; keeping the consumer group");
+                    continue;
+                }
                 tracing::info!(group = %id, generation = state.generation, members = state.members.len(),
                     "group restored from its stored state: Stable, no rebalance");
                 self.groups

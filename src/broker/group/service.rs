@@ -174,31 +174,16 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
             None => GroupResp::Join(coord.join(j).await),
         },
         GroupReq::ConsumerHeartbeat { heartbeat, topics } => {
-            let classic = coord
-                .group(&heartbeat.group_id)
-                .is_some_and(|g| !g.borrow().members.is_empty());
-            if classic {
-                // Only a joining member upgrades a classic group; any other is not its member.
-                let refused = if heartbeat.member_epoch == 0 {
-                    super::migrate::upgrade(coord, &heartbeat.group_id, &topics)
-                        .await
-                        .err()
-                } else {
-                    Some(format!(
-                        "Group {} is not a consumer group: it has classic-protocol members",
-                        heartbeat.group_id
-                    ))
-                };
-                if let Some(message) = refused {
-                    return GroupResp::ConsumerHeartbeat(super::consumer::HeartbeatAnswer {
-                        error: super::state::codes::GROUP_ID_NOT_FOUND,
-                        message: Some(message),
-                        member_epoch: -1,
-                        ..Default::default()
-                    });
-                }
-            }
-            GroupResp::ConsumerHeartbeat(coord.consumer_heartbeat(&heartbeat, &topics).await)
+            // A classic group with members: the online upgrade (or its refusal).
+            let classic = !coord.consumer.is_live(&heartbeat.group_id)
+                && coord
+                    .group(&heartbeat.group_id)
+                    .is_some_and(|g| !g.borrow().members.is_empty());
+            GroupResp::ConsumerHeartbeat(if classic {
+                super::migrate::upgrade(coord, &heartbeat, &topics).await
+            } else {
+                coord.consumer_heartbeat(&heartbeat, &topics).await
+            })
         }
         GroupReq::ConsumerDescribe(g) => GroupResp::ConsumerDescribe(
             coord

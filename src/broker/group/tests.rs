@@ -44,7 +44,7 @@ async fn state_removed(c: &Coordinator, what: &str) {
     }
 }
 
-async fn open(dir: &Path) -> Rc<Coordinator> {
+pub(super) async fn open(dir: &Path) -> Rc<Coordinator> {
     let c = Rc::new(
         Coordinator::open(
             dir,
@@ -70,7 +70,11 @@ async fn open(dir: &Path) -> Rc<Coordinator> {
 }
 
 /// Joins `n` new members concurrently and syncs them (the leader assigns "a-<member>").
-async fn form_group(c: &Rc<Coordinator>, n: usize, session_ms: i32) -> Vec<JoinResponse> {
+pub(super) async fn form_group(
+    c: &Rc<Coordinator>,
+    n: usize,
+    session_ms: i32,
+) -> Vec<JoinResponse> {
     form_group_with(c, &vec![session_ms; n]).await
 }
 
@@ -90,7 +94,7 @@ async fn form_group_with(c: &Rc<Coordinator>, sessions_ms: &[i32]) -> Vec<JoinRe
     joins
 }
 
-async fn sync_all(c: &Rc<Coordinator>, joins: &[JoinResponse]) -> Vec<SyncResponse> {
+pub(super) async fn sync_all(c: &Rc<Coordinator>, joins: &[JoinResponse]) -> Vec<SyncResponse> {
     let tasks: Vec<_> = joins
         .iter()
         .map(|j| {

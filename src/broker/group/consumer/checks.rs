@@ -5,6 +5,21 @@ use super::assign::count;
 use super::{assign, codes, ConsumerGroup, Heartbeat, HeartbeatAnswer};
 
 impl ConsumerGroup {
+    /// What any group answers `hb` before looking at its members (an invalid request, a
+    /// regex that does not compile): checked before a classic group is converted for it.
+    pub fn refuses(hb: &Heartbeat) -> Option<HeartbeatAnswer> {
+        if let Some(answer) = ConsumerGroup::default().invalid(hb) {
+            return Some(answer);
+        }
+        let regex = hb
+            .subscribed_topic_regex
+            .as_deref()
+            .filter(|r| !r.is_empty())?;
+        super::subscription::compile(regex)
+            .err()
+            .map(|why| HeartbeatAnswer::error(codes::INVALID_REGULAR_EXPRESSION, why))
+    }
+
     /// A request Kafka refuses before looking at the group.
     pub(super) fn invalid(&self, hb: &Heartbeat) -> Option<HeartbeatAnswer> {
         let bad = |why: &str| Some(HeartbeatAnswer::error(codes::INVALID_REQUEST, why));

@@ -56,6 +56,8 @@ pub struct ClassicMember {
     pub session_timeout: Duration,
     pub rebalance_timeout: Duration,
     pub protocols: Vec<(String, Bytes)>,
+    /// Its rack (ConsumerProtocolSubscription v3), into a consumer group.
+    pub rack_id: Option<String>,
     /// Its partitions: what its last SyncGroup gave it (into a consumer group), or its target
     /// (out of one).
     pub assigned: Partitions,
@@ -115,7 +117,10 @@ impl ConsumerGroup {
             }
         }
         let existing = self.members.get(&member_id).filter(|m| !m.away);
-        if existing.is_some_and(|m| m.classic.is_none()) {
+        // A member id the group does not know (or a consumer-protocol member's) is refused,
+        // as Kafka refuses it; only a JoinGroup without one is a new member.
+        let taken_over = req.member_id.is_empty();
+        if existing.is_some_and(|m| m.classic.is_none()) || (existing.is_none() && !taken_over) {
             return fail(codes::UNKNOWN_MEMBER_ID);
         }
         let joining = existing.is_none();
@@ -356,7 +361,7 @@ impl ConsumerGroup {
                 Member {
                     id: c.id,
                     instance_id: c.instance_id,
-                    rack_id: None,
+                    rack_id: c.rack_id,
                     client_id: c.client_id,
                     client_host: c.client_host,
                     epoch: generation,
@@ -400,6 +405,7 @@ impl ConsumerGroup {
                     assigned: target.get(&m.id).cloned().unwrap_or_default(),
                     id: m.id,
                     instance_id: m.instance_id,
+                    rack_id: m.rack_id,
                     client_id: m.client_id,
                     client_host: m.client_host,
                     session_timeout: c.session_timeout,

@@ -30,6 +30,7 @@ fn classic(id: &str, ps: &[i32]) -> ClassicMember {
         session_timeout: Duration::from_secs(45),
         rebalance_timeout: Duration::from_secs(300),
         protocols: vec![("cooperative-sticky".into(), metadata(&[]))],
+        rack_id: None,
         assigned: parts(ps),
     }
 }

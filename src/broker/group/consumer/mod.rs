@@ -28,7 +28,7 @@
 pub mod assign;
 mod checks;
 mod classic;
-pub mod embedded;
+pub use weir::protocol::consumer_protocol as embedded;
 mod groups;
 mod stored;
 pub mod subscription;
@@ -227,6 +227,17 @@ impl ConsumerGroup {
             },
             None => None,
         };
+        if self
+            .members
+            .get(&hb.member_id)
+            .is_some_and(|m| m.classic.is_some())
+        {
+            // A classic member speaks JoinGroup/Heartbeat (`classic.rs`), never this.
+            return HeartbeatAnswer::error(
+                codes::UNKNOWN_MEMBER_ID,
+                format!("member {} is a classic-protocol member", hb.member_id),
+            );
+        }
         if hb.member_epoch < 0 {
             return self.leave(hb, topics);
         }

@@ -128,7 +128,9 @@ fn get_classic(b: &mut &[u8]) -> Option<Option<ClassicInfo>> {
 /// The stored form of `g`.
 pub fn encode(g: &ConsumerGroup) -> Bytes {
     let mut b = BytesMut::with_capacity(256);
-    b.put_u8(VERSION);
+    // Version 2 while no member is classic: a broker from before classic members reads it.
+    let classic = g.members.values().any(|m| m.classic.is_some());
+    b.put_u8(if classic { VERSION } else { 2 });
     b.put_i32(g.group_epoch);
     b.put_i32(g.assignment_epoch);
     put_str(&mut b, &g.assignor);
@@ -168,6 +170,7 @@ pub fn encode(g: &ConsumerGroup) -> Bytes {
         }
         put_opt(&mut b, m.subscription.regex.as_deref());
         match &m.classic {
+            None if !classic => {}
             None => b.put_u8(0),
             Some(c) => {
                 b.put_u8(1);

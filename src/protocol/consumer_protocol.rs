@@ -1,9 +1,10 @@
 //! The consumer's embedded protocol of classic groups (Kafka's `ConsumerProtocolSubscription`
 //! and `ConsumerProtocolAssignment`, not flexible in any version): the bytes a Java or
 //! librdkafka consumer puts in its JoinGroup metadata and reads from its SyncGroup assignment.
-//! A consumer-protocol group with classic members (an online upgrade, `classic.rs`) reads their
-//! subscriptions and writes their assignments itself; a group converted from one protocol to
-//! the other carries its members' partitions across in these forms.
+//! A consumer-protocol group with classic members (an online upgrade, the broker's
+//! `group/consumer/classic.rs`) reads their subscriptions and writes their assignments itself;
+//! a group converted from one protocol to the other carries its members' partitions across in
+//! these forms. Fuzzed by `fuzz/fuzz_targets/consumer_protocol.rs`.
 //!
 //! ```text
 //! subscription: version i16 | topics [str] | user_data bytes        (v0)
@@ -17,11 +18,12 @@
 //! before anything is allocated, and trailing bytes (a newer version's fields) are ignored, as
 //! Kafka's readers ignore them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use super::assign::Partitions;
+/// Partitions by topic.
+pub type Partitions = BTreeMap<String, BTreeSet<i32>>;
 
 /// A member's subscription as its JoinGroup metadata says it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -134,8 +136,8 @@ pub fn decode_subscription(mut md: &[u8]) -> Option<EmbeddedSubscription> {
     Some(s)
 }
 
-/// A ConsumerProtocolSubscription of `version` (as the tests' classic members send it).
-#[cfg(test)]
+/// A ConsumerProtocolSubscription of `version` without user data, generation or rack (as the
+/// tests' classic members send it).
 pub fn encode_subscription(version: i16, topics: &[String], owned: &Partitions) -> Bytes {
     let mut b = BytesMut::with_capacity(64);
     b.put_i16(version);
