@@ -60,33 +60,19 @@ pub(super) async fn classic_join(
     answer
 }
 
-/// A classic member's SyncGroup to a consumer-protocol group; `None` if there is none.
-pub(super) async fn classic_sync(coord: &Coordinator, req: &SyncRequest) -> Option<SyncResponse> {
-    if !coord.consumer.is_live(&req.group_id) {
-        return None;
-    }
-    let fail = |error: i16| SyncResponse {
-        error,
-        ..Default::default()
-    };
-    let answer = coord
-        .consumer_op(
-            &req.group_id,
-            |c| {
-                c.classic(&req.group_id, |g, now| {
-                    g.classic_sync(
-                        &req.member_id,
-                        req.group_instance_id.as_deref(),
-                        req.generation_id,
-                        req.protocol_type.as_deref(),
-                        req.protocol_name.as_deref(),
-                        now,
-                    )
-                })
-            },
-            Err,
+/// A classic member's SyncGroup to a consumer-protocol group; `None` if there is none. It
+/// changes nothing stored: answered without waiting for the group writes.
+pub(super) fn classic_sync(coord: &Coordinator, req: &SyncRequest) -> Option<SyncResponse> {
+    let answer = coord.consumer.touch(&req.group_id, |g, now| {
+        g.classic_sync(
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            req.generation_id,
+            req.protocol_type.as_deref(),
+            req.protocol_name.as_deref(),
+            now,
         )
-        .await?;
+    })?;
     Some(match answer {
         Ok(assignment) => SyncResponse {
             error: codes::NONE,
@@ -94,32 +80,25 @@ pub(super) async fn classic_sync(coord: &Coordinator, req: &SyncRequest) -> Opti
             protocol_name: req.protocol_name.clone(),
             assignment,
         },
-        Err(code) => fail(code),
+        Err(error) => SyncResponse {
+            error,
+            ..Default::default()
+        },
     })
 }
 
-/// A classic member's Heartbeat to a consumer-protocol group; `None` if there is none.
-pub(super) async fn classic_heartbeat(
+/// A classic member's Heartbeat to a consumer-protocol group; `None` if there is none. Like
+/// SyncGroup it changes nothing stored.
+pub(super) fn classic_heartbeat(
     coord: &Coordinator,
     group: &str,
     member: &str,
     instance: Option<&str>,
     generation: i32,
 ) -> Option<i16> {
-    if !coord.consumer.is_live(group) {
-        return None;
-    }
-    coord
-        .consumer_op(
-            group,
-            |c| {
-                c.classic(group, |g, now| {
-                    g.classic_heartbeat(member, instance, generation, now)
-                })
-            },
-            |code| code,
-        )
-        .await
+    coord.consumer.touch(group, |g, now| {
+        g.classic_heartbeat(member, instance, generation, now)
+    })
 }
 
 /// A LeaveGroup to a consumer-protocol group: (group error, one error per member); `None`
@@ -136,7 +115,7 @@ pub(super) async fn classic_leave(
         .consumer_op(
             group,
             |c| {
-                c.classic(group, |g, _| {
+                c.run(group, |g, _| {
                     Ok(members
                         .iter()
                         .map(|(id, instance)| g.classic_leave(id, instance.as_deref()))
@@ -163,14 +142,8 @@ pub(super) async fn upgrade(
     topics: &Topics,
 ) -> HeartbeatAnswer {
     let group_id = hb.group_id.as_str();
-    let refused = |error: i16, message: String| HeartbeatAnswer {
-        error,
-        message: Some(message),
-        member_epoch: -1,
-        ..Default::default()
-    };
     if hb.member_epoch != 0 {
-        return refused(
+        return HeartbeatAnswer::error(
             codes::GROUP_ID_NOT_FOUND,
             format!("Group {group_id} is not a consumer group: it has classic-protocol members"),
         );
@@ -178,26 +151,28 @@ pub(super) async fn upgrade(
     if let Some(answer) = ConsumerGroup::refuses(hb) {
         return answer;
     }
-    let converted = std::cell::Cell::new(false);
+    let replaced = std::cell::Cell::new(false);
     let answer = coord
         .consumer_op(
             group_id,
             |c| {
-                if let Err(answer) = convert(coord, hb, topics) {
-                    return Some(super::consumer::Served {
-                        answer,
-                        change: None,
-                        downgraded: None,
-                    });
+                match convert(coord, hb, topics) {
+                    Ok(r) => replaced.set(r),
+                    Err(answer) => {
+                        return Some(super::consumer::Served {
+                            answer,
+                            change: None,
+                            downgraded: None,
+                        })
+                    }
                 }
-                converted.set(true);
                 Some(c.heartbeat(hb, topics))
             },
-            |code| refused(code, "the group's state could not be stored".into()),
+            |code| HeartbeatAnswer::error(code, "the group's state could not be stored"),
         )
         .await
         .expect("a heartbeat is always served");
-    if converted.get() {
+    if replaced.get() {
         // The classic group's stored state goes (the consumer group's is written above): a
         // restart finding both keeps the consumer group's (`persist::restore_groups`).
         if let Err(code) = coord.persist(group_id, None).await {
@@ -213,21 +188,15 @@ pub(super) async fn upgrade(
 
 /// Turns classic group `hb.group_id` into a consumer-protocol group for `hb`'s member to
 /// join, or says why not (the answer to give). A classic group that emptied meanwhile is
-/// simply replaced.
+/// simply replaced. Whether a classic group was there (its stored state is to be removed).
 fn convert(
     coord: &Coordinator,
     hb: &super::consumer::Heartbeat,
     topics: &Topics,
-) -> Result<(), HeartbeatAnswer> {
+) -> Result<bool, HeartbeatAnswer> {
     let group_id = hb.group_id.as_str();
-    let refused = |error: i16, message: String| HeartbeatAnswer {
-        error,
-        message: Some(message),
-        member_epoch: -1,
-        ..Default::default()
-    };
     let Some(group) = coord.group(group_id) else {
-        return Ok(());
+        return Ok(false);
     };
     let max_size = coord.consumer.config.max_size;
     let converted = {
@@ -240,12 +209,12 @@ fn convert(
         } else if g.state == State::CompletingRebalance {
             // The leader's assignment may be being stored: what the members own is not known
             // until it is answered. The client retries.
-            return Err(refused(
+            return Err(HeartbeatAnswer::error(
                 codes::COORDINATOR_LOAD_IN_PROGRESS,
                 format!("Group {group_id} is completing a classic rebalance"),
             ));
         } else if g.members.len() >= max_size {
-            return Err(refused(
+            return Err(HeartbeatAnswer::error(
                 codes::GROUP_MAX_SIZE_REACHED,
                 format!("the group has reached its maximum size of {max_size}"),
             ));
@@ -254,13 +223,13 @@ fn convert(
             .as_ref()
             .is_some_and(|i| g.statics.contains_key(i))
         {
-            return Err(refused(
+            return Err(HeartbeatAnswer::error(
                 super::consumer::codes::UNRELEASED_INSTANCE_ID,
-                "the instance id is used by a classic member".into(),
+                "the instance id is used by a classic member",
             ));
         } else {
             let cg = convertible(group_id, &g, topics, max_size)
-                .map_err(|why| refused(codes::GROUP_ID_NOT_FOUND, why))?;
+                .map_err(|why| HeartbeatAnswer::error(codes::GROUP_ID_NOT_FOUND, why))?;
             abandon(&mut g);
             Some(cg)
         }
@@ -271,27 +240,14 @@ fn convert(
             "a consumer-protocol member joins a classic group: the group moves to the consumer protocol");
         coord.consumer.adopt(group_id, cg);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Answers the requests waiting in a classic group's rebalance REBALANCE_IN_PROGRESS (the
 /// group is converted or replaced): the members join again.
 fn abandon(g: &mut Group) {
     for (id, m) in g.members.iter_mut() {
-        if let Some(w) = m.join_waiter.take() {
-            w.set(JoinResponse {
-                error: codes::REBALANCE_IN_PROGRESS,
-                member_id: id.clone(),
-                generation_id: -1,
-                ..Default::default()
-            });
-        }
-        if let Some(w) = m.sync_waiter.take() {
-            w.set(SyncResponse {
-                error: codes::REBALANCE_IN_PROGRESS,
-                ..Default::default()
-            });
-        }
+        m.answer_waiters(id, codes::REBALANCE_IN_PROGRESS);
     }
 }
 

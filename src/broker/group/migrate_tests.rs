@@ -9,7 +9,7 @@ use super::consumer::{embedded, Heartbeat, HeartbeatAnswer, Topics};
 use super::coordinator::*;
 use super::offsets::run_on_disk as run;
 use super::service::{serve, GroupReq, GroupResp};
-use super::tests::{form_group, open, sync_all};
+use super::tests::{form_group, open, sync_all, sync_all_with};
 
 fn topics() -> Topics {
     [("t".to_string(), 4)].into_iter().collect()
@@ -47,42 +47,14 @@ async fn classic_group(c: &Rc<Coordinator>) -> (String, String, i32) {
         .expect("a leader");
     let ids: Vec<String> = leader.members.iter().map(|(m, _, _)| m.clone()).collect();
     let generation = leader.generation_id;
-    let tasks: Vec<_> = joins
-        .iter()
-        .map(|j| {
-            let c = c.clone();
-            let j = j.clone();
-            let ids = ids.clone();
-            glommio::spawn_local(async move {
-                let assignments = if j.members.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![
-                        (
-                            ids[0].clone(),
-                            embedded::encode_assignment(1, &parts(&[0, 1])),
-                        ),
-                        (
-                            ids[1].clone(),
-                            embedded::encode_assignment(1, &parts(&[2, 3])),
-                        ),
-                    ]
-                };
-                c.sync(SyncRequest {
-                    group_id: "g".into(),
-                    generation_id: j.generation_id,
-                    member_id: j.member_id.clone(),
-                    group_instance_id: None,
-                    protocol_type: Some("consumer".into()),
-                    protocol_name: j.protocol_name.clone(),
-                    assignments,
-                })
-                .await
-            })
-        })
-        .collect();
-    for t in tasks {
-        assert_eq!(t.await.error, codes::NONE);
+    let first = ids[0].clone();
+    let synced = sync_all_with(c, &joins, move |m| {
+        let ps: &[i32] = if m == first { &[0, 1] } else { &[2, 3] };
+        embedded::encode_assignment(1, &parts(ps))
+    })
+    .await;
+    for s in synced {
+        assert_eq!(s.error, codes::NONE);
     }
     (ids[0].clone(), ids[1].clone(), generation)
 }

@@ -191,7 +191,7 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
                 .describe(&g)
                 .ok_or(super::state::codes::GROUP_ID_NOT_FOUND),
         ),
-        GroupReq::Sync(s) => match super::migrate::classic_sync(coord, &s).await {
+        GroupReq::Sync(s) => match super::migrate::classic_sync(coord, &s) {
             Some(answer) => GroupResp::Sync(answer),
             None => GroupResp::Sync(coord.sync(s).await),
         },
@@ -202,9 +202,7 @@ pub async fn serve(coord: &Coordinator, req: GroupReq) -> GroupResp {
             generation,
         } => {
             let instance = instance.as_deref();
-            match super::migrate::classic_heartbeat(coord, &group, &member, instance, generation)
-                .await
-            {
+            match super::migrate::classic_heartbeat(coord, &group, &member, instance, generation) {
                 Some(code) => GroupResp::Code(code),
                 None => GroupResp::Code(coord.heartbeat(&group, &member, instance, generation)),
             }

@@ -171,6 +171,26 @@ pub(super) struct Member {
     pub(super) sync_waiter: Option<Rc<Slot<SyncResponse>>>,
 }
 
+impl Member {
+    /// Answers the member's waiting JoinGroup and SyncGroup (if any) with `error`.
+    pub(super) fn answer_waiters(&mut self, id: &str, error: i16) {
+        if let Some(w) = self.join_waiter.take() {
+            w.set(JoinResponse {
+                error,
+                member_id: id.to_owned(),
+                generation_id: -1,
+                ..Default::default()
+            });
+        }
+        if let Some(w) = self.sync_waiter.take() {
+            w.set(SyncResponse {
+                error,
+                ..Default::default()
+            });
+        }
+    }
+}
+
 pub(super) struct Group {
     pub(super) state: State,
     pub(super) generation: i32,
@@ -259,20 +279,7 @@ impl Group {
         let Some(mut m) = self.members.remove(old_id) else {
             return;
         };
-        if let Some(w) = m.join_waiter.take() {
-            w.set(JoinResponse {
-                error: codes::FENCED_INSTANCE_ID,
-                member_id: old_id.to_owned(),
-                generation_id: -1,
-                ..Default::default()
-            });
-        }
-        if let Some(w) = m.sync_waiter.take() {
-            w.set(SyncResponse {
-                error: codes::FENCED_INSTANCE_ID,
-                ..Default::default()
-            });
-        }
+        m.answer_waiters(old_id, codes::FENCED_INSTANCE_ID);
         for id in self.order.iter_mut().filter(|id| *id == old_id) {
             *id = new_id.to_owned();
         }

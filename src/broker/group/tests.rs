@@ -95,16 +95,26 @@ async fn form_group_with(c: &Rc<Coordinator>, sessions_ms: &[i32]) -> Vec<JoinRe
 }
 
 pub(super) async fn sync_all(c: &Rc<Coordinator>, joins: &[JoinResponse]) -> Vec<SyncResponse> {
+    sync_all_with(c, joins, |m| Bytes::from(format!("a-{m}"))).await
+}
+
+/// Syncs every joined member, the leader giving each member `assign(member id)`.
+pub(super) async fn sync_all_with(
+    c: &Rc<Coordinator>,
+    joins: &[JoinResponse],
+    assign: impl Fn(&str) -> Bytes + Clone + 'static,
+) -> Vec<SyncResponse> {
     let tasks: Vec<_> = joins
         .iter()
         .map(|j| {
             let c = c.clone();
             let j = j.clone();
+            let assign = assign.clone();
             glommio::spawn_local(async move {
                 let assignments = j
                     .members
                     .iter()
-                    .map(|(m, _, _)| (m.clone(), Bytes::from(format!("a-{m}"))))
+                    .map(|(m, _, _)| (m.clone(), assign(m)))
                     .collect();
                 c.sync(SyncRequest {
                     group_id: "g".into(),

@@ -39,8 +39,9 @@ fn metadata(owned: &[i32]) -> Bytes {
     encode_subscription(1, &["t".to_string()], &parts(owned))
 }
 
-fn join_classic(g: &mut ConsumerGroup, id: &str, owned: &[i32], now: Instant) -> i32 {
-    let req = JoinRequest {
+/// A Java cooperative-sticky member's JoinGroup, owning `owned`.
+fn join_request(id: &str, owned: &[i32]) -> JoinRequest {
+    JoinRequest {
         group_id: "g".into(),
         member_id: id.into(),
         group_instance_id: None,
@@ -50,7 +51,11 @@ fn join_classic(g: &mut ConsumerGroup, id: &str, owned: &[i32], now: Instant) ->
         rebalance_timeout_ms: 300_000,
         protocol_type: "consumer".into(),
         protocols: vec![("cooperative-sticky".into(), metadata(owned))],
-    };
+    }
+}
+
+fn join_classic(g: &mut ConsumerGroup, id: &str, owned: &[i32], now: Instant) -> i32 {
+    let req = join_request(id, owned);
     let j = g.classic_join(
         &req,
         &topics(),
@@ -241,17 +246,10 @@ fn classic_requests_are_checked_as_kafka_checks_them() {
         Err(classic_codes::REBALANCE_IN_PROGRESS)
     );
     // A JoinGroup with another protocol type, or metadata that is not a subscription.
-    let mut req = JoinRequest {
-        group_id: "g".into(),
-        member_id: String::new(),
-        group_instance_id: None,
-        client_id: "x".into(),
-        client_host: "h".into(),
-        session_timeout_ms: 10_000,
-        rebalance_timeout_ms: 10_000,
-        protocol_type: "connect".into(),
-        protocols: vec![("cooperative-sticky".into(), metadata(&[]))],
-    };
+    let mut req = join_request("", &[]);
+    req.session_timeout_ms = 10_000;
+    req.rebalance_timeout_ms = 10_000;
+    req.protocol_type = "connect".into();
     let cfg = ConsumerConfig::default();
     let j = g.classic_join(&req, &topics(), &cfg, || "n".into(), now);
     assert_eq!(j.error, classic_codes::INCONSISTENT_GROUP_PROTOCOL);

@@ -58,7 +58,7 @@ impl ConsumerGroups {
             .borrow_mut()
             .entry(hb.group_id.clone())
             .or_default();
-        self.classic(&hb.group_id, |g, now| {
+        self.run(&hb.group_id, |g, now| {
             g.heartbeat(hb, topics, &self.config, || self.new_member_id(), now)
         })
         .expect("created above")
@@ -68,7 +68,7 @@ impl ConsumerGroups {
     /// a classic member's request (`classic.rs`). A group left without members is dropped;
     /// one left with classic members only goes back to the classic protocol (Kafka's online
     /// downgrade), handed to the caller.
-    pub fn classic<T>(
+    pub fn run<T>(
         &self,
         group: &str,
         op: impl FnOnce(&mut ConsumerGroup, Instant) -> T,
@@ -96,6 +96,18 @@ impl ConsumerGroups {
         })
     }
 
+    /// Runs `op` on consumer-protocol group `group` (`None` if there is none) where it changes
+    /// neither membership nor anything stored — a classic member's Heartbeat or SyncGroup moves
+    /// only its session and deadlines — so nothing is encoded, written or waited for.
+    pub fn touch<T>(
+        &self,
+        group: &str,
+        op: impl FnOnce(&mut ConsumerGroup, Instant) -> T,
+    ) -> Option<T> {
+        let mut groups = self.groups.borrow_mut();
+        Some(op(groups.get_mut(group)?, Instant::now()))
+    }
+
     /// Drops `id` if it has no members; takes it out if it has classic members only.
     fn settle(
         &self,
@@ -121,7 +133,7 @@ impl ConsumerGroups {
 
     /// A classic member's JoinGroup to consumer-protocol group `group`; `None` if there is none.
     pub fn classic_join(&self, req: &JoinRequest, topics: &Topics) -> Option<Served<JoinResponse>> {
-        self.classic(&req.group_id, |g, now| {
+        self.run(&req.group_id, |g, now| {
             g.classic_join(req, topics, &self.config, || self.new_member_id(), now)
         })
     }

@@ -112,7 +112,8 @@ pub struct HeartbeatAnswer {
 }
 
 impl HeartbeatAnswer {
-    fn error(code: i16, message: impl Into<String>) -> HeartbeatAnswer {
+    /// The answer `code`, with Kafka's message, and no member epoch.
+    pub fn error(code: i16, message: impl Into<String>) -> HeartbeatAnswer {
         HeartbeatAnswer {
             error: code,
             message: Some(message.into()),
