@@ -48,8 +48,8 @@ use self::call::{CallFrame, PeerAnswer, PeerCall};
 pub use self::catch_up::CATCH_UP_WAIT;
 use self::net::{Forward, Frame, Peer};
 pub use self::step_down::{successor, Handover};
-use crate::broker::replica::frame::PartitionMessage;
 use crate::broker::sync::{Event, Notify, Slot};
+use weir::protocol::peer::PartitionMessage;
 
 /// The Raft clock: heartbeats every tick, elections after 10-20 ticks without a leader.
 const TICK: Duration = Duration::from_millis(100);

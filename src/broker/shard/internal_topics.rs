@@ -39,17 +39,17 @@ pub(super) struct BucketReplicas {
 }
 
 /// A replicated partition's log, held through its partition.
-struct PartitionLog(Rc<Partition>);
+struct PartitionLog(Rc<dyn crate::broker::replica::OwnsLog>);
 
 impl Deref for PartitionLog {
     type Target = Log;
     fn deref(&self) -> &Log {
-        &self.0.log
+        self.0.log()
     }
 }
 
 impl BucketReplicas {
-    fn group(&self, bucket: usize) -> Option<Rc<replication::Group>> {
+    fn group(&self, bucket: usize) -> Option<Rc<crate::broker::replica::Replica>> {
         self.shard
             .upgrade()?
             .replica_group(self.topic, i32::try_from(bucket).ok()?)
@@ -93,7 +93,7 @@ impl BucketReplica for BucketReplicas {
             // this partition meanwhile (the coordinator loads before it writes).
             let deadline = Instant::now() + LOAD_WAIT;
             loop {
-                let w = g.part.log.watermarks();
+                let w = g.log().watermarks();
                 if w.high_watermark >= w.log_end_offset {
                     break;
                 }
@@ -122,10 +122,7 @@ impl BucketReplica for BucketReplicas {
             if g.term() != term || !g.is_leader() {
                 return Err(errors::NOT_LEADER_OR_FOLLOWER);
             }
-            shard
-                .produce_replicated_internal(g, -1, batch)
-                .await
-                .map(|_| ())
+            g.produce_internal(&shard, -1, batch).await.map(|_| ())
         })
     }
 }

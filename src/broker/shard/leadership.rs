@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use raft::StateRole;
 use tracing::{debug, info, warn};
 
-use super::replication::Group;
 use super::*;
 use crate::broker::cluster::Handover;
 use crate::broker::errors;
+use crate::broker::replica::Replica;
 
 /// How often a stopping core looks whether its leaderships have moved.
 const STEP_DOWN_POLL: Duration = Duration::from_millis(20);
@@ -43,7 +43,7 @@ impl Shard {
         let deadline = started + Duration::from_millis(self.config.controlled_shutdown_timeout_ms);
         let mut led = None;
         let (moving, kept) = loop {
-            let groups: Vec<Rc<Group>> = self.replicas.borrow().values().cloned().collect();
+            let groups: Vec<Rc<Replica>> = self.replicas.borrow().values().cloned().collect();
             // Groups whose leadership is on its way, and groups without a follower in sync
             // (those keep their leader until the broker stops, as Kafka's controller leaves a
             // partition whose replicas are all out of sync).
@@ -93,35 +93,6 @@ impl Shard {
         } else {
             warn!(core = self.id, handed_over = led - kept - moving, still_moving = moving, kept, elapsed_ms,
                 "controlled shutdown: stopping while still leading (the handover did not finish in controlled.shutdown.timeout.ms)");
-        }
-    }
-
-    /// A message group `g` does not step: a leadership handed to this stopping broker
-    /// (`MsgTimeoutNow`: declined, the leader gives up the transfer after an election timeout
-    /// and stays), or one its replica may not answer while the broker rejoins
-    /// (`cluster::rejoin`, which also mends a heartbeat or a rejection from a follower that
-    /// lost its log).
-    pub(super) fn declines(&self, g: &Group, m: &mut raft::prelude::Message) -> bool {
-        let offered = m.get_msg_type() == raft::prelude::MessageType::MsgTimeoutNow;
-        if offered && self.stopping.is_fired() {
-            debug!(topic = %g.topic, partition = g.partition, from = m.from,
-                "stopping: a leadership offered to this broker declined");
-            return true;
-        }
-        let what = GroupName(&g.topic, g.partition);
-        !g.rejoin.before_step(&mut g.raw.borrow_mut().raft, m, &what)
-    }
-
-    /// After a group's messages are stepped: a rejoining replica that caught up says so.
-    pub(super) fn check_rejoined(&self, g: &Group) {
-        let raw = g.raw.borrow();
-        if g.rejoin.became_sure(&raw.raft) {
-            info!(topic = %g.topic, partition = g.partition, committed = raw.raft.raft_log.committed,
-                leader_commit_first_heard = ?g.rejoin.target(),
-                "rejoining replica caught up with its leader; it votes again");
-            self.rejoin.borrow().done(&g.rejoin);
-            g.rejoin
-                .record_in_background(GroupName(&g.topic, g.partition).to_string());
         }
     }
 
@@ -196,7 +167,7 @@ impl Shard {
     /// A replica that became leader checks its preferred replica one interval from now, as
     /// Kafka's periodic check would: not at once, when the preferred one may be the broker
     /// that just handed its leadership over to stop.
-    pub(super) fn new_leader_waits_to_rebalance(&self, g: &Group) {
+    pub(super) fn new_leader_waits_to_rebalance(&self, g: &Replica) {
         let interval = Duration::from_secs(self.config.leader_imbalance_check_interval_s);
         g.balance_at.set(Instant::now() + interval);
     }
@@ -301,7 +272,7 @@ impl Shard {
     /// every committed entry). raft-rs's leadership transfer sends it what it lacks, then lets
     /// it campaign at once; proposals are refused meanwhile, which producers retry. Leaders moved by a broker's failure thus
     /// go back once it has caught up, so a restarted broker leads its share again.
-    pub(super) fn restore_preferred_leader(&self, g: &Group) {
+    pub(super) fn restore_preferred_leader(&self, g: &Replica) {
         let now = Instant::now();
         if !self.config.auto_leader_rebalance || now < g.balance_at.get() {
             return;
@@ -334,22 +305,13 @@ impl Shard {
     }
 }
 
-/// A partition group named in log lines (only formatted when a line is written).
-struct GroupName<'a>(&'a str, i32);
-
-impl std::fmt::Display for GroupName<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.0, self.1)
-    }
-}
-
 /// A new group's preferred leader — its first replica, which placement spreads evenly over
 /// the brokers (`cluster::place`), as Kafka's preferred replica — campaigns at once and on
 /// each of its first ticks while no leader is known, so that it is elected before the others'
 /// election timeouts: leaders land where placement put them, not where raft-rs's random
 /// timeouts would (which put every leader of a topic on one broker now and then). Only from
 /// follower or pre-candidate (a pre-vote costs no term); never once a leader is known.
-pub(super) fn campaign_if_preferred(g: &Group) {
+pub(super) fn campaign_if_preferred(g: &Replica) {
     let left = g.eager_ticks.get();
     if left == 0 {
         return;
@@ -370,7 +332,7 @@ pub(super) fn campaign_if_preferred(g: &Group) {
 }
 
 /// Whether a follower holds every committed entry, active lately or not.
-fn caught_up(g: &Group) -> bool {
+fn caught_up(g: &Replica) -> bool {
     let raw = g.raw.borrow();
     let (me, committed) = (raw.raft.id, raw.raft.raft_log.committed);
     let any = raw
@@ -383,6 +345,6 @@ fn caught_up(g: &Group) -> bool {
 
 /// Whom a stopping leader hands its group to (`cluster::step_down::successor`), its
 /// preferred replica first.
-fn successor(g: &Group) -> Option<u64> {
+fn successor(g: &Replica) -> Option<u64> {
     crate::broker::cluster::successor(&g.raw.borrow().raft, Some(g.preferred))
 }

@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 use weir_storage::Log;
 
-use super::replica_io::ACKS_WAIT;
-use super::replication::Group;
 use super::*;
 use crate::broker::group::{Coordinator, GroupConfig};
+use crate::broker::replica::{Replica, ACKS_WAIT};
 use weir::metadata::{partition_dir, Metadata};
 
 impl Shard {
@@ -259,7 +258,7 @@ impl Shard {
     /// One tiering pass over a replicated partition (`run_tiering`): on its leader, the
     /// orphans, the uploads and the remote retention above; on every replica, local retention
     /// after it.
-    pub(super) async fn tier_replica(&self, g: &Rc<Group>, now_ms: i64) {
+    pub(super) async fn tier_replica(&self, g: &Rc<Replica>, now_ms: i64) {
         if let Err(e) = self.lead_tiering(g, now_ms).await {
             warn!(topic = %g.topic, partition = g.partition, error = %e, "tiering failed; will retry");
         }
@@ -268,14 +267,14 @@ impl Shard {
         self.replica_work.notify();
     }
 
-    async fn lead_tiering(&self, g: &Rc<Group>, now_ms: i64) -> Result<(), String> {
+    async fn lead_tiering(&self, g: &Rc<Replica>, now_ms: i64) -> Result<(), String> {
         let term = g.term();
         if !g.is_leader() || g.failed.get() || g.transferring() || !g.applied_own_term() {
             return Ok(());
         }
         // Upload ids keep the epoch in 32 bits (leader epochs are i32 on the wire anyway).
         let epoch = u32::try_from(term).map_err(|_| format!("term {term} past 32 bits"))?;
-        let log = &g.part.log;
+        let log = g.log();
         if g.orphans_term.get() != term {
             let n = log
                 .collect_remote_orphans(epoch)
@@ -513,16 +512,4 @@ pub(super) fn wall_clock_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-impl Group {
-    /// On a leader: it has applied an entry of its own term (the empty entry it appended on
-    /// election), hence every entry an earlier leader could still get committed, and listed
-    /// every upload among them.
-    pub(super) fn applied_own_term(&self) -> bool {
-        let raw = self.raw.borrow();
-        let raft_log = &raw.raft.raft_log;
-        raft_log.term(raft_log.applied).ok() == Some(raw.raft.term)
-            && self.remote_due.borrow().is_empty()
-    }
 }

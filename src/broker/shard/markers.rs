@@ -184,7 +184,7 @@ impl Shard {
 
     /// On a partition's owner: appends and flushes a marker on each partition.
     pub(super) async fn markers_local(
-        &self,
+        self: &Rc<Self>,
         producer_id: i64,
         epoch: i16,
         commit: bool,
@@ -197,7 +197,7 @@ impl Shard {
                 // batch, written by every replica, answered once a majority has it (and
                 // refused unless this replica leads: the coordinator asks again).
                 let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
-                return match self.produce_replicated_internal(g, -1, marker).await {
+                return match g.produce_internal(self, -1, marker).await {
                     Ok(_) => errors::NONE,
                     Err(code) => {
                         debug!(topic, partition, code, "transaction marker not committed");

@@ -14,8 +14,6 @@ mod admin;
 mod checks;
 mod cleaner;
 mod fetch;
-mod hibernate;
-mod install;
 mod internal_topics;
 mod leadership;
 mod lifecycle;
@@ -27,7 +25,6 @@ mod peer_calls;
 mod produce;
 mod raft_route;
 mod replica_io;
-mod replica_write;
 mod replicated;
 mod replication;
 mod txn;
@@ -177,15 +174,15 @@ pub struct Shard {
     topic_ids: RefCell<HashMap<uuid::Uuid, String>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
     /// The Raft groups of this core's replicas of replicated partitions (`replication`).
-    replicas: RefCell<HashMap<(String, i32), Rc<replication::Group>>>,
+    replicas: RefCell<HashMap<(String, i32), Rc<crate::broker::replica::Replica>>>,
     /// Whether this core's group driver runs, and its wake-up.
     replica_driver: Cell<bool>,
     replica_work: Notify,
     /// Partition messages on their way through the mesh, sent together once the task
     /// queuing them yields (`Shard::send_raft`, `Shard::raft_in`): on a core other than 0,
     /// those for core 0 to send to peers; on core 0, per core, those from peers.
-    raft_out_queue: RefCell<Vec<(u64, crate::broker::replica::frame::PartitionMessage)>>,
-    raft_in_queues: Vec<RefCell<Vec<crate::broker::replica::frame::PartitionMessage>>>,
+    raft_out_queue: RefCell<Vec<(u64, weir::protocol::peer::PartitionMessage)>>,
+    raft_in_queues: Vec<RefCell<Vec<weir::protocol::peer::PartitionMessage>>>,
     cache: Rc<BatchCache>,
 
     req_tx: Option<Senders<ReqMsg>>,

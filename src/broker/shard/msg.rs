@@ -317,9 +317,9 @@ pub enum Req {
     /// → the owner: the active idempotent producers of each (topic, partition).
     DescribeProducers(Vec<(String, i32)>),
     /// → core 0: partition Raft messages to send to these brokers.
-    RaftOut(Vec<(u64, crate::broker::replica::frame::PartitionMessage)>),
+    RaftOut(Vec<(u64, weir::protocol::peer::PartitionMessage)>),
     /// Core 0 → the replica's core: partition Raft messages from peers.
-    RaftIn(Vec<crate::broker::replica::frame::PartitionMessage>),
+    RaftIn(Vec<weir::protocol::peer::PartitionMessage>),
     /// Core 0 → every core: a peer broker went down or came back; the sleeping partition
     /// groups with a replica on it wake (`hibernate`).
     WakeGroupsOf(u64),

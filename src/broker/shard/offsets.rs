@@ -5,10 +5,9 @@ use std::time::{Duration, Instant};
 
 use tracing::info;
 
-use super::replica_io::ACKS_WAIT;
-use super::replication::{Group, Proposal};
 use super::*;
 use crate::broker::errors::{self, storage_error_code};
+use crate::broker::replica::{Proposal, Replica, ACKS_WAIT};
 use crate::broker::sync::Slot;
 
 impl Shard {
@@ -56,8 +55,12 @@ impl Shard {
     /// entry (`replica::log_start`), and answered once it is committed and this replica has
     /// carried it out, with the new log start (the low watermark). The followers carry it out
     /// as they apply it. `offset` -1: the high watermark.
-    pub(super) async fn delete_records_replicated(&self, g: Rc<Group>, offset: i64) -> (i16, i64) {
-        let log = &g.part.log;
+    pub(super) async fn delete_records_replicated(
+        &self,
+        g: Rc<Replica>,
+        offset: i64,
+    ) -> (i16, i64) {
+        let log = g.log();
         let wm = log.watermarks();
         if g.failed.get() {
             return (errors::KAFKA_STORAGE_ERROR, -1);
@@ -102,7 +105,7 @@ impl Shard {
     /// `replica::remote`) in `term`, and waits until it is committed: NONE, or the error
     /// (NOT_LEADER_OR_FOLLOWER if the leadership moved, REQUEST_TIMED_OUT). Every replica
     /// carries the command out when it applies the entry.
-    pub(super) async fn propose_command(&self, g: &Group, term: u64, context: Vec<u8>) -> i16 {
+    pub(super) async fn propose_command(&self, g: &Replica, term: u64, context: Vec<u8>) -> i16 {
         let proposed = Rc::new(Slot::default());
         g.proposals.borrow_mut().push(Proposal {
             context,
@@ -232,7 +235,7 @@ impl Shard {
 
 /// The leader epoch of a partition here: its group's Raft term if replicated (epochs are
 /// `i32` on the wire), 0 if not.
-fn epoch_of(g: Option<&Group>) -> i32 {
+fn epoch_of(g: Option<&Replica>) -> i32 {
     g.map_or(0, |g| i32::try_from(g.term()).unwrap_or(i32::MAX))
 }
 

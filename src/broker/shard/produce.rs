@@ -34,7 +34,7 @@ impl Shard {
         .await
     }
 
-    pub(super) async fn produce_one(&self, acks: i16, p: ProducePart) -> ProduceResult {
+    pub(super) async fn produce_one(self: &Rc<Self>, acks: i16, p: ProducePart) -> ProduceResult {
         let fail = |error| {
             self.metrics
                 .error(kafka_protocol::messages::ApiKey::Produce, error);
@@ -55,7 +55,7 @@ impl Shard {
             };
             let stamped = valid.log_append_time_ms();
             let group = g.clone();
-            return match self.produce_replicated(g, acks, valid, turn).await {
+            return match g.produce(self, acks, valid, turn).await {
                 Ok((base, last)) => {
                     part.bytes_in.set(part.bytes_in.get() + bytes);
                     part.records_in.set(part.records_in.get() + last - base + 1);

@@ -9,15 +9,15 @@ use std::rc::Rc;
 use raft::prelude::Message;
 use tracing::debug;
 
-use super::replication::Group;
 use super::*;
-use crate::broker::replica::frame::PartitionMessage;
+use crate::broker::replica::Replica;
+use weir::protocol::peer::PartitionMessage;
 
 impl Shard {
     /// Sends a group's messages to the replicas on other brokers, through core 0. From
     /// another core, the messages of every group driven before the driver yields cross the
     /// mesh in one call (one per group cost most of an idle broker's CPU with many groups).
-    pub(super) fn send_raft(self: &Rc<Self>, g: &Group, msgs: Vec<Message>) {
+    pub(super) fn send_raft(self: &Rc<Self>, g: &Replica, msgs: Vec<Message>) {
         if msgs.is_empty() {
             return;
         }
@@ -107,5 +107,36 @@ impl Shard {
             }
         }
         self.replica_work.notify();
+    }
+
+    /// Core 0: a peer broker was taken to be down or up again (`cluster::liveness`): every
+    /// core wakes its sleeping groups with a replica on it.
+    pub fn peer_changed(self: &Rc<Self>, peer: u64) {
+        self.wake_groups_of(peer);
+        for core in (0..self.cores).filter(|&c| c != self.id) {
+            let shard = self.clone();
+            glommio::spawn_local(async move {
+                shard.call(core, Req::WakeGroupsOf(peer)).await;
+            })
+            .detach();
+        }
+    }
+
+    /// Wakes this core's sleeping groups with a replica on broker `peer`.
+    pub(super) fn wake_groups_of(&self, peer: u64) {
+        let mut woken = 0usize;
+        for g in self.replicas.borrow().values() {
+            if g.asleep() && g.raw.borrow().raft.prs().iter().any(|(id, _)| *id == peer) {
+                g.wake();
+                woken += 1;
+            }
+        }
+        if woken > 0 {
+            debug!(
+                peer,
+                woken, "woke the sleeping groups with a replica on a peer"
+            );
+            self.replica_work.notify();
+        }
     }
 }

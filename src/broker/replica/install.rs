@@ -8,7 +8,7 @@
 //! log restarts, the side log is emptied, `raft_state` saved with the point (commit = its
 //! index), and the file removed (durably: a redo after entries were appended past the point
 //! would delete them). A group that opens with the file present does the same again first
-//! (`Shard::open_group`), so every crash point ends in the installed state. A tiered
+//! (`Replica::open`), so every crash point ends in the installed state. A tiered
 //! partition then takes the producer state and leader epochs of the remote segment ending at
 //! the point, in a task of its own (`restore_from_remote`; not after a redo: its producers
 //! start unknown).
@@ -22,17 +22,20 @@ use raft::SnapshotStatus;
 use tracing::{info, warn};
 use weir_storage::Log;
 
-use super::replication::Group;
-use super::*;
-use crate::broker::replica::side::SideLog;
-use crate::broker::replica::snapshot;
-use crate::broker::replica::state::{RaftState, SnapshotPoint};
+use super::side::SideLog;
+use super::snapshot;
+use super::state::{RaftState, SnapshotPoint};
+use super::{Host, OwnsLog, Replica};
 
-impl Shard {
+impl Replica {
     /// A `Ready`'s snapshot, on a follower: installed before the `Ready`'s entries are
     /// written, and before it is reported persisted (`advance`), after which raft-rs reads
     /// its log as the storage now has it — empty after the point.
-    pub(super) async fn install_snapshot(&self, g: &Group, snap: &Snapshot) -> Result<(), String> {
+    pub(super) async fn install_snapshot(
+        &self,
+        snap: &Snapshot,
+        now: Instant,
+    ) -> Result<(), String> {
         let meta = snap.get_metadata();
         let (offset, remote_manifest) = snapshot::decode_data(&snap.data)?;
         let point = SnapshotPoint {
@@ -40,58 +43,40 @@ impl Shard {
             term: meta.term,
             offset,
         };
-        let wm = g.part.log.watermarks();
-        info!(topic = %g.topic, partition = g.partition, index = point.index, term = point.term,
+        let wm = self.log().watermarks();
+        info!(topic = %self.topic, partition = self.partition, index = point.index, term = point.term,
             offset = point.offset, log_start = wm.log_start_offset, log_end = wm.log_end_offset,
             "installing a Raft snapshot: behind the leader's log start, the log restarts there");
         if let Some(m) = remote_manifest {
             // The leader's remote segments, saved before anything else changes: they and
             // the uploads after the point (its next entries) are all the remote tier this
             // replica will know. Saved early is harmless: every segment listed is committed.
-            g.part
-                .log
+            self.log()
                 .install_remote_manifest(m)
                 .await
                 .map_err(|e| format!("installing the leader's remote segment list: {e}"))?;
-            g.store.set_remote_manifest(g.part.log.remote_manifest());
+            self.store.set_remote_manifest(self.log().remote_manifest());
         }
-        let dir = g.dir.clone();
+        let dir = self.dir.clone();
         weir_storage::io::off_reactor(move || snapshot::save_install_sync(&dir, point)).await?;
-        let side = g.side.borrow_mut().take().ok_or("side log in use")?;
-        let state = g.saved.borrow().clone();
-        let (side, state) = install_on_disk(&g.part.log, &g.dir, side, state, point).await?;
-        *g.side.borrow_mut() = Some(side);
-        *g.saved.borrow_mut() = state;
-        g.saved_at.set(Instant::now());
-        g.store.apply_snapshot(point);
-        g.next_offset.set(None);
+        let side = self.side.borrow_mut().take().ok_or("side log in use")?;
+        let state = self.saved.borrow().clone();
+        let (side, state) = install_on_disk(self.log(), &self.dir, side, state, point).await?;
+        *self.side.borrow_mut() = Some(side);
+        *self.saved.borrow_mut() = state;
+        self.saved_at.set(now);
+        self.store.apply_snapshot(point);
+        self.next_offset.set(None);
         if remote_manifest.is_some() {
-            restore_from_remote(Rc::downgrade(&g.part), g.dir.clone(), point.offset);
+            restore_from_remote(Rc::downgrade(&self.part), self.dir.clone(), point.offset);
         }
         Ok(())
     }
 
-    /// At a group's open: an install a crash interrupted (`snapshot_install` names `install`)
-    /// is done again first, before the Raft log is read back.
-    pub(super) async fn redo_install(
-        &self,
-        log: &Log,
-        dir: &Path,
-        side: SideLog,
-        state: RaftState,
-        install: Option<SnapshotPoint>,
-    ) -> Result<(SideLog, RaftState), String> {
-        let Some(point) = install else {
-            return Ok((side, state));
-        };
-        warn!(dir = %dir.display(), ?point, "finishing a snapshot install a crash interrupted");
-        install_on_disk(log, dir, side, state, point).await
-    }
-
     /// Sends a group's messages, noting the replicas any of them sends a snapshot to.
     pub(super) fn send_noting_snapshots(
-        self: &Rc<Self>,
-        g: &Group,
+        &self,
+        host: &dyn Host,
         msgs: Vec<Message>,
         to: &mut Vec<u64>,
     ) {
@@ -100,7 +85,7 @@ impl Shard {
                 .filter(|m| m.get_msg_type() == MessageType::MsgSnapshot)
                 .map(|m| m.to),
         );
-        self.send_raft(g, msgs);
+        host.send(self, msgs);
     }
 
     /// On a leader, after a `Ready` whose messages carried snapshots: each counts as received
@@ -109,14 +94,14 @@ impl Shard {
     /// rejects it, and the leader finds the entries compacted and sends the snapshot again.
     /// (Left in raft-rs's snapshot state instead, the follower would wait for a report
     /// forever if the message was lost.)
-    pub(super) fn report_snapshots(&self, g: &Group, to: Vec<u64>) {
+    pub(super) fn report_snapshots(&self, host: &dyn Host, to: Vec<u64>) {
         for id in to {
-            info!(topic = %g.topic, partition = g.partition, follower = id,
-                point = ?g.store.snapshot_point(), "sent a Raft snapshot to a follower behind the log start");
-            g.raw
+            info!(topic = %self.topic, partition = self.partition, follower = id,
+                point = ?self.store.snapshot_point(), "sent a Raft snapshot to a follower behind the log start");
+            self.raw
                 .borrow_mut()
                 .report_snapshot(id, SnapshotStatus::Finish);
-            self.replica_work.notify();
+            host.wake_driver();
         }
     }
 }
@@ -128,12 +113,12 @@ impl Shard {
 /// The batches applied meanwhile are replayed over the state (`Log::restore_from_remote`).
 /// Without them the replica goes on as Kafka's does without a producer snapshot: its
 /// producers unknown, its epochs those of the entries after the point.
-fn restore_from_remote(part: Weak<Partition>, dir: PathBuf, offset: u64) {
+fn restore_from_remote(part: Weak<dyn OwnsLog>, dir: PathBuf, offset: u64) {
     glommio::spawn_local(async move {
         let mut wait = Duration::from_secs(1);
         loop {
             let Some(p) = part.upgrade() else { return };
-            let r = p.log.restore_from_remote(offset).await;
+            let r = p.log().restore_from_remote(offset).await;
             drop(p);
             match r {
                 Ok(Some(restored)) => {
@@ -162,6 +147,22 @@ fn restore_from_remote(part: Weak<Partition>, dir: PathBuf, offset: u64) {
         }
     })
     .detach();
+}
+
+/// At a group's open: an install a crash interrupted (`snapshot_install` names `install`)
+/// is done again first, before the Raft log is read back.
+pub(super) async fn redo_install(
+    log: &Log,
+    dir: &Path,
+    side: SideLog,
+    state: RaftState,
+    install: Option<SnapshotPoint>,
+) -> Result<(SideLog, RaftState), String> {
+    let Some(point) = install else {
+        return Ok((side, state));
+    };
+    warn!(dir = %dir.display(), ?point, "finishing a snapshot install a crash interrupted");
+    install_on_disk(log, dir, side, state, point).await
 }
 
 /// The install once `snapshot_install` names `point` durably (and its redo when a group opens
