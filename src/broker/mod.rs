@@ -25,6 +25,8 @@ mod replica;
 mod sasl;
 mod server;
 mod shard;
+#[cfg(test)]
+mod sim;
 mod sockets;
 mod streaming;
 mod sync;

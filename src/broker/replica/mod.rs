@@ -64,6 +64,41 @@ const COMMIT_SAVE_EVERY: Duration = Duration::from_secs(1);
 /// Longest a produce waits for its entry to be written (acks=1) or committed (acks=-1).
 pub const ACKS_WAIT: Duration = Duration::from_secs(30);
 
+/// Replication bugs fixed once, each put back on purpose by the simulation's own test
+/// (`broker::sim::each_reintroduced_bug_is_caught`) to show that it catches it. Only tests set
+/// one: elsewhere `reintroduced` is always false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bug {
+    /// A replicated partition's leader proposes an idempotent batch without checking it
+    /// against its producers' state (a retry of a batch already written is written twice).
+    NoIdempotentCheck,
+    /// A follower appends a new leader's entries without cutting its conflicting suffix.
+    NoSuffixCut,
+    /// The side log's crash order (4562588): a side entry written before the batches it
+    /// follows are flushed, and side entries past the segments' end (a power loss kept them,
+    /// lost the batches) stop the group at open instead of being cut.
+    SideLogCrashOrder,
+    /// Entries are acknowledged before they are flushed.
+    AckBeforeFlush,
+}
+
+#[cfg(test)]
+thread_local! {
+    pub(crate) static REINTRODUCED: Cell<Option<Bug>> = const { Cell::new(None) };
+}
+
+/// Whether the test running on this thread put `bug` back (never outside tests).
+#[inline(always)]
+fn reintroduced(bug: Bug) -> bool {
+    #[cfg(test)]
+    return REINTRODUCED.with(|b| b.get() == Some(bug));
+    #[cfg(not(test))]
+    {
+        let _ = bug;
+        false
+    }
+}
+
 /// What a replica needs of its partition: the log (the partition's other state — parked
 /// fetches, metrics — is the shard's).
 pub trait OwnsLog {
@@ -329,6 +364,11 @@ impl Replica {
         }
         let (entries, beyond) = rebuild.finish()?;
         let mut side = side;
+        if let (Some(index), true) = (beyond, reintroduced(Bug::SideLogCrashOrder)) {
+            return Err(format!(
+                "side log entries from index {index} past the segments' end"
+            ));
+        }
         if let Some(index) = beyond {
             warn!(
                 topic,

@@ -181,6 +181,9 @@ impl Replica {
             // Each handled `Ready` may have written them (or changed the leadership).
             futures_lite::future::or(self.handled.notified(), glommio::timer::sleep(left)).await;
         }
+        if super::reintroduced(super::Bug::NoIdempotentCheck) {
+            return Ok(None);
+        }
         match self.log().check_producers(valid) {
             Ok(found) => Ok(found),
             // A batch queued before this one may have been refused while this replica stayed

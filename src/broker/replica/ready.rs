@@ -13,7 +13,7 @@ use raft::StateRole;
 use tracing::{debug, info, warn};
 
 use super::side::{SideEntry, SideLog};
-use super::{store, Host, Proposal, Replica, COMMIT_SAVE_EVERY};
+use super::{reintroduced, store, Bug, Host, Proposal, Replica, COMMIT_SAVE_EVERY};
 use crate::broker::errors;
 
 impl Replica {
@@ -100,7 +100,8 @@ impl Replica {
         }
         let mut committed = rd.take_committed_entries();
         self.persist_entries(rd.take_entries()).await?;
-        if rd.must_sync() || !rd.persisted_messages().is_empty() {
+        let sync = rd.must_sync() || !rd.persisted_messages().is_empty();
+        if sync && !reintroduced(Bug::AckBeforeFlush) {
             // Entries written above are fdatasync'ed before any follower acknowledges them
             // (replica.flush=sync, the design's default) and before a saved commit covers
             // them.
@@ -174,7 +175,7 @@ impl Replica {
         let Some(first) = entries.first().map(|e| e.index) else {
             return Ok(());
         };
-        if first <= self.store.last() {
+        if first <= self.store.last() && !reintroduced(Bug::NoSuffixCut) {
             let offset = self.store.start_of(first);
             info!(topic = %self.topic, partition = self.partition, index = first, offset,
                 "replacing a suffix of the Raft log a new leader does not have");
@@ -193,15 +194,15 @@ impl Replica {
         for e in &entries {
             if e.data.is_empty() {
                 self.append_run(&mut run).await?;
-                if unflushed {
+                if unflushed && !reintroduced(Bug::SideLogCrashOrder) {
                     // The side entry names the offset it follows: the batches before it must
                     // not be lost in a power loss that keeps it.
                     self.log()
                         .flush()
                         .await
                         .map_err(|e| format!("flush: {e}"))?;
+                    unflushed = false;
                 }
-                unflushed = false;
                 let side = SideEntry {
                     index: e.index,
                     term: e.term,
