@@ -105,7 +105,7 @@ pub(super) async fn core_main(
     step(1);
     shard.open_owned().await;
     step(2);
-    shard.open_groups().await?;
+    shard.open_group_coordinator().await?;
     step(3);
     shard.open_txns().await?;
     step(4);

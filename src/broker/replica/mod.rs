@@ -2,7 +2,7 @@
 //! [`Replica`] of it — a raft-rs `RawNode` over the partition's log, on the core that owns the
 //! partition — and the pieces it is built from: the per-partition Raft state file (`state`),
 //! the side log of Raft-only entries (`side`), the Raft log as raft-rs sees it, rebuilt from the
-//! segment files and the side log (`store`, `storage`), the snapshot a follower behind its
+//! segment files and the side log (`rebuild`, `storage`), the snapshot a follower behind its
 //! leader's log start installs (`snapshot`, `install`), the entry that moves every replica's
 //! log start (`log_start`, DeleteRecords) and the one that lists an uploaded segment in every
 //! replica's remote tier (`remote`, tiered storage). Its messages cross between brokers as
@@ -22,12 +22,12 @@ mod install;
 pub mod log_start;
 mod produce;
 mod ready;
+pub mod rebuild;
 pub mod remote;
 pub mod side;
 pub mod snapshot;
 pub mod state;
 pub mod storage;
-pub mod store;
 mod upkeep;
 
 use std::cell::{Cell, RefCell};
@@ -342,7 +342,7 @@ impl Replica {
             CACHE_BYTES,
         )?;
         let side_entries: Vec<SideEntry> = side.entries.iter().map(|(e, _)| e.clone()).collect();
-        let mut rebuild = store::Rebuild::new(snap, &side_entries);
+        let mut rebuild = rebuild::Rebuild::new(snap, &side_entries);
         let (mut n, mut last_term) = (0usize, 0u64);
         let mut at = snap.offset;
         loop {

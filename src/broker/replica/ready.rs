@@ -13,7 +13,7 @@ use raft::StateRole;
 use tracing::{debug, info, warn};
 
 use super::side::{SideEntry, SideLog};
-use super::{reintroduced, store, Bug, Host, Proposal, Replica, COMMIT_SAVE_EVERY};
+use super::{rebuild, reintroduced, Bug, Host, Proposal, Replica, COMMIT_SAVE_EVERY};
 use crate::broker::errors;
 
 impl Replica {
@@ -211,7 +211,7 @@ impl Replica {
                 };
                 self.side_op(move |s| s.append_sync(side)).await?;
             } else {
-                let (_, end) = store::check_data_entry(e, at)?;
+                let (_, end) = rebuild::check_data_entry(e, at)?;
                 run.push(e);
                 at = end;
                 unflushed = true;

@@ -3,7 +3,7 @@
 //! of the log start (DeleteRecords: `replica::log_start`) and an upload to the remote tier
 //! (`replica::remote`) — so that they take no Kafka offset. One record each, appended and fdatasync'ed before any later entry is
 //! written; `before_offset` is the log end offset when it was appended, which places it
-//! exactly among the data batches when the Raft log is rebuilt (`store::rebuild`).
+//! exactly among the data batches when the Raft log is rebuilt (`rebuild::Rebuild`).
 //!
 //! Layout (integers little-endian):
 //! ```text

@@ -69,7 +69,7 @@ pub struct ReplicaStorage {
 }
 
 impl ReplicaStorage {
-    /// A storage over `entries` (contiguous from `snap.index + 1`, as `store::rebuild` gives
+    /// A storage over `entries` (contiguous from `snap.index + 1`, as `rebuild::Rebuild` gives
     /// them) whose first `applied` are applied: only those above `applied`, and as many
     /// below it as fit in `cache_max_bytes`, stay cached.
     pub fn new(
@@ -188,7 +188,7 @@ impl ReplicaStorage {
             if e.index != first + k as u64 {
                 return Err(format!("entries not contiguous at Raft index {}", e.index));
             }
-            let (start, stop) = super::store::entry_span(e, end)?;
+            let (start, stop) = super::rebuild::entry_span(e, end)?;
             if start != end {
                 return Err(format!(
                     "entry {} starts at offset {start}, the log ends at {end}",

@@ -451,7 +451,7 @@ impl Shard {
         filters: Vec<weir::acl::AclFilter>,
     ) -> Result<Vec<Vec<weir::acl::AclBinding>>, String> {
         if let Some(node) = self.cluster_node() {
-            let deleted = super::replicated::acls_matching(&self.metadata(), &filters);
+            let deleted = super::cluster_admin::acls_matching(&self.metadata(), &filters);
             let acls = deleted.iter().flatten().cloned().collect();
             self.cluster_acls(&node, Record::DeleteAcls { acls })
                 .await?;

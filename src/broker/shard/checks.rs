@@ -1,5 +1,5 @@
 //! The checks of topic admin requests against a metadata snapshot, shared by the single-broker
-//! path (`admin`) and the cluster path (`replicated`): a new topic's partition count and
+//! path (`admin`) and the cluster path (`cluster_admin`): a new topic's partition count and
 //! config overrides, a topic's overrides after an AlterConfigs.
 
 use super::*;

@@ -189,7 +189,7 @@ impl Shard {
         p.rack.is_some()
             && self.meta.borrow().placed_elsewhere(&p.topic, p.partition)
             && self
-                .replica_group(&p.topic, p.partition)
+                .replica(&p.topic, p.partition)
                 .is_some_and(|g| g.rejoin.is_sure())
     }
 
@@ -202,7 +202,7 @@ impl Shard {
         if !self.config.rack_aware_reads {
             return None;
         }
-        let g = self.replica_group(&p.topic, p.partition)?;
+        let g = self.replica(&p.topic, p.partition)?;
         let meta = self.metadata();
         let here = meta.local_broker?;
         if !g.is_leader() || self.rack_of(&meta, here) == Some(rack) {
@@ -247,7 +247,7 @@ impl Shard {
     /// the leader elected meanwhile; answered from the log then, a Fetch would get
     /// OFFSET_OUT_OF_RANGE and a Produce would be appended outside Raft.
     pub(super) fn answers_as_leader(&self, topic: &str, partition: i32) -> bool {
-        match self.replica_group(topic, partition) {
+        match self.replica(topic, partition) {
             Some(g) => g.is_leader(),
             None => self
                 .meta

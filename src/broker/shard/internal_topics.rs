@@ -52,7 +52,7 @@ impl BucketReplicas {
     fn group(&self, bucket: usize) -> Option<Rc<crate::broker::replica::Replica>> {
         self.shard
             .upgrade()?
-            .replica_group(self.topic, i32::try_from(bucket).ok()?)
+            .replica(self.topic, i32::try_from(bucket).ok()?)
     }
 }
 

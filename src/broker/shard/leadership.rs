@@ -116,7 +116,7 @@ impl Shard {
         let mut codes = Vec::with_capacity(parts.len());
         let mut moving = Vec::new();
         for (topic, partition) in &parts {
-            let Some(g) = self.replica_group(topic, *partition) else {
+            let Some(g) = self.replica(topic, *partition) else {
                 codes.push(errors::NOT_LEADER_OR_FOLLOWER);
                 continue;
             };

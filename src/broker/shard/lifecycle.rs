@@ -81,7 +81,7 @@ impl Shard {
         }
         self.install_metadata(meta);
         for (name, p, voters) in new_groups {
-            if let Err(e) = self.open_group(&name, p, voters).await {
+            if let Err(e) = self.open_replica(&name, p, voters).await {
                 warn!(topic = %name, partition = p, error = %e, "cannot start the partition's Raft group");
                 failures.push(OpenFailure {
                     topic: name,
@@ -201,7 +201,7 @@ impl Shard {
                 }
                 self.attach_remote(&part.log, &topic, p).await;
                 let now_ms = wall_clock_ms();
-                if let Some(g) = self.replica_group(&topic, p) {
+                if let Some(g) = self.replica(&topic, p) {
                     self.tier_replica(&g, now_ms).await;
                     glommio::yield_if_needed().await;
                     continue;
@@ -353,7 +353,7 @@ impl Shard {
             let now_ms = wall_clock_ms();
             let parts = self.partitions_now();
             for ((topic, p), part) in parts {
-                if let Some(g) = self.replica_group(&topic, p) {
+                if let Some(g) = self.replica(&topic, p) {
                     // The group's driver does it: the Raft snapshot point moves first.
                     g.retention_due.set(Some(now_ms));
                     self.replica_work.notify();
@@ -373,7 +373,7 @@ impl Shard {
 
     /// Opens this core's group coordinator (its offsets logs) and drives its session and
     /// rebalance timers.
-    pub async fn open_groups(self: &Rc<Self>) -> Result<(), String> {
+    pub async fn open_group_coordinator(self: &Rc<Self>) -> Result<(), String> {
         let c = Coordinator::open(
             &self.config.data_dir,
             self.id,

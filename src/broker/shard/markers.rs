@@ -192,7 +192,7 @@ impl Shard {
     ) -> Vec<i16> {
         let now = wall_clock_ms();
         let writes = parts.into_iter().map(|(topic, partition)| async move {
-            if let Some(g) = self.replica_group(&topic, partition) {
+            if let Some(g) = self.replica(&topic, partition) {
                 // A replicated partition: the marker is an entry of its Raft log like any
                 // batch, written by every replica, answered once a majority has it (and
                 // refused unless this replica leads: the coordinator asks again).

@@ -140,7 +140,7 @@ impl Shard {
             }
             Req::Metrics => Resp::Metrics(Box::new(self.metrics_snapshot())),
             Req::ReplicaLeader(topic, partition) => Resp::Leader(
-                self.replica_group(&topic, partition)
+                self.replica(&topic, partition)
                     .map_or(0, |g| g.leader.get()),
             ),
             Req::Quorum => Resp::Quorum(Box::pin(self.quorum_status()).await),
@@ -160,8 +160,8 @@ impl Shard {
                 self.deliver_raft(msgs);
                 Resp::Done
             }
-            Req::WakeGroupsOf(peer) => {
-                self.wake_groups_of(peer);
+            Req::WakeReplicasOf(peer) => {
+                self.wake_replicas_of(peer);
                 Resp::Done
             }
             Req::Submit(records) => Resp::Stored(self.submit_for_core(records).await),

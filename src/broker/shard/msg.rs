@@ -322,7 +322,7 @@ pub enum Req {
     RaftIn(Vec<weir::protocol::peer::PartitionMessage>),
     /// Core 0 → every core: a peer broker went down or came back; the sleeping partition
     /// groups with a replica on it wake (`hibernate`).
-    WakeGroupsOf(u64),
+    WakeReplicasOf(u64),
     /// → core 0: metadata records to submit to the metadata group (a partition leader);
     /// answered `Stored`.
     Submit(Vec<weir::cluster::Record>),

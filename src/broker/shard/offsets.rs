@@ -23,7 +23,7 @@ impl Shard {
                 out.push((errors::UNKNOWN_TOPIC_OR_PARTITION, -1));
                 continue;
             };
-            if let Some(g) = self.replica_group(&p.topic, p.partition) {
+            if let Some(g) = self.replica(&p.topic, p.partition) {
                 out.push(self.delete_records_replicated(g, p.offset).await);
                 continue;
             }
@@ -173,7 +173,7 @@ impl Shard {
                     leader_epoch: u64::try_from(offset)
                         .ok()
                         .and_then(|o| {
-                            let g = self.replica_group(&p.topic, p.partition);
+                            let g = self.replica(&p.topic, p.partition);
                             part.log.epoch_history(epoch_of(g.as_deref())).epoch_at(o)
                         })
                         .unwrap_or(-1),
@@ -207,7 +207,7 @@ impl Shard {
                 let Some(part) = self.partition(&p.topic, p.partition) else {
                     return refused(errors::UNKNOWN_TOPIC_OR_PARTITION);
                 };
-                let g = self.replica_group(&p.topic, p.partition);
+                let g = self.replica(&p.topic, p.partition);
                 if let Some(g) = &g {
                     if g.failed.get() {
                         return refused(errors::KAFKA_STORAGE_ERROR);

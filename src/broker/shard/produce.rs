@@ -44,7 +44,7 @@ impl Shard {
             return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
         };
         let bytes = p.records.len() as u64;
-        if let Some(g) = self.replica_group(&p.topic, p.partition) {
+        if let Some(g) = self.replica(&p.topic, p.partition) {
             // The place in line is taken now, in this call's first poll: the check below may
             // yield, and a connection's pipelined requests must still be proposed in order.
             let order = g.clone();

@@ -102,7 +102,7 @@ impl Shard {
             let Some(name) = self.topic_of(&m) else {
                 continue;
             };
-            if let Some(g) = self.replica_group(&name, m.partition as i32) {
+            if let Some(g) = self.replica(&name, m.partition as i32) {
                 g.inbox.borrow_mut().push(m.msg);
             }
         }
@@ -112,18 +112,18 @@ impl Shard {
     /// Core 0: a peer broker was taken to be down or up again (`cluster::liveness`): every
     /// core wakes its sleeping groups with a replica on it.
     pub fn peer_changed(self: &Rc<Self>, peer: u64) {
-        self.wake_groups_of(peer);
+        self.wake_replicas_of(peer);
         for core in (0..self.cores).filter(|&c| c != self.id) {
             let shard = self.clone();
             glommio::spawn_local(async move {
-                shard.call(core, Req::WakeGroupsOf(peer)).await;
+                shard.call(core, Req::WakeReplicasOf(peer)).await;
             })
             .detach();
         }
     }
 
     /// Wakes this core's sleeping groups with a replica on broker `peer`.
-    pub(super) fn wake_groups_of(&self, peer: u64) {
+    pub(super) fn wake_replicas_of(&self, peer: u64) {
         let mut woken = 0usize;
         for g in self.replicas.borrow().values() {
             if g.asleep() && g.raw.borrow().raft.prs().iter().any(|(id, _)| *id == peer) {

@@ -2,11 +2,11 @@
 //! the shard as their [`Host`]: each replica of a partition of replication factor above 1 is a
 //! [`Replica`] (`broker::replica`: a raft-rs `RawNode` over the partition's log) on the core
 //! that owns the partition, on every replica broker. This file opens them
-//! (`Shard::open_group`) and runs the one driver task per core that ticks them all and
-//! drives each that has work (`drive_group`: step, propose, read back, handle the `Ready`,
+//! (`Shard::open_replica`) and runs the one driver task per core that ticks them all and
+//! drives each that has work (`drive_replica`: step, propose, read back, handle the `Ready`,
 //! list uploads, apply retention and cuts); the replica calls back through [`Host`] to send its
-//! messages (`raft_route`), report its leadership (`replica_io`) and learn whether the
-//! broker is stopping. Produce on the leader is in `replica_io`.
+//! messages (`raft_route`), report its leadership (`leader_report`) and learn whether the
+//! broker is stopping. Produce on the leader is the replica's (`Replica::produce`).
 //!
 //! The log is opened with `committed_reads`: consumers read up to the Raft commit only
 //! (`Log::set_committed`, moved on every `Ready` that commits).
@@ -35,7 +35,7 @@ impl OwnsLog for Partition {
 
 impl Shard {
     /// The replica of a replicated partition on this core.
-    pub(super) fn replica_group(&self, topic: &str, partition: i32) -> Option<Rc<Replica>> {
+    pub(super) fn replica(&self, topic: &str, partition: i32) -> Option<Rc<Replica>> {
         self.replicas
             .borrow()
             .get(&(topic.to_string(), partition))
@@ -44,7 +44,7 @@ impl Shard {
 
     /// Starts this core's replica of `topic`-`partition` (its log is open) in a group of
     /// `voters` (`Replica::open`), and the core's driver if it is the first.
-    pub(super) async fn open_group(
+    pub(super) async fn open_replica(
         self: &Rc<Self>,
         topic: &str,
         partition: i32,
@@ -80,7 +80,7 @@ impl Shard {
         Ok(())
     }
 
-    /// The driver of this core's groups: every `TICK` drives each group once (`drive_group`),
+    /// The driver of this core's groups: every `TICK` drives each group once (`drive_replica`),
     /// one group at a time; a round woken by work arriving drives the groups that have some
     /// (`Replica::has_work`).
     async fn drive_replicas(self: Rc<Self>) {
@@ -121,7 +121,7 @@ impl Shard {
                 }
                 let tick = tick && !asleep;
                 if tick || g.has_work() {
-                    self.drive_group(g, tick).await;
+                    self.drive_replica(g, tick).await;
                 }
             }
         }
@@ -129,7 +129,7 @@ impl Shard {
 
     /// One round of a group's work: tick (when due), step what arrived, propose what was
     /// produced, serve lagging followers' reads, handle its `Ready`, apply retention.
-    async fn drive_group(self: &Rc<Self>, g: &Rc<Replica>, tick: bool) {
+    async fn drive_replica(self: &Rc<Self>, g: &Rc<Replica>, tick: bool) {
         if tick {
             g.rejoin.hold_election(&mut g.raw.borrow_mut().raft);
             g.raw.borrow_mut().tick();

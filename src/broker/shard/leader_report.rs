@@ -1,9 +1,6 @@
-//! Replicated partitions, the traffic of their groups (see `replication` for the driver and
-//! `broker::replica` for the replicas themselves): produce on the leader
-//! (`Shard::produce_replicated`: offsets from the group's next offset, proposals in flight
-//! included, the term stamped, the batches queued for the driver to propose; acks=1 answered
-//! once the leader wrote them, acks=-1 once committed) and the leader's announcement to the
-//! metadata group (`PartitionLeader`).
+//! A replicated partition's leader tells the metadata group that it leads, at which term, and
+//! which replicas are in sync (`PartitionLeader`, through core 0), so that Metadata answers
+//! name it; the replica asks for it through its `Host` after each `Ready` and tick.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
