@@ -80,6 +80,9 @@ pub(crate) enum Bug {
     SideLogCrashOrder,
     /// Entries are acknowledged before they are flushed.
     AckBeforeFlush,
+    /// A leader cut off from the others (deposed, not knowing it yet) answers a batch that
+    /// follows ones the new leader wrote OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to the client.
+    StaleLeaderOutOfOrder,
 }
 
 #[cfg(test)]

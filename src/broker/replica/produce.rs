@@ -203,6 +203,20 @@ impl Replica {
                     "an idempotent batch out of order after a refused proposal: retriable");
                 Err(errors::NOT_LEADER_OR_FOLLOWER)
             }
+            // A leader that has not heard from a majority lately may have been deposed without
+            // knowing it (cut off from the others, before check-quorum steps it down): the
+            // producer's batches since went to the new leader, and this replica's producer
+            // state is stale. Answered as retriable, so that the client looks for the leader;
+            // OUT_OF_ORDER would be fatal to it. (Found by the simulation, seed 855 of
+            // `WEIR_SIM_SEEDS=5000`.)
+            Err(e @ weir_storage::Error::OutOfOrderSequence { .. })
+                if !self.majority_heard()
+                    && !super::reintroduced(super::Bug::StaleLeaderOutOfOrder) =>
+            {
+                tracing::info!(topic = %self.topic, partition = self.partition, error = %e,
+                    "an idempotent batch out of order at a leader not heard from a majority lately: retriable");
+                Err(errors::NOT_LEADER_OR_FOLLOWER)
+            }
             Err(e) => {
                 // Rare with a well-behaved client, and what a lost or duplicated record would
                 // be traced back to: logged at info.
@@ -228,6 +242,18 @@ impl Replica {
             },
         )
         .await
+    }
+
+    /// Whether a majority of the group (this replica included) answered it since raft-rs's
+    /// last quorum check: a leader cut off from the others no longer is.
+    fn majority_heard(&self) -> bool {
+        let raw = self.raw.borrow();
+        let (me, prs) = (raw.raft.id, raw.raft.prs());
+        let heard = prs
+            .iter()
+            .filter(|(id, pr)| **id == me || pr.recent_active)
+            .count();
+        heard * 2 > prs.iter().count()
     }
 
     /// Answers the produces whose entry is written here (acks=1) or committed (acks=-1):
