@@ -1,7 +1,7 @@
 //! A committed move of a replicated partition's log start (DeleteRecords, docs/replication.md
 //! "DeleteRecords on replicated partitions"): a Raft entry with no data, so it takes no Kafka
 //! offset, whose raft-rs `context` names the new log start. Every replica, applying it, moves
-//! its own log start there (`Shard::cut_replica`), so all of them drop the same records, and a
+//! its own log start there (`Replica::cut`), so all of them drop the same records, and a
 //! replica that was down applies it when it catches up (it travels in the Raft log, not beside
 //! it). Stored in the side log (`replica::side`, kind 1).
 

@@ -83,6 +83,9 @@ pub(crate) enum Bug {
     /// A leader cut off from the others (deposed, not knowing it yet) answers a batch that
     /// follows ones the new leader wrote OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to the client.
     StaleLeaderOutOfOrder,
+    /// A retried batch found in the log answered (acks=all) once the high watermark passes
+    /// its offsets, whatever entry holds them by then.
+    RetryAnsweredByWatermark,
 }
 
 #[cfg(test)]
@@ -146,7 +149,8 @@ pub trait Host {
     /// Something new for the driver to do on `r`'s core (a snapshot reported sent).
     fn wake_driver(&self);
     /// The clock the replica's timeouts and periodic saves read (the wall clock on a
-    /// broker; the simulation's own, so that a seed replays exactly).
+    /// broker; the simulation's own, so that a seed replays exactly). Hibernation still reads
+    /// the wall clock (the simulation runs without it).
     fn now(&self) -> Instant;
 }
 
@@ -204,7 +208,7 @@ pub struct Replica {
     pub(crate) preferred: u64,
     pub(crate) balance_at: Cell<Instant>,
     /// When a queued batch was last refused (`step_and_propose`): an idempotent batch that
-    /// then fails its sequence check may follow it (`Shard::retried_batch`).
+    /// then fails its sequence check may follow it (`Replica::retried_batch`).
     pub(crate) dropped_at: Cell<Option<Instant>>,
     pub(crate) inbox: RefCell<Vec<Message>>,
     pub(crate) proposals: RefCell<Vec<Proposal>>,
@@ -217,7 +221,7 @@ pub struct Replica {
     /// connection's pipelined requests must be checked and proposed in the order sent).
     pub(crate) idempotent_order: crate::broker::sync::FifoLock,
     /// On the leader: the Raft index the producers' state must be written up to before the
-    /// next idempotent batch is checked (`Shard::retried_batch`), and the term it is for. At
+    /// next idempotent batch is checked (`Replica::retried_batch`), and the term it is for. At
     /// the first check of a term it is the Raft log's end (entries taken as a follower); then
     /// the index of the last idempotent batch proposed.
     pub(crate) idem_index: Cell<u64>,

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tracing::debug;
 
-use super::{Host, Proposal, Replica, Waiter, ACKS_WAIT};
+use super::{reintroduced, Bug, Host, Proposal, Replica, Waiter, ACKS_WAIT};
 use crate::broker::errors;
 use crate::broker::sync::Slot;
 
@@ -78,7 +78,7 @@ impl Replica {
             if let Some((base, last)) = self.retried_batch(host, &valid, started).await? {
                 drop(in_order);
                 if acks == -1 {
-                    self.wait_committed(last).await?;
+                    self.wait_found_committed(last).await?;
                 }
                 debug!(topic = %self.topic, partition = self.partition, base, last, "a retried idempotent batch: answered with the original's offsets");
                 return Ok((base, last));
@@ -173,7 +173,9 @@ impl Replica {
             }
 
             if self.failed.get() {
-                return Err(errors::KAFKA_STORAGE_ERROR);
+                // Closed (its partition retired, the broker stopping) or failed: it leads
+                // nothing any more.
+                return Err(errors::NOT_LEADER_OR_FOLLOWER);
             }
             let left = ACKS_WAIT
                 .checked_sub(host.now().saturating_duration_since(started))
@@ -181,7 +183,7 @@ impl Replica {
             // Each handled `Ready` may have written them (or changed the leadership).
             futures_lite::future::or(self.handled.notified(), glommio::timer::sleep(left)).await;
         }
-        if super::reintroduced(super::Bug::NoIdempotentCheck) {
+        if reintroduced(Bug::NoIdempotentCheck) {
             return Ok(None);
         }
         match self.log().check_producers(valid) {
@@ -210,8 +212,7 @@ impl Replica {
             // OUT_OF_ORDER would be fatal to it. (Found by the simulation, seed 855 of
             // `WEIR_SIM_SEEDS=5000`.)
             Err(e @ weir_storage::Error::OutOfOrderSequence { .. })
-                if !self.majority_heard()
-                    && !super::reintroduced(super::Bug::StaleLeaderOutOfOrder) =>
+                if !self.majority_heard() && !reintroduced(Bug::StaleLeaderOutOfOrder) =>
             {
                 tracing::info!(topic = %self.topic, partition = self.partition, error = %e,
                     "an idempotent batch out of order at a leader not heard from a majority lately: retriable");
@@ -226,9 +227,32 @@ impl Replica {
         }
     }
 
-    /// Waits until the log's committed offset passes `last` (a retried batch found in the
-    /// log is answered, for acks=all, once committed, as the original would have been).
-    async fn wait_committed(&self, last: u64) -> Result<(), i16> {
+    /// A retried batch found in the log is answered, for acks=all, once the entry holding it
+    /// is committed, as the original would have been — that entry, at its term: if a new
+    /// leader replaces it, NOT_LEADER_OR_FOLLOWER (the client sends the batch again). Waiting
+    /// for the high watermark to pass its offsets instead (as before the simulation's seed 57)
+    /// could answer success for offsets that by then held another producer's records.
+    async fn wait_found_committed(&self, last: u64) -> Result<(), i16> {
+        if reintroduced(Bug::RetryAnsweredByWatermark) {
+            return self.wait_watermark(last).await;
+        }
+        if last < self.store.snapshot_point().offset {
+            // Compacted: only applied entries are.
+            return Ok(());
+        }
+        let (index, slot) = self
+            .store
+            .entry_at(last)
+            .ok_or(errors::NOT_LEADER_OR_FOLLOWER)?;
+        match self.wait_entry(index, slot.term, true).await {
+            errors::NONE => Ok(()),
+            code => Err(code),
+        }
+    }
+
+    /// The old wait of a found retry (`Bug::RetryAnsweredByWatermark`, tests only): until the
+    /// log's committed offset passes `last`, whatever entry holds it by then.
+    async fn wait_watermark(&self, last: u64) -> Result<(), i16> {
         let log = self.log();
         futures_lite::future::or(
             async {

@@ -2,7 +2,7 @@
 //! docs/tiered-storage.md "Replicated partitions"): a Raft entry with no data, so it takes no
 //! Kafka offset, whose raft-rs `context` carries the segment's manifest entry
 //! (`weir_storage::tier::RemoteSegment`). Only the leader uploads; every replica, applying
-//! the entry, lists the segment in its own manifest (`Shard::list_remote`), so a new leader
+//! the entry, lists the segment in its own manifest (`Replica::list_remote`), so a new leader
 //! continues uploading where the old one stopped and knows every object that holds data.
 //! Stored in the side log (`replica::side`, kind 1).
 

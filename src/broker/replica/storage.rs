@@ -9,7 +9,7 @@
 //! holds more than its budget. An older entry asked for to send to a lagging follower (the
 //! only asynchronous context, `GetEntriesContext::can_async`) is a fetch request instead:
 //! `entries` answers `LogTemporarilyUnavailable`, the driver reads the batches back from the
-//! segment files (`Shard::serve_fetches`), hands them over with `fetched`, and calls
+//! segment files (`Replica::serve_fetches`), hands them over with `fetched`, and calls
 //! `RawNode::on_entries_fetched`, after which raft-rs asks again and finds them.
 //!
 //! One `ReplicaStorage` is shared (an `Rc`) by the `RawNode` and the driver, on one core.
@@ -130,6 +130,15 @@ impl ReplicaStorage {
             context: c.contexts.get(&index).cloned().unwrap_or_default(),
             ..Default::default()
         })
+    }
+
+    /// The entry holding Kafka offset `offset` and its slot, if the log holds it above the
+    /// snapshot point.
+    pub fn entry_at(&self, offset: u64) -> Option<(u64, Slot)> {
+        let c = self.core.borrow();
+        let i = c.table.partition_point(|s| s.end <= offset);
+        let slot = c.table.get(i).copied().filter(|s| s.start <= offset)?;
+        Some((c.snap.index + 1 + i as u64, slot))
     }
 
     /// The offset where entry `index` starts (the end of the one before it).

@@ -33,7 +33,7 @@ impl Shard {
             .map(|(k, _)| k.clone())
             .collect();
         for key in stale {
-            self.close_group(&key.0, key.1);
+            self.close_replica(&key.0, key.1);
             let part = self.partitions.borrow_mut().remove(&key);
             if let Some(part) = part {
                 let gone = meta
@@ -237,7 +237,7 @@ impl Shard {
     // 2. uploads the oldest closed segment that ends past the remote end under an id of epoch T
     //    (`Log::upload_next_segment`), proposes a `replica::remote` entry naming it and waits
     //    until it is committed and listed here (every replica lists it when it applies the entry:
-    //    `Shard::list_remote`), then the next. Replicas cut their segments at different offsets:
+    //    `Replica::list_remote`), then the next. Replicas cut their segments at different offsets:
     //    a new leader's first upload may begin inside the remote tier's last segment (the two
     //    overlap) or before it (the new one replaces the listed ones inside it, whose objects
     //    the leader then collects like orphans);
@@ -245,7 +245,7 @@ impl Shard {
     //    committed log start move (`replica::log_start`, the DeleteRecords path): every replica
     //    forgets them, then deletes their objects (deleting an object twice is no error).
     //
-    // Local retention runs on each replica as before (`Shard::compact_replica`): a segment goes
+    // Local retention runs on each replica as before (`Replica::compact`): a segment goes
     // only once the replica's own manifest lists it, i.e. once its upload is committed.
     //
     // Why a deposed leader cannot lose data: its uploads carry its own, older epoch, and an entry
@@ -411,9 +411,9 @@ impl Shard {
         Ok(())
     }
 
-    /// Stops a group (its partition is retired or the broker shuts down): its waiting
+    /// Stops a replica (its partition is retired or the broker shuts down): its waiting
     /// produces get NOT_LEADER_OR_FOLLOWER.
-    pub(super) fn close_group(&self, topic: &str, partition: i32) {
+    pub(super) fn close_replica(&self, topic: &str, partition: i32) {
         if let Some(g) = self
             .replicas
             .borrow_mut()
@@ -429,7 +429,7 @@ impl Shard {
     pub async fn close_all(&self) {
         let groups: Vec<(String, i32)> = self.replicas.borrow().keys().cloned().collect();
         for (t, p) in groups {
-            self.close_group(&t, p);
+            self.close_replica(&t, p);
         }
         if let Some(t) = self.take_txns() {
             match Rc::try_unwrap(t) {

@@ -93,6 +93,12 @@ impl World {
                 break;
             }
         }
+        if let Some((seq, _)) = &self.unacked {
+            let at = self.inflight.first().map(|f| f.broker);
+            return Err(format!(
+                "the producer's batch at sequence {seq} was not acknowledged within 60 s of healing (in flight at {at:?})"
+            ));
+        }
         if !self.converged() {
             let ends: Vec<_> = self
                 .ups()

@@ -61,30 +61,32 @@ impl World {
             broker: id,
             seq,
             fut,
-            woken: Arc::new(Flag::default()),
+            woken: Arc::new(Flag(AtomicBool::new(true))),
         });
     }
 
-    /// Polls the produces in flight until none moves (a produce waits only on what a step
-    /// does, never on the wall clock: the run does not depend on how fast it runs).
+    /// Polls the produces in flight that were woken (or never polled) until none is: a
+    /// produce waits only on what a step does, never on the wall clock, so the run does not
+    /// depend on how fast it runs; and one whose wake-up was lost stays pending, which the
+    /// end of the run reports.
     pub(super) fn poll_produces(&mut self) -> Result<(), String> {
         loop {
             let mut moved = false;
             let mut i = 0;
             while i < self.inflight.len() {
                 let f = &mut self.inflight[i];
-                f.woken.0.store(false, Ordering::SeqCst);
+                if !f.woken.0.swap(false, Ordering::SeqCst) {
+                    i += 1;
+                    continue;
+                }
+                moved = true;
                 let waker = Waker::from(f.woken.clone());
                 match f.fut.as_mut().poll(&mut Context::from_waker(&waker)) {
                     Poll::Ready(r) => {
                         let f = self.inflight.remove(i);
                         self.answered(f.seq, r)?;
-                        moved = true;
                     }
-                    Poll::Pending => {
-                        moved |= f.woken.0.load(Ordering::SeqCst);
-                        i += 1;
-                    }
+                    Poll::Pending => i += 1,
                 }
             }
             if !moved {

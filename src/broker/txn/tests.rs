@@ -88,7 +88,7 @@ async fn cuts(log: &Log) -> Vec<u64> {
 
 /// A replicated store compacts itself like a standalone one, but through its partition: the
 /// live states are proposed again, followed by a cut record naming where they start. A
-/// replica that drops its log below the cut (`Shard::cut_replica`) keeps everything a new
+/// replica that drops its log below the cut (`Replica::cut`) keeps everything a new
 /// leader needs: the store it loads equals the one that compacted.
 #[test]
 fn a_replicated_store_rewrites_its_live_states_and_names_the_cut() {

@@ -168,7 +168,7 @@ impl Backing {
     /// are appended in one go, flushed, and the log start moves to the first of them. In a
     /// cluster every replica must drop the same prefix, so the batches are proposed in one go
     /// followed by a cut record naming how far back the rewrite starts ([`cut_below`]); each
-    /// replica moves its log start there once it applies the cut (`Shard::cut_replica`). One
+    /// replica moves its log start there once it applies the cut (`Replica::cut`). One
     /// append for all of it: no other write can land between the batches (a commit landing
     /// between two of them would be overwritten by an older value of the rewrite at replay).
     pub async fn rewrite(&self, batches: Vec<Bytes>, records: u64) -> Result<(), BucketError> {
