@@ -14,19 +14,21 @@ use crate::broker::errors;
 use crate::broker::sync::Slot;
 
 impl Replica {
-    /// A record set the broker itself wrote (a transaction marker, a batch of an internal
-    /// topic), proposed in the same order and after the same check as a producer's (for the
-    /// broker's own batches: control batches allowed, timestamps not range-checked).
-    pub(crate) async fn produce_internal(
+    /// A record set checked (`origin`: for the broker's own batches — a transaction marker, a
+    /// batch of an internal topic — control batches allowed, timestamps not range-checked) and
+    /// proposed in its place in line, the refusal as a bare error code. (A client's Produce
+    /// checks in `Shard::produce_one`, which answers a refusal with its record errors.)
+    pub(crate) async fn produce_checked(
         &self,
         host: &dyn Host,
         acks: i16,
         records: bytes::Bytes,
+        origin: weir_storage::batch::Origin,
     ) -> Result<(u64, u64), i16> {
         let turn = self.check_order.lock().await;
         let valid = self
             .log()
-            .validate(records, weir_storage::batch::Origin::Internal)
+            .validate(records, origin)
             .await
             .map_err(|e| errors::storage_error_code(&e))?;
         self.produce(host, acks, valid, turn).await

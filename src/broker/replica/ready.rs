@@ -17,6 +17,30 @@ use super::{rebuild, reintroduced, Bug, Host, Proposal, Replica, COMMIT_SAVE_EVE
 use crate::broker::errors;
 
 impl Replica {
+    /// One round of the replica's work between ticks, as its driver runs it: step what arrived,
+    /// propose what was queued, read back what a lagging follower needs, handle the `Ready`,
+    /// then list committed uploads, apply retention and committed cuts. An error means the
+    /// replica's files cannot be written or disagree with what it was sent.
+    pub(crate) async fn round(self: &Rc<Self>, host: &dyn Host) -> Result<(), String> {
+        self.step_and_propose(host);
+        self.serve_fetches().await?;
+        if self.raw.borrow().has_ready() {
+            self.handle_ready(host).await?;
+        }
+        // Uploads are listed before retention runs: local retention deletes only below the
+        // remote end, and the snapshot point moves past an upload's entry only once it is.
+        if !self.remote_due.borrow().is_empty() {
+            self.list_remote().await?;
+        }
+        if let Some(now_ms) = self.retention_due.take() {
+            self.compact(now_ms).await?;
+        }
+        if let Some(offset) = self.cut_due.take() {
+            self.cut(offset).await?;
+        }
+        Ok(())
+    }
+
     /// Steps the messages that arrived and proposes the batches and commands queued.
     pub(crate) fn step_and_propose(&self, host: &dyn Host) {
         let msgs = std::mem::take(&mut *self.inbox.borrow_mut());

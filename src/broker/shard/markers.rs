@@ -197,7 +197,10 @@ impl Shard {
                 // batch, written by every replica, answered once a majority has it (and
                 // refused unless this replica leads: the coordinator asks again).
                 let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
-                return match g.produce_internal(self, -1, marker).await {
+                return match g
+                    .produce_checked(self, -1, marker, weir_storage::batch::Origin::Internal)
+                    .await
+                {
                     Ok(_) => errors::NONE,
                     Err(code) => {
                         debug!(topic, partition, code, "transaction marker not committed");

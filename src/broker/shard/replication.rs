@@ -127,8 +127,8 @@ impl Shard {
         }
     }
 
-    /// One round of a group's work: tick (when due), step what arrived, propose what was
-    /// produced, serve lagging followers' reads, handle its `Ready`, apply retention.
+    /// One round of a replica's work: its tick (when due), then `Replica::round`; a replica
+    /// whose round fails stops.
     async fn drive_replica(self: &Rc<Self>, g: &Rc<Replica>, tick: bool) {
         if tick {
             g.rejoin.hold_election(&mut g.raw.borrow_mut().raft);
@@ -140,22 +140,7 @@ impl Shard {
             super::leadership::campaign_if_preferred(g);
             self.restore_preferred_leader(g);
         }
-        g.step_and_propose(self);
-        let mut res = g.serve_fetches().await;
-        if res.is_ok() && g.raw.borrow().has_ready() {
-            res = g.handle_ready(self).await;
-        }
-        // Uploads are listed before retention runs: local retention deletes only below the
-        // remote end, and the snapshot point moves past an upload's entry only once it is.
-        if res.is_ok() && !g.remote_due.borrow().is_empty() {
-            res = g.list_remote().await;
-        }
-        if let Some(now_ms) = g.retention_due.take().filter(|_| res.is_ok()) {
-            res = g.compact(now_ms).await;
-        }
-        if let Some(offset) = g.cut_due.take().filter(|_| res.is_ok()) {
-            res = g.cut(offset).await;
-        }
+        let res = g.round(self).await;
         if let Err(e) = res {
             // The replica's files cannot be written or disagree with what it was sent: it
             // must not go on voting or acknowledging.

@@ -14,7 +14,7 @@ impl World {
                 let raw = r.raw.borrow();
                 (raw.raft.term, raw.raft.state == StateRole::Leader)
             };
-            let b = &mut self.brokers[(id - 1) as usize];
+            let b = self.broker_mut(id);
             if term < b.term {
                 return Err(format!(
                     "broker {id}: term went back from {} to {term}",
@@ -42,11 +42,10 @@ impl World {
         let log = r.log();
         let w = log.watermarks();
         let hw = w.high_watermark;
-        let b = &mut self.brokers[(id - 1) as usize];
-        if w.log_start_offset > b.end {
+        if w.log_start_offset > self.broker(id).end {
             self.stats.installs += 1;
         }
-        b.end = w.log_end_offset;
+        self.broker_mut(id).end = w.log_end_offset;
         let mut at = self.broker(id).checked.max(w.log_start_offset).min(hw);
         while at < hw {
             let read = log
@@ -73,7 +72,8 @@ impl World {
             }
             at = next.min(hw);
         }
-        self.brokers[(id - 1) as usize].checked = at.max(self.broker(id).checked);
+        let b = self.broker_mut(id);
+        b.checked = b.checked.max(at);
         self.stats.committed = self.stats.committed.max(hw);
         Ok(())
     }
@@ -111,7 +111,7 @@ impl World {
         }
         // Every replica's whole log is the committed history.
         for (id, r, _) in self.ups() {
-            self.brokers[(id - 1) as usize].checked = r.log().watermarks().log_start_offset;
+            self.broker_mut(id).checked = r.log().watermarks().log_start_offset;
             self.check_committed(id, &r).await?;
         }
         let end = self.ups()[0].1.log().watermarks().log_end_offset;
@@ -133,15 +133,16 @@ impl World {
         }
         // Every record once, in order, and every acknowledged one where it was acknowledged.
         let mut seen: BTreeMap<u64, String> = BTreeMap::new();
+        let mut values = std::collections::HashSet::new();
         for (base, bytes) in &self.history {
             let records = weir_storage::batch::decode_records(bytes)
                 .ok_or_else(|| format!("a committed batch at {base} does not decode"))?;
             for (i, rec) in records.iter().enumerate() {
                 let value =
                     String::from_utf8_lossy(rec.value.as_deref().unwrap_or_default()).to_string();
-                if let Some(dup) = seen.values().find(|v| **v == value) {
+                if !values.insert(value.clone()) {
                     return Err(format!(
-                        "{dup:?} is in the log twice (at {} too)",
+                        "{value:?} is in the log twice (at {} too)",
                         base + i as u64
                     ));
                 }

@@ -43,13 +43,9 @@ impl World {
         }
         let batch = b.build();
         let fut: Produce = Box::pin(async move {
-            let turn = replica.check_order.lock().await;
-            let valid = replica
-                .log()
-                .validate(batch, Origin::Client)
+            replica
+                .produce_checked(&*host, -1, batch, Origin::Client)
                 .await
-                .map_err(|e| errors::storage_error_code(&e))?;
-            replica.produce(&*host, -1, valid, turn).await
         });
         self.log(|| {
             format!(

@@ -22,9 +22,13 @@ impl World {
         &self.brokers[(id - 1) as usize]
     }
 
+    pub(super) fn broker_mut(&mut self, id: u64) -> &mut Broker {
+        &mut self.brokers[(id - 1) as usize]
+    }
+
     pub(super) async fn start(&mut self, id: u64) -> Result<(), String> {
         let clock = self.clock.clone();
-        let b = &mut self.brokers[(id - 1) as usize];
+        let b = self.broker_mut(id);
         // Small segments and retention by size: replicas compact their Raft logs on their
         // own, and a follower that was down behind its leader's log start installs a snapshot.
         let config = LogConfig {
@@ -64,10 +68,11 @@ impl World {
     /// then lost, torn or damaged as the seed decides.
     pub(super) fn crash(&mut self, id: u64, power: bool) {
         let seed = self.rng.next();
-        let b = &mut self.brokers[(id - 1) as usize];
-        let Some(up) = b.up.take() else { return };
-        drop(up);
         self.inflight.retain(|f| f.broker != id);
+        let b = self.broker_mut(id);
+        if b.up.take().is_none() {
+            return;
+        }
         let mut r = Rng(seed);
         b.disk = if power {
             b.disk.crash(|_, _, len| match r.below(4) {
@@ -186,15 +191,10 @@ impl World {
                 self.net.push((msg.to, Envelope { at, from, msg }));
             }
         }
-        let mut due = Vec::new();
-        let mut later = Vec::new();
-        for (to, e) in self.net.drain(..) {
-            if e.at <= self.step {
-                due.push((to, e));
-            } else {
-                later.push((to, e));
-            }
-        }
+        let step = self.step;
+        let (mut due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.net)
+            .into_iter()
+            .partition(|(_, e)| e.at <= step);
         self.net = later;
         if faults {
             for i in (1..due.len()).rev() {
@@ -228,7 +228,10 @@ impl World {
             if cut_short {
                 disk.stop_after(self.rng.below(6));
             }
-            let res = round(id, &r, &host).await;
+            let res = r
+                .round(&*host)
+                .await
+                .map_err(|e| format!("broker {id}: its round: {e}"));
             if cut_short {
                 if res.is_err() && disk.changes_left() == Some(0) {
                     self.log(|| format!("broker {id} loses power in its round: {res:?}"));
@@ -242,23 +245,4 @@ impl World {
         }
         Ok(())
     }
-}
-
-/// One replica's round: step, propose, read back, handle its `Ready`, apply retention.
-pub(super) async fn round(id: u64, r: &Rc<Replica>, host: &SimHost) -> Result<(), String> {
-    r.step_and_propose(host);
-    r.serve_fetches()
-        .await
-        .map_err(|e| format!("broker {id}: reading entries back: {e}"))?;
-    if r.raw.borrow().has_ready() {
-        r.handle_ready(host)
-            .await
-            .map_err(|e| format!("broker {id}: handling a Ready: {e}"))?;
-    }
-    if let Some(now_ms) = r.retention_due.take() {
-        r.compact(now_ms)
-            .await
-            .map_err(|e| format!("broker {id}: retention: {e}"))?;
-    }
-    Ok(())
 }
