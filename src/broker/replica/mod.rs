@@ -195,7 +195,7 @@ pub struct Replica {
     pub(crate) cut_due: Cell<Option<u64>>,
     /// Committed uploads to the remote tier, for the driver to list (`Replica::list_remote`).
     pub(crate) remote_due: RefCell<Vec<weir_storage::tier::RemoteSegment>>,
-    /// On the leader: the term it collected the remote orphans in (`Shard::tier_replica`).
+    /// On the leader: the term it collected the remote orphans in (`Replica::tier`).
     pub(crate) orphans_term: Cell<u64>,
     /// Ticks left in which this replica, the preferred leader of a new group, campaigns as
     /// long as no leader is known (`shard::leadership::campaign_if_preferred`).

@@ -3,11 +3,45 @@
 //! leader epoch, an idempotent producer's batches are first checked against the producers'
 //! state (§3.8), and the batches are queued for the driver to propose; the answer waits for
 //! the entry to be written here (acks=1) or committed (acks=-1).
+//!
+//! The leader also proposes commands, Raft-only entries it waits for — a log start move
+//! (`log_start`: DeleteRecords, remote retention) and an upload listed in the remote tier
+//! (`remote`) — and runs the tiering pass they serve.
+//!
+//! ## Tiered storage on a replicated partition
+//! (docs/tiered-storage.md, "Replicated partitions"): only the leader uploads, and the list of
+//! remote segments travels in the partition's Raft log, so every replica holds the same list
+//! and a new leader continues where the old one stopped.
+//!
+//! The leader of term T, once it has applied an entry of its own term (then every entry an
+//! earlier leader could still get committed is applied here):
+//! 1. deletes the objects no manifest entry lists whose upload id carries an epoch below T
+//!    (what an earlier leader's cut-short or never-committed upload left) — once per term;
+//! 2. uploads the oldest closed segment that ends past the remote end under an id of epoch T
+//!    (`Log::upload_next_segment`), proposes a `remote` entry naming it and waits until it is
+//!    committed and listed here (every replica lists it when it applies the entry:
+//!    `Replica::list_remote`), then the next. Replicas cut their segments at different
+//!    offsets: a new leader's first upload may begin inside the remote tier's last segment (the
+//!    two overlap) or before it (the new one replaces the listed ones inside it, whose objects
+//!    the leader then collects like orphans);
+//! 3. moves the log start past the remote segments the whole log's retention deletes, as a
+//!    committed log start move (the DeleteRecords path): every replica forgets them, then
+//!    deletes their objects (deleting an object twice is no error).
+//!
+//! Local retention runs on each replica as before (`Replica::compact`): a segment goes only
+//! once the replica's own manifest lists it, i.e. once its upload is committed.
+//!
+//! Why a deposed leader cannot lose data: its uploads carry its own, older epoch, and an entry
+//! it proposes after a newer leader was elected is never committed; the newer leader collects
+//! only epochs below its own, after applying everything committed before its term. A deposed
+//! leader collecting orphans itself deletes only epochs below its own, which the newer leader
+//! never writes, and everything committed with such an epoch it had applied before it
+//! collected.
 
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 use super::{reintroduced, Bug, Host, Proposal, Replica, Waiter, ACKS_WAIT};
 use crate::broker::errors;
@@ -17,7 +51,7 @@ impl Replica {
     /// A record set checked (`origin`: for the broker's own batches — a transaction marker, a
     /// batch of an internal topic — control batches allowed, timestamps not range-checked) and
     /// proposed in its place in line, the refusal as a bare error code. (A client's Produce
-    /// checks in `Shard::produce_one`, which answers a refusal with its record errors.)
+    /// checks in `Partition::produce`, and `Shard::produce_one` answers a refusal with its record errors.)
     pub(crate) async fn produce_checked(
         &self,
         host: &dyn Host,
@@ -96,12 +130,11 @@ impl Replica {
         let term = self.term();
         let epoch = i32::try_from(term).map_err(|_| errors::NOT_LEADER_OR_FOLLOWER)?;
         let base = self.next_offset.get().unwrap_or_else(|| self.log_end());
-        let mut next = base;
-        let infos = valid.infos().to_vec();
-        let mut slots = Vec::with_capacity(infos.len());
-        for (info, mut b) in infos.iter().zip(valid.split()) {
-            weir_storage::batch::assign_offset(&mut b, next as i64, epoch);
-            next += info.last_offset_delta as u64 + 1;
+        let mut valid = valid;
+        let next = valid.assign_offsets(base, epoch);
+        let batches = valid.split();
+        let mut slots = Vec::with_capacity(batches.len());
+        for b in batches {
             let slot = Rc::new(Slot::default());
             self.proposals.borrow_mut().push(Proposal {
                 context: Vec::new(),
@@ -331,5 +364,183 @@ impl Replica {
             errors::REQUEST_TIMED_OUT
         })
         .await
+    }
+}
+
+// ---- Commands and the tiering pass ----
+
+impl Replica {
+    /// Proposes a Raft entry with no data whose `context` is a command (`log_start`,
+    /// `remote`) in `term`, and waits until it is committed: NONE, or the error
+    /// (NOT_LEADER_OR_FOLLOWER if the leadership moved, REQUEST_TIMED_OUT). Every replica
+    /// carries the command out when it applies the entry.
+    pub(crate) async fn propose_command(
+        &self,
+        host: &dyn Host,
+        term: u64,
+        context: Vec<u8>,
+    ) -> i16 {
+        let proposed = Rc::new(Slot::default());
+        self.proposals.borrow_mut().push(Proposal {
+            context,
+            data: Vec::new(),
+            term,
+            slot: proposed.clone(),
+        });
+        host.wake_driver();
+        match proposed.take().await {
+            Ok(index) => self.wait_entry(index, term, true).await,
+            Err(code) => code,
+        }
+    }
+
+    /// Waits (up to `ACKS_WAIT`) until `done` holds after one of this replica's `Ready`s was
+    /// handled (the driver carries a committed command out right after the `Ready` that
+    /// committed it); false if it never did or the replica failed.
+    async fn carried_out(&self, host: &dyn Host, done: impl Fn() -> bool) -> bool {
+        let started = host.now();
+        loop {
+            if done() {
+                return true;
+            }
+            if self.failed.get() {
+                return false;
+            }
+            let Some(left) = ACKS_WAIT.checked_sub(host.now().saturating_duration_since(started))
+            else {
+                return false;
+            };
+            // Polled as well as woken: a cut or a listing may finish between `Ready`s.
+            let poll = left.min(Duration::from_millis(1));
+            futures_lite::future::or(self.handled.notified(), glommio::timer::sleep(poll)).await;
+        }
+    }
+
+    /// DeleteRecords on this replica, its leader (docs/replication.md, "DeleteRecords on
+    /// replicated partitions"): the log start move is proposed as a Raft-only entry
+    /// (`log_start`), and answered once it is committed and this replica has carried it out,
+    /// with the new log start (the low watermark). The followers carry it out as they apply
+    /// it. `offset` -1: the high watermark.
+    pub(crate) async fn delete_records(&self, host: &dyn Host, offset: i64) -> (i16, i64) {
+        let log = self.log();
+        let wm = log.watermarks();
+        if self.failed.get() {
+            return (errors::KAFKA_STORAGE_ERROR, -1);
+        }
+        if !self.is_leader() {
+            return (errors::NOT_LEADER_OR_FOLLOWER, -1);
+        }
+        let target = match offset {
+            -1 => wm.high_watermark,
+            o if o < 0 || o as u64 > wm.high_watermark => {
+                return (errors::OFFSET_OUT_OF_RANGE, wm.log_start_offset as i64)
+            }
+            o => o as u64,
+        };
+        if target <= wm.log_start_offset {
+            return (errors::NONE, wm.log_start_offset as i64);
+        }
+        let context = super::log_start::encode(target);
+        let code = self.propose_command(host, self.term(), context).await;
+        if code != errors::NONE {
+            return (code, -1);
+        }
+        if !self
+            .carried_out(host, || log.watermarks().log_start_offset >= target)
+            .await
+        {
+            let code = if self.failed.get() {
+                errors::KAFKA_STORAGE_ERROR
+            } else {
+                errors::REQUEST_TIMED_OUT
+            };
+            return (code, -1);
+        }
+        let start = log.watermarks().log_start_offset;
+        info!(topic = %self.topic, partition = self.partition, offset = target, "records deleted");
+        (errors::NONE, start as i64)
+    }
+
+    /// One tiering pass (`Shard::run_tiering`): on the leader, the orphans, the uploads and
+    /// the remote retention above; on every replica, local retention after it.
+    pub(crate) async fn tier(&self, host: &dyn Host, now_ms: i64) {
+        if let Err(e) = self.lead_tiering(host, now_ms).await {
+            warn!(topic = %self.topic, partition = self.partition, error = %e, "tiering failed; will retry");
+        }
+        // An uploaded segment past `local.retention.*` goes at once (the driver does it).
+        self.retention_due.set(Some(now_ms));
+        host.wake_driver();
+    }
+
+    async fn lead_tiering(&self, host: &dyn Host, now_ms: i64) -> Result<(), String> {
+        let term = self.term();
+        if !self.is_leader() || self.failed.get() || self.transferring() || !self.applied_own_term()
+        {
+            return Ok(());
+        }
+        // Upload ids keep the epoch in 32 bits (leader epochs are i32 on the wire anyway).
+        let epoch = u32::try_from(term).map_err(|_| format!("term {term} past 32 bits"))?;
+        let log = self.log();
+        if self.orphans_term.get() != term {
+            let n = log
+                .collect_remote_orphans(epoch)
+                .await
+                .map_err(|e| format!("collecting orphans: {e}"))?;
+            if n > 0 {
+                info!(topic = %self.topic, partition = self.partition, objects = n, term,
+                    "deleted remote objects of earlier leaders that no entry lists");
+            }
+            self.orphans_term.set(term);
+        }
+        let mut covered = false;
+        while self.is_leader() && self.term() == term && !host.shut_down() {
+            let end = log.latest_tiered_offset().map(|last| last + 1);
+            let Some(seg) = log
+                .upload_next_segment(epoch)
+                .await
+                .map_err(|e| format!("uploading: {e}"))?
+            else {
+                break;
+            };
+            let context = super::remote::encode(&seg);
+            let code = self.propose_command(host, term, context).await;
+            if code != errors::NONE {
+                // Uploaded again by the next pass (or the next leader); these objects are
+                // orphans a later leader deletes.
+                return Err(format!(
+                    "the upload of the segment at {} was not committed (error {code})",
+                    seg.base_offset
+                ));
+            }
+            // The driver lists it right after the `Ready` that committed it.
+            let listed = || {
+                log.latest_tiered_offset()
+                    .is_some_and(|last| last >= seg.next_offset - 1)
+            };
+            if !self.carried_out(host, listed).await {
+                return Err(format!(
+                    "the committed upload of the segment at {} was not listed",
+                    seg.base_offset
+                ));
+            }
+            debug!(topic = %self.topic, partition = self.partition, base = seg.base_offset,
+                next = seg.next_offset, bytes = seg.size, "segment uploaded and committed");
+            // This replica cut its segments elsewhere than the leader before it: its segment
+            // holding the remote end replaced the listed ones inside it.
+            covered |= end.is_some_and(|end| seg.base_offset < end);
+        }
+        if covered {
+            log.collect_remote_orphans(epoch)
+                .await
+                .map_err(|e| format!("collecting replaced segments: {e}"))?;
+        }
+        if let Some(cut) = log.remote_retention_point(now_ms) {
+            let (code, start) = self.delete_records(host, cut as i64).await;
+            if code != errors::NONE {
+                return Err(format!("remote retention to {cut}: error {code}"));
+            }
+            debug!(topic = %self.topic, partition = self.partition, start, "remote retention moved the log start");
+        }
+        Ok(())
     }
 }

@@ -123,7 +123,7 @@ impl Shard {
                     }
                     Err(e) => {
                         if e.is_storage_error() {
-                            part.log_io_error(&p.topic, p.partition, "read", &e);
+                            part.log_io_error("read", &e);
                         }
                         r.error = storage_error_code(&e);
                     }
@@ -241,14 +241,12 @@ impl Shard {
         meta.brokers.get(&b).and_then(|i| i.rack.as_deref())
     }
 
-    /// Whether this core may answer for `topic`-`partition` from its own log: a replicated
-    /// partition only while its Raft group here leads. A restarting broker opens a partition's
-    /// log before its group, and replays old leadership records before the group hears from
-    /// the leader elected meanwhile; answered from the log then, a Fetch would get
-    /// OFFSET_OUT_OF_RANGE and a Produce would be appended outside Raft.
+    /// Whether this core may answer for `topic`-`partition` from its own log
+    /// (`Partition::leads`); a partition not open here is answered as not replicated unless
+    /// the topic has more than one replica.
     pub(super) fn answers_as_leader(&self, topic: &str, partition: i32) -> bool {
-        match self.replica(topic, partition) {
-            Some(g) => g.is_leader(),
+        match self.partition(topic, partition) {
+            Some(part) => part.leads(),
             None => self
                 .meta
                 .borrow()

@@ -43,7 +43,7 @@ impl Shard {
         let deadline = started + Duration::from_millis(self.config.controlled_shutdown_timeout_ms);
         let mut led = None;
         let (moving, kept) = loop {
-            let groups: Vec<Rc<Replica>> = self.replicas.borrow().values().cloned().collect();
+            let groups = self.replicas_now();
             // Groups whose leadership is on its way, and groups without a follower in sync
             // (those keep their leader until the broker stops, as Kafka's controller leaves a
             // partition whose replicas are all out of sync).
@@ -99,7 +99,7 @@ impl Shard {
     /// At shutdown the replica driver stops: the produces still waiting on a group are
     /// answered (NOT_LEADER_OR_FOLLOWER, retriable) now, not when the connections are cut.
     pub(super) fn fail_all_waiters(&self) {
-        for g in self.replicas.borrow().values() {
+        for g in self.replicas_now() {
             g.fail_waiters(crate::broker::errors::NOT_LEADER_OR_FOLLOWER);
         }
     }

@@ -2,18 +2,18 @@
 //! retiring the ones it no longer does), tiering and retention, the group coordinator's logs,
 //! and the orderly close at shutdown.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::{debug, info, warn};
 use weir_storage::Log;
 
 use super::*;
 use crate::broker::group::{Coordinator, GroupConfig};
-use crate::broker::replica::{Replica, ACKS_WAIT};
+
 use weir::metadata::{partition_dir, Metadata};
 
 impl Shard {
@@ -61,7 +61,10 @@ impl Shard {
                     existing.log.set_config(config.clone());
                     continue;
                 }
-                match self.open_partition(name, p, &t.id, config.clone()).await {
+                match self
+                    .open_partition(name, p, &t.id, config.clone(), replicated)
+                    .await
+                {
                     Ok(()) if replicated => {
                         let voters = t.replicas[p as usize].iter().map(|r| r.0).collect();
                         new_groups.push((name.clone(), p, voters));
@@ -100,6 +103,7 @@ impl Shard {
         partition: i32,
         topic_id: &str,
         config: weir_storage::LogConfig,
+        replicated: bool,
     ) -> Result<(), weir_storage::Error> {
         let dir = partition_dir(&self.config.data_dir, topic, partition);
         let log = Log::open_with_cache(&dir, config, self.cache.clone()).await?;
@@ -108,18 +112,10 @@ impl Shard {
         let w = waiters.clone();
         log.on_append(move |_| wake_waiters(&w));
         debug!(core = self.id, topic, partition, "partition opened");
-        self.partitions.borrow_mut().insert(
-            (topic.to_string(), partition),
-            Rc::new(Partition {
-                topic_id: topic_id.to_string(),
-                log,
-                waiters,
-                io_errors: Cell::new(0),
-                bytes_in: Cell::new(0),
-                records_in: Cell::new(0),
-                bytes_out: Cell::new(0),
-            }),
-        );
+        let part = Partition::new(topic, partition, topic_id, log, replicated, waiters);
+        self.partitions
+            .borrow_mut()
+            .insert((topic.to_string(), partition), Rc::new(part));
         Ok(())
     }
 
@@ -183,7 +179,7 @@ impl Shard {
     /// Every `remote.log.manager.task.interval.ms`: uploads the closed segments of this core's
     /// tiered partitions, applies their remote retention, then their local retention (so
     /// an uploaded segment past `local.retention.*` goes at once). A replicated partition's
-    /// leader uploads and every replica lists what it uploaded (`Shard::tier_replica`).
+    /// leader uploads and every replica lists what it uploaded (`Partition::tier`, `Replica::tier`).
     pub async fn run_tiering(self: Rc<Self>) {
         if self.config.remote_storage().is_none() {
             return;
@@ -200,145 +196,10 @@ impl Shard {
                     continue;
                 }
                 self.attach_remote(&part.log, &topic, p).await;
-                let now_ms = wall_clock_ms();
-                if let Some(g) = self.replica(&topic, p) {
-                    self.tier_replica(&g, now_ms).await;
-                    glommio::yield_if_needed().await;
-                    continue;
-                }
-                match part.log.tier_tick(now_ms).await {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        debug!(topic = %topic, partition = p, segments = n, "segments uploaded")
-                    }
-                    Err(e) => {
-                        warn!(topic = %topic, partition = p, error = %e, "tiering failed; will retry")
-                    }
-                }
-                if let Err(e) = part.log.enforce_retention(now_ms).await {
-                    warn!(topic = %topic, partition = p, error = %e, "retention failed");
-                }
+                part.tier(&self, wall_clock_ms()).await;
                 glommio::yield_if_needed().await;
             }
         }
-    }
-
-    // ---- Tiered storage on a replicated partition (docs/tiered-storage.md, "Replicated
-    // partitions") ----
-    // Tiered storage on a replicated partition (docs/tiered-storage.md, "Replicated
-    // partitions"): only the leader uploads, and the list of remote segments travels in the
-    // partition's Raft log, so every replica holds the same list and a new leader continues
-    // where the old one stopped.
-    //
-    // The leader of term T, once it has applied an entry of its own term (then every entry an
-    // earlier leader could still get committed is applied here):
-    // 1. deletes the objects no manifest entry lists whose upload id carries an epoch below T
-    //    (what an earlier leader's cut-short or never-committed upload left) — once per term;
-    // 2. uploads the oldest closed segment that ends past the remote end under an id of epoch T
-    //    (`Log::upload_next_segment`), proposes a `replica::remote` entry naming it and waits
-    //    until it is committed and listed here (every replica lists it when it applies the entry:
-    //    `Replica::list_remote`), then the next. Replicas cut their segments at different offsets:
-    //    a new leader's first upload may begin inside the remote tier's last segment (the two
-    //    overlap) or before it (the new one replaces the listed ones inside it, whose objects
-    //    the leader then collects like orphans);
-    // 3. moves the log start past the remote segments the whole log's retention deletes, as a
-    //    committed log start move (`replica::log_start`, the DeleteRecords path): every replica
-    //    forgets them, then deletes their objects (deleting an object twice is no error).
-    //
-    // Local retention runs on each replica as before (`Replica::compact`): a segment goes
-    // only once the replica's own manifest lists it, i.e. once its upload is committed.
-    //
-    // Why a deposed leader cannot lose data: its uploads carry its own, older epoch, and an entry
-    // it proposes after a newer leader was elected is never committed; the newer leader collects
-    // only epochs below its own, after applying everything committed before its term. A deposed
-    // leader collecting orphans itself deletes only epochs below its own, which the newer leader
-    // never writes, and everything committed with such an epoch it had applied before it
-    // collected.
-
-    /// One tiering pass over a replicated partition (`run_tiering`): on its leader, the
-    /// orphans, the uploads and the remote retention above; on every replica, local retention
-    /// after it.
-    pub(super) async fn tier_replica(&self, g: &Rc<Replica>, now_ms: i64) {
-        if let Err(e) = self.lead_tiering(g, now_ms).await {
-            warn!(topic = %g.topic, partition = g.partition, error = %e, "tiering failed; will retry");
-        }
-        // An uploaded segment past `local.retention.*` goes at once (the driver does it).
-        g.retention_due.set(Some(now_ms));
-        self.replica_work.notify();
-    }
-
-    async fn lead_tiering(&self, g: &Rc<Replica>, now_ms: i64) -> Result<(), String> {
-        let term = g.term();
-        if !g.is_leader() || g.failed.get() || g.transferring() || !g.applied_own_term() {
-            return Ok(());
-        }
-        // Upload ids keep the epoch in 32 bits (leader epochs are i32 on the wire anyway).
-        let epoch = u32::try_from(term).map_err(|_| format!("term {term} past 32 bits"))?;
-        let log = g.log();
-        if g.orphans_term.get() != term {
-            let n = log
-                .collect_remote_orphans(epoch)
-                .await
-                .map_err(|e| format!("collecting orphans: {e}"))?;
-            if n > 0 {
-                info!(topic = %g.topic, partition = g.partition, objects = n, term,
-                    "deleted remote objects of earlier leaders that no entry lists");
-            }
-            g.orphans_term.set(term);
-        }
-        let mut covered = false;
-        while g.is_leader() && g.term() == term && !self.shutdown.is_fired() {
-            let end = log.latest_tiered_offset().map(|last| last + 1);
-            let Some(seg) = log
-                .upload_next_segment(epoch)
-                .await
-                .map_err(|e| format!("uploading: {e}"))?
-            else {
-                break;
-            };
-            let context = crate::broker::replica::remote::encode(&seg);
-            let code = self.propose_command(g, term, context).await;
-            if code != errors::NONE {
-                // Uploaded again by the next pass (or the next leader); these objects are
-                // orphans a later leader deletes.
-                return Err(format!(
-                    "the upload of the segment at {} was not committed (error {code})",
-                    seg.base_offset
-                ));
-            }
-            // The driver lists it right after the `Ready` that committed it.
-            let deadline = Instant::now() + ACKS_WAIT;
-            while log
-                .latest_tiered_offset()
-                .is_none_or(|last| last < seg.next_offset - 1)
-            {
-                if g.failed.get() || Instant::now() > deadline {
-                    return Err(format!(
-                        "the committed upload of the segment at {} was not listed",
-                        seg.base_offset
-                    ));
-                }
-                glommio::timer::sleep(Duration::from_millis(1)).await;
-            }
-            debug!(topic = %g.topic, partition = g.partition, base = seg.base_offset,
-                next = seg.next_offset, bytes = seg.size, "segment uploaded and committed");
-            // This replica cut its segments elsewhere than the leader before it: its segment
-            // holding the remote end replaced the listed ones inside it.
-            covered |= end.is_some_and(|end| seg.base_offset < end);
-        }
-        if covered {
-            log.collect_remote_orphans(epoch)
-                .await
-                .map_err(|e| format!("collecting replaced segments: {e}"))?;
-        }
-        if let Some(cut) = log.remote_retention_point(now_ms) {
-            let (code, start) = self.delete_records_replicated(g.clone(), cut as i64).await;
-            if code != errors::NONE {
-                return Err(format!("remote retention to {cut}: error {code}"));
-            }
-            debug!(topic = %g.topic, partition = g.partition, start, "remote retention moved the log start");
-        }
-        Ok(())
     }
 
     // ---- Retention and shutdown ----
@@ -352,20 +213,8 @@ impl Shard {
             }
             let now_ms = wall_clock_ms();
             let parts = self.partitions_now();
-            for ((topic, p), part) in parts {
-                if let Some(g) = self.replica(&topic, p) {
-                    // The group's driver does it: the Raft snapshot point moves first.
-                    g.retention_due.set(Some(now_ms));
-                    self.replica_work.notify();
-                    continue;
-                }
-                match part.log.enforce_retention(now_ms).await {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        info!(topic = %topic, partition = p, segments = n, "retention deleted segments")
-                    }
-                    Err(e) => warn!(topic = %topic, partition = p, error = %e, "retention failed"),
-                }
+            for (_, part) in parts {
+                part.retention(&self, now_ms).await;
                 glommio::yield_if_needed().await;
             }
         }
@@ -415,9 +264,8 @@ impl Shard {
     /// produces get NOT_LEADER_OR_FOLLOWER.
     pub(super) fn close_replica(&self, topic: &str, partition: i32) {
         if let Some(g) = self
-            .replicas
-            .borrow_mut()
-            .remove(&(topic.to_string(), partition))
+            .partition(topic, partition)
+            .and_then(|p| p.take_replica())
         {
             g.failed.set(true);
             g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
@@ -427,9 +275,8 @@ impl Shard {
 
     /// Flushes and closes every log of this core (writes the clean-shutdown markers).
     pub async fn close_all(&self) {
-        let groups: Vec<(String, i32)> = self.replicas.borrow().keys().cloned().collect();
-        for (t, p) in groups {
-            self.close_replica(&t, p);
+        for g in self.replicas_now() {
+            self.close_replica(&g.topic, g.partition);
         }
         if let Some(t) = self.take_txns() {
             match Rc::try_unwrap(t) {

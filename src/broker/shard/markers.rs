@@ -192,22 +192,6 @@ impl Shard {
     ) -> Vec<i16> {
         let now = wall_clock_ms();
         let writes = parts.into_iter().map(|(topic, partition)| async move {
-            if let Some(g) = self.replica(&topic, partition) {
-                // A replicated partition: the marker is an entry of its Raft log like any
-                // batch, written by every replica, answered once a majority has it (and
-                // refused unless this replica leads: the coordinator asks again).
-                let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
-                return match g
-                    .produce_checked(self, -1, marker, weir_storage::batch::Origin::Internal)
-                    .await
-                {
-                    Ok(_) => errors::NONE,
-                    Err(code) => {
-                        debug!(topic, partition, code, "transaction marker not committed");
-                        code
-                    }
-                };
-            }
             let Some(part) = self.partition(&topic, partition) else {
                 // Owned here but not open (yet: a coordinator finishing a transaction right
                 // after start-up may ask before this core opened its logs; or its open
@@ -219,19 +203,15 @@ impl Shard {
                     errors::UNKNOWN_TOPIC_OR_PARTITION
                 };
             };
+            // On a replicated partition an entry of its Raft log like any batch, written by
+            // every replica, answered once a majority has it (and refused unless this replica
+            // leads: the coordinator asks again).
             let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
-            let written = async {
-                part.log.append(marker).await?;
-                part.log.flush().await
+            let code = part.write_internal(self, marker).await;
+            if code != errors::NONE {
+                debug!(topic, partition, code, "transaction marker not written");
             }
-            .await;
-            match written {
-                Ok(_) => errors::NONE,
-                Err(e) => {
-                    warn!(topic, partition, error = %e, "transaction marker not written");
-                    errors::storage_error_code(&e)
-                }
-            }
+            code
         });
         // All at once: each log writes and syncs its own file.
         join_all(writes.collect()).await

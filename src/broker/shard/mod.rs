@@ -23,6 +23,7 @@ mod markers;
 mod mesh;
 mod msg;
 mod offsets;
+mod partition;
 mod peer_calls;
 mod produce;
 mod raft_route;
@@ -39,8 +40,7 @@ use std::time::{Duration, Instant};
 
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
-use tracing::{debug, warn};
-use weir_storage::{BatchCache, Log};
+use weir_storage::BatchCache;
 
 pub use cleaner::spawn_cleaner;
 
@@ -52,6 +52,7 @@ use weir::config::BrokerConfig;
 use weir::metadata::Metadata;
 
 pub use lifecycle::data_dir_ok;
+pub use partition::Partition;
 
 /// State shared by all cores (startup and shutdown coordination only; never on the data
 /// path).
@@ -121,33 +122,6 @@ impl Parked {
 
 type Waiters = Rc<RefCell<Vec<Weak<Parked>>>>;
 
-pub struct Partition {
-    pub topic_id: String,
-    pub log: Log,
-    waiters: Waiters,
-    /// Disk errors seen on this partition: the first is logged as a warning, the rest at
-    /// debug level (a dead disk under a busy partition must not flood the log).
-    io_errors: Cell<u64>,
-    /// For the metrics: batch bytes and records appended, batch bytes fetched.
-    bytes_in: Cell<u64>,
-    records_in: Cell<u64>,
-    bytes_out: Cell<u64>,
-}
-
-impl Partition {
-    /// Logs a disk error of this partition: once at warn level, then at debug level.
-    fn log_io_error(&self, topic: &str, partition: i32, op: &str, e: &weir_storage::Error) {
-        let n = self.io_errors.get() + 1;
-        self.io_errors.set(n);
-        if n == 1 {
-            warn!(topic, partition, op, error = %e,
-                "disk error on this partition; its requests get KAFKA_STORAGE_ERROR (further errors at debug level)");
-        } else {
-            debug!(topic, partition, op, error = %e, errors = n, "disk error");
-        }
-    }
-}
-
 fn wake_waiters(waiters: &Waiters) {
     let list = std::mem::take(&mut *waiters.borrow_mut());
     for w in list {
@@ -173,8 +147,6 @@ pub struct Shard {
     /// name topics by id), rebuilt whenever a snapshot is installed.
     topic_ids: RefCell<HashMap<uuid::Uuid, String>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
-    /// The Raft groups of this core's replicas of replicated partitions (`replication`).
-    replicas: RefCell<HashMap<(String, i32), Rc<crate::broker::replica::Replica>>>,
     /// Whether this core's group driver runs, and its wake-up.
     replica_driver: Cell<bool>,
     replica_work: Notify,
@@ -288,7 +260,6 @@ impl Shard {
             topic_ids: RefCell::new(index_topic_ids(&meta)),
             meta: RefCell::new(meta),
             partitions: RefCell::new(HashMap::new()),
-            replicas: RefCell::new(HashMap::new()),
             replica_driver: Cell::new(false),
             replica_work: Notify::default(),
             raft_out_queue: RefCell::new(Vec::new()),
@@ -354,6 +325,15 @@ impl Shard {
             .cloned()
     }
 
+    /// This core's open replicas (of its replicated partitions), now.
+    fn replicas_now(&self) -> Vec<Rc<crate::broker::replica::Replica>> {
+        self.partitions
+            .borrow()
+            .values()
+            .filter_map(|p| p.replica())
+            .collect()
+    }
+
     /// A fresh id for a fetch that may park on other cores (see `Req::FetchWake`).
     pub fn next_fetch_id(&self) -> u64 {
         let id = self.next_call.get();
@@ -414,13 +394,9 @@ impl Shard {
         let files = weir_storage::io::open_file_stats();
         snap.open_segment_files = files.open;
         snap.segment_file_reopens = files.reopened;
-        snap.raft_groups = self.replicas.borrow().len();
-        snap.raft_groups_asleep = self
-            .replicas
-            .borrow()
-            .values()
-            .filter(|g| g.asleep())
-            .count();
+        let replicas = self.replicas_now();
+        snap.raft_groups = replicas.len();
+        snap.raft_groups_asleep = replicas.iter().filter(|g| g.asleep()).count();
         let mut parts: Vec<_> = self
             .partitions
             .borrow()

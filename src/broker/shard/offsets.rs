@@ -1,14 +1,10 @@
 //! ListOffsets, OffsetForLeaderEpoch and DeleteRecords on the owning core.
 
 use std::rc::Rc;
-use std::time::{Duration, Instant};
-
-use tracing::info;
 
 use super::*;
 use crate::broker::errors::{self, storage_error_code};
-use crate::broker::replica::{Proposal, Replica, ACKS_WAIT};
-use crate::broker::sync::Slot;
+use crate::broker::replica::Replica;
 
 impl Shard {
     // ---- ListOffsets ----
@@ -16,108 +12,19 @@ impl Shard {
     /// DeleteRecords on this core's partitions: moves each log start (durably) and deletes
     /// the segments wholly below it. Kafka's errors: an unknown partition, an offset past the
     /// high watermark (OFFSET_OUT_OF_RANGE).
-    pub(super) async fn delete_records_local(&self, parts: Vec<DeletePart>) -> Vec<(i16, i64)> {
+    pub(super) async fn delete_records_local(
+        self: &Rc<Self>,
+        parts: Vec<DeletePart>,
+    ) -> Vec<(i16, i64)> {
         let mut out = Vec::with_capacity(parts.len());
         for p in parts {
             let Some(part) = self.partition(&p.topic, p.partition) else {
                 out.push((errors::UNKNOWN_TOPIC_OR_PARTITION, -1));
                 continue;
             };
-            if let Some(g) = self.replica(&p.topic, p.partition) {
-                out.push(self.delete_records_replicated(g, p.offset).await);
-                continue;
-            }
-            let wm = part.log.watermarks();
-            let target = match p.offset {
-                -1 => wm.high_watermark,
-                o if o < 0 => {
-                    out.push((errors::OFFSET_OUT_OF_RANGE, wm.log_start_offset as i64));
-                    continue;
-                }
-                o => o as u64,
-            };
-            out.push(match part.log.set_log_start_offset(target).await {
-                Ok(()) => {
-                    info!(topic = %p.topic, partition = p.partition, offset = target, "records deleted");
-                    (
-                        errors::NONE,
-                        part.log.watermarks().log_start_offset as i64,
-                    )
-                }
-                Err(e) => (storage_error_code(&e), wm.log_start_offset as i64),
-            });
+            out.push(part.delete_records(self, p.offset).await);
         }
         out
-    }
-
-    /// DeleteRecords on a replicated partition (docs/replication.md, "DeleteRecords on
-    /// replicated partitions"), on its leader: the log start move is proposed as a Raft-only
-    /// entry (`replica::log_start`), and answered once it is committed and this replica has
-    /// carried it out, with the new log start (the low watermark). The followers carry it out
-    /// as they apply it. `offset` -1: the high watermark.
-    pub(super) async fn delete_records_replicated(
-        &self,
-        g: Rc<Replica>,
-        offset: i64,
-    ) -> (i16, i64) {
-        let log = g.log();
-        let wm = log.watermarks();
-        if g.failed.get() {
-            return (errors::KAFKA_STORAGE_ERROR, -1);
-        }
-        if !g.is_leader() {
-            return (errors::NOT_LEADER_OR_FOLLOWER, -1);
-        }
-        let target = match offset {
-            -1 => wm.high_watermark,
-            o if o < 0 || o as u64 > wm.high_watermark => {
-                return (errors::OFFSET_OUT_OF_RANGE, wm.log_start_offset as i64)
-            }
-            o => o as u64,
-        };
-        if target <= wm.log_start_offset {
-            return (errors::NONE, wm.log_start_offset as i64);
-        }
-        let context = crate::broker::replica::log_start::encode(target);
-        let deadline = Instant::now() + ACKS_WAIT;
-        let code = self.propose_command(&g, g.term(), context).await;
-        if code != errors::NONE {
-            return (code, -1);
-        }
-        // The driver carries the move out right after the `Ready` that committed it.
-        loop {
-            let start = log.watermarks().log_start_offset;
-            if start >= target {
-                info!(topic = %g.topic, partition = g.partition, offset = target, "records deleted");
-                return (errors::NONE, start as i64);
-            }
-            if g.failed.get() {
-                return (errors::KAFKA_STORAGE_ERROR, -1);
-            }
-            if Instant::now() > deadline {
-                return (errors::REQUEST_TIMED_OUT, -1);
-            }
-            glommio::timer::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    /// Proposes a Raft entry with no data whose `context` is a command (`replica::log_start`,
-    /// `replica::remote`) in `term`, and waits until it is committed: NONE, or the error
-    /// (NOT_LEADER_OR_FOLLOWER if the leadership moved, REQUEST_TIMED_OUT). Every replica
-    /// carries the command out when it applies the entry.
-    pub(super) async fn propose_command(&self, g: &Replica, term: u64, context: Vec<u8>) -> i16 {
-        let proposed = Rc::new(Slot::default());
-        g.proposals.borrow_mut().push(Proposal {
-            context,
-            data: Vec::new(),
-            term,
-            slot: proposed.clone(),
-        });
-        self.replica_work.notify();
-        match proposed.take().await {
-            Ok(index) => g.wait_entry(index, term, true).await,
-            Err(code) => code,
-        }
     }
 
     pub(super) async fn list_offsets_local(&self, parts: Vec<ListPart>) -> Vec<ListResult> {

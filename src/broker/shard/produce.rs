@@ -1,14 +1,14 @@
-//! Produce on the owning core: check each partition's record set as Kafka's log validator
-//! does and append it (`Log::append_produced`: framing, CRC, every record, timestamps, keys on
-//! compacted topics, bounded decompression, idempotence and sequence checks — all in the
-//! engine), or propose it on a replicated partition; flush for acks=all, count for the
-//! metrics; and the idempotent producers a partition remembers (DescribeProducers).
+//! Produce on the owning core: each partition writes its record set (`Partition::produce`:
+//! Kafka's log validator — framing, CRC, every record, timestamps, keys on compacted topics,
+//! bounded decompression, idempotence and sequence checks, all in the engine — then the append,
+//! or the proposal on a replicated partition), and the answer is made here; and the idempotent
+//! producers a partition remembers (DescribeProducers).
 
 use std::rc::Rc;
 
 use tracing::debug;
-use weir_storage::batch::Origin;
 
+use super::partition::Refused;
 use super::*;
 use crate::broker::errors::{self, storage_error_code};
 
@@ -43,74 +43,22 @@ impl Shard {
         let Some(part) = self.partition(&p.topic, p.partition) else {
             return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
         };
-        let bytes = p.records.len() as u64;
-        if let Some(g) = self.replica(&p.topic, p.partition) {
-            // The place in line is taken now, in this call's first poll: the check below may
-            // yield, and a connection's pipelined requests must still be proposed in order.
-            let order = g.clone();
-            let turn = order.check_order.lock().await;
-            let valid = match part.log.validate(p.records, Origin::Client).await {
-                Ok(v) => v,
-                Err(e) => return self.refused(&p.topic, p.partition, &e),
-            };
-            let stamped = valid.log_append_time_ms();
-            let group = g.clone();
-            return match g.produce(self, acks, valid, turn).await {
-                Ok((base, last)) => {
-                    part.bytes_in.set(part.bytes_in.get() + bytes);
-                    part.records_in.set(part.records_in.get() + last - base + 1);
-                    ProduceResult {
-                        base_offset: base as i64,
-                        log_start_offset: part.log.watermarks().log_start_offset as i64,
-                        log_append_time_ms: stamped,
-                        ..ProduceResult::error(errors::NONE)
-                    }
-                }
-                Err(code) if code == errors::NOT_LEADER_OR_FOLLOWER => ProduceResult {
-                    raft_leader: Some((group.leader.get(), group.term())),
-                    ..fail(code)
-                },
-                Err(code) => fail(code),
-            };
-        }
-        if !self.answers_as_leader(&p.topic, p.partition) {
-            // Replicated, but its Raft group is not open yet (a broker starting up).
-            return fail(errors::NOT_LEADER_OR_FOLLOWER);
-        }
-        // Checked (`Log::append_produced`: Kafka's log validator, in one pass) and appended.
-        match part.log.append_produced(p.records).await {
-            Ok(info) => {
-                if info.duplicate {
-                    // An idempotent producer's retry: answered with the original offsets.
-                    debug!(topic = %p.topic, partition = p.partition, base_offset = info.base_offset, "duplicate batch not written again");
-                } else {
-                    part.bytes_in.set(part.bytes_in.get() + bytes);
-                    part.records_in
-                        .set(part.records_in.get() + info.last_offset - info.base_offset + 1);
-                }
-                if acks == -1 {
-                    if let Err(e) = part.log.flush().await {
-                        part.log_io_error(&p.topic, p.partition, "flush", &e);
-                        return fail(storage_error_code(&e));
-                    }
-                }
-                ProduceResult {
-                    base_offset: info.base_offset as i64,
-                    log_start_offset: info.log_start_offset as i64,
-                    log_append_time_ms: info.log_append_time_ms,
-                    ..ProduceResult::error(errors::NONE)
-                }
-            }
-            Err(e) if e.is_storage_error() => {
-                part.log_io_error(&p.topic, p.partition, "append", &e);
-                fail(storage_error_code(&e))
-            }
-            Err(e) => self.refused(&p.topic, p.partition, &e),
+        match part.produce(self, acks, p.records).await {
+            Ok(a) => ProduceResult {
+                base_offset: a.base_offset as i64,
+                log_start_offset: a.log_start_offset as i64,
+                log_append_time_ms: a.log_append_time_ms,
+                ..ProduceResult::error(errors::NONE)
+            },
+            Err(Refused::Invalid(e)) => self.refused(&p.topic, p.partition, &e),
+            Err(Refused::NotLeader(leader)) => ProduceResult {
+                raft_leader: leader,
+                ..fail(errors::NOT_LEADER_OR_FOLLOWER)
+            },
+            Err(Refused::Code(code)) => fail(code),
         }
     }
 
-    /// The answer to a record set the log refused: its Kafka error code, and for a record set
-    /// the validator refused, why and which records (KIP-467).
     fn refused(&self, topic: &str, partition: i32, e: &weir_storage::Error) -> ProduceResult {
         let code = storage_error_code(e);
         self.metrics

@@ -125,7 +125,7 @@ impl Shard {
     /// Wakes this core's sleeping groups with a replica on broker `peer`.
     pub(super) fn wake_replicas_of(&self, peer: u64) {
         let mut woken = 0usize;
-        for g in self.replicas.borrow().values() {
+        for g in self.replicas_now() {
             if g.asleep() && g.raw.borrow().raft.prs().iter().any(|(id, _)| *id == peer) {
                 g.wake();
                 woken += 1;

@@ -19,7 +19,7 @@ use raft::prelude::Message;
 
 use super::*;
 use crate::broker::errors;
-use crate::broker::replica::{Host, Opening, OwnsLog, Replica};
+use crate::broker::replica::{Host, Opening, Replica};
 
 /// The partition groups' clock: like the metadata group's (docs/replication.md §6).
 const TICK: Duration = Duration::from_millis(100);
@@ -27,19 +27,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// checks its preferred leader.
 pub(super) const HOUSEKEEPING_TICKS: u64 = 10;
 
-impl OwnsLog for Partition {
-    fn log(&self) -> &weir_storage::Log {
-        &self.log
-    }
-}
-
 impl Shard {
     /// The replica of a replicated partition on this core.
     pub(super) fn replica(&self, topic: &str, partition: i32) -> Option<Rc<Replica>> {
-        self.replicas
-            .borrow()
-            .get(&(topic.to_string(), partition))
-            .cloned()
+        self.partition(topic, partition)?.replica()
     }
 
     /// Starts this core's replica of `topic`-`partition` (its log is open) in a group of
@@ -69,10 +60,8 @@ impl Shard {
             now: Instant::now(),
             random_timeouts: true,
         };
-        let replica = Replica::open(part, opening).await?;
-        self.replicas
-            .borrow_mut()
-            .insert((topic.to_string(), partition), Rc::new(replica));
+        let replica = Replica::open(part.clone(), opening).await?;
+        part.set_replica(Rc::new(replica));
         if !self.replica_driver.replace(true) {
             glommio::spawn_local(self.clone().drive_replicas()).detach();
         }
@@ -106,7 +95,7 @@ impl Shard {
             // One group after another. Driving them concurrently was measured (docs/bench.md,
             // "Groups driven concurrently"): full-speed throughput did not move, so the simpler
             // order stays until a mixed load shows a need.
-            let groups: Vec<Rc<Replica>> = self.replicas.borrow().values().cloned().collect();
+            let groups = self.replicas_now();
             if tick {
                 ticks += 1;
             }

@@ -70,6 +70,29 @@ impl ValidBatches {
         })
     }
 
+    /// How many offsets the batches take.
+    pub fn offsets(&self) -> u64 {
+        self.infos
+            .iter()
+            .map(|i| i.last_offset_delta as u64 + 1)
+            .sum()
+    }
+
+    /// Gives the batches their offsets from `base` on, and the leader epoch, in place (neither
+    /// is covered by the CRC); returns the offset after the last. The one place a log's
+    /// offsets are handed out: a log's own append ([`crate::Log::append`]) and a replicated
+    /// partition's leader (which proposes the batches) both call it.
+    pub fn assign_offsets(&mut self, base: u64, leader_epoch: i32) -> u64 {
+        let mut next = base;
+        let mut pos = 0usize;
+        for info in &self.infos {
+            super::assign_offset(&mut self.bytes[pos..], next as i64, leader_epoch);
+            next += info.last_offset_delta as u64 + 1;
+            pos += info.total_bytes;
+        }
+        next
+    }
+
     /// The batches, each as its own buffer.
     pub fn split(self) -> Vec<BytesMut> {
         let mut rest = self.bytes;

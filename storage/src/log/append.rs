@@ -142,10 +142,12 @@ impl Log {
     ) -> Result<AppendInfo> {
         let inner = &self.inner;
         let log_append_time_ms = valid.log_append_time_ms();
-        let (mut records, infos) = valid.into_parts();
-        let from_producers = producer_batches(&records, &infos);
+        let mut valid = valid;
+        let from_producers = producer_batches(valid.bytes(), valid.infos());
         // Idempotent producers: sequence checks and retries, under the append lock.
-        if let Some((base_offset, last_offset)) = inner.check_producers(&infos, &from_producers)? {
+        if let Some((base_offset, last_offset)) =
+            inner.check_producers(valid.infos(), &from_producers)?
+        {
             drop(permit);
             // The original may still be on its way to the disk.
             if !inner.hw.wait_for(last_offset + 1).await {
@@ -159,20 +161,15 @@ impl Log {
                 log_append_time_ms: -1,
             });
         }
-        let offsets: u64 = infos.iter().map(|i| i.last_offset_delta as u64 + 1).sum();
-        inner.maybe_roll(records.len() as u64, offsets).await?;
-        inner.ensure_preallocated(records.len() as u64).await?;
+        let bytes = valid.bytes().len() as u64;
+        inner.maybe_roll(bytes, valid.offsets()).await?;
+        inner.ensure_preallocated(bytes).await?;
 
         // Assign offsets (and the leader epoch) in place.
         let base_offset = inner.log_end.get();
         let epoch = inner.leader_epoch.get();
-        let mut offset = base_offset;
-        let mut pos = 0usize;
-        for info in &infos {
-            batch::assign_offset(&mut records[pos..], offset as i64, epoch);
-            offset += info.last_offset_delta as u64 + 1;
-            pos += info.total_bytes;
-        }
+        valid.assign_offsets(base_offset, epoch);
+        let (records, infos) = valid.into_parts();
         inner.note_epochs(&[(epoch, base_offset)]).await?;
         let end_offset = inner
             .place(records.freeze(), &infos, &from_producers)
