@@ -133,6 +133,39 @@ impl Notify {
     }
 }
 
+/// A wake-up any number of tasks may wait for: each [`Pulse::notified`] completes at the first
+/// [`Pulse::notify`] after its first poll (earlier ones are not remembered, so a waiter checks
+/// its condition, then awaits, with no yield between: nothing is missed).
+#[derive(Default)]
+pub struct Pulse {
+    generation: Cell<u64>,
+    waiters: RefCell<Vec<Waker>>,
+}
+
+impl Pulse {
+    pub fn notify(&self) {
+        self.generation.set(self.generation.get() + 1);
+        let ws = std::mem::take(&mut *self.waiters.borrow_mut());
+        ws.into_iter().for_each(Waker::wake);
+    }
+
+    pub async fn notified(&self) {
+        let mut seen = None;
+        poll_fn(|cx| {
+            let now = self.generation.get();
+            if *seen.get_or_insert(now) != now {
+                return Poll::Ready(());
+            }
+            let mut ws = self.waiters.borrow_mut();
+            if !ws.iter().any(|w| w.will_wake(cx.waker())) {
+                ws.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
 /// A per-core budget of bytes: the memory of requests being read and not yet answered
 /// (`queued.max.request.bytes`, Kafka's socket-server memory pool). A connection takes a
 /// [`Held`] for a frame's whole size once its size prefix has arrived, waiting for room only
@@ -336,6 +369,40 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
+    }
+
+    /// A replica's `handled` is waited on by a retried idempotent batch, a DeleteRecords and
+    /// the tiering task at once: one notify wakes them all (a `Notify` keeps one waker, and a
+    /// second waiter took the first one's wake-up), and a notify before a wait is not one.
+    #[test]
+    fn pulse_wakes_every_waiter_and_only_for_later_notifies() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let pulse = Rc::new(Pulse::default());
+                pulse.notify(); // before anyone waits: not remembered
+                let woken = Rc::new(Cell::new(0));
+                let tasks: Vec<_> = (0..3)
+                    .map(|_| {
+                        let (pulse, woken) = (pulse.clone(), woken.clone());
+                        glommio::spawn_local(async move {
+                            pulse.notified().await;
+                            woken.set(woken.get() + 1);
+                        })
+                    })
+                    .collect();
+                for _ in 0..3 {
+                    futures_lite::future::yield_now().await;
+                }
+                assert_eq!(woken.get(), 0, "an earlier notify woke a waiter");
+                pulse.notify();
+                for t in tasks {
+                    t.await;
+                }
+                assert_eq!(woken.get(), 3);
+            })
+            .expect("spawn")
+            .join()
+            .expect("join");
     }
 
     #[test]

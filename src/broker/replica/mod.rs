@@ -240,9 +240,13 @@ pub struct Replica {
     /// it goes to sleep (`hibernate`).
     pub(crate) quiet_since: Cell<Option<Instant>>,
     pub(crate) idle_ticks: Cell<u32>,
-    /// Fired after each `Ready` is handled (and when the replica fails): an idempotent
-    /// produce waiting for its producers' entries to be written looks again.
-    pub(crate) handled: crate::broker::sync::Notify,
+    /// Fired after each `Ready` is handled, after a round's upkeep (an upload listed,
+    /// retention, a cut) and when the replica fails: an idempotent produce waiting for its
+    /// producers' entries to be written, and a leader waiting for its committed command to be
+    /// carried out (`carried_out`), look again.
+    /// Every waiter is woken (a `Pulse`): a retried idempotent batch, a DeleteRecords and the
+    /// tiering task may wait at once.
+    pub(crate) handled: crate::broker::sync::Pulse,
 }
 
 impl Replica {

@@ -39,7 +39,7 @@
 //! collected.
 
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::{debug, info, warn};
 
@@ -394,11 +394,16 @@ impl Replica {
         }
     }
 
-    /// Waits (up to `ACKS_WAIT`) until `done` holds after one of this replica's `Ready`s was
-    /// handled (the driver carries a committed command out right after the `Ready` that
-    /// committed it); false if it never did or the replica failed.
-    async fn carried_out(&self, host: &dyn Host, done: impl Fn() -> bool) -> bool {
-        let started = host.now();
+    /// Waits (up to `ACKS_WAIT` after `started`) until `done` holds, looking again whenever the driver handled
+    /// a `Ready` or did a round's upkeep (it carries a committed command out in the round
+    /// whose `Ready` committed it: `Replica::round`); false if it never did or the replica
+    /// failed.
+    async fn carried_out(
+        &self,
+        host: &dyn Host,
+        started: Instant,
+        done: impl Fn() -> bool,
+    ) -> bool {
         loop {
             if done() {
                 return true;
@@ -410,9 +415,7 @@ impl Replica {
             else {
                 return false;
             };
-            // Polled as well as woken: a cut or a listing may finish between `Ready`s.
-            let poll = left.min(Duration::from_millis(1));
-            futures_lite::future::or(self.handled.notified(), glommio::timer::sleep(poll)).await;
+            futures_lite::future::or(self.handled.notified(), glommio::timer::sleep(left)).await;
         }
     }
 
@@ -441,12 +444,16 @@ impl Replica {
             return (errors::NONE, wm.log_start_offset as i64);
         }
         let context = super::log_start::encode(target);
+        // One deadline for the commit and the carrying out, as for a produce.
+        let started = host.now();
         let code = self.propose_command(host, self.term(), context).await;
         if code != errors::NONE {
             return (code, -1);
         }
         if !self
-            .carried_out(host, || log.watermarks().log_start_offset >= target)
+            .carried_out(host, started, || {
+                log.watermarks().log_start_offset >= target
+            })
             .await
         {
             let code = if self.failed.get() {
@@ -517,7 +524,7 @@ impl Replica {
                 log.latest_tiered_offset()
                     .is_some_and(|last| last >= seg.next_offset - 1)
             };
-            if !self.carried_out(host, listed).await {
+            if !self.carried_out(host, host.now(), listed).await {
                 return Err(format!(
                     "the committed upload of the segment at {} was not listed",
                     seg.base_offset

@@ -29,14 +29,22 @@ impl Replica {
         }
         // Uploads are listed before retention runs: local retention deletes only below the
         // remote end, and the snapshot point moves past an upload's entry only once it is.
+        let mut upkept = false;
         if !self.remote_due.borrow().is_empty() {
             self.list_remote().await?;
+            upkept = true;
         }
         if let Some(now_ms) = self.retention_due.take() {
             self.compact(now_ms).await?;
+            upkept = true;
         }
         if let Some(offset) = self.cut_due.take() {
             self.cut(offset).await?;
+            upkept = true;
+        }
+        if upkept {
+            // A leader waiting for its committed command to be carried out looks again.
+            self.handled.notify();
         }
         Ok(())
     }

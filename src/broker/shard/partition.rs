@@ -177,9 +177,9 @@ impl Partition {
         })
     }
 
-    /// A batch of the broker's own (a transaction marker), written durably: committed
-    /// through the replica, or appended and flushed. NONE or the error code.
-    pub(super) async fn write_internal(&self, host: &dyn Host, batch: Bytes) -> i16 {
+    /// A transaction marker (a control batch), written durably: committed through the
+    /// replica, or appended and flushed. NONE or the error code.
+    pub(super) async fn write_marker(&self, host: &dyn Host, batch: Bytes) -> i16 {
         if let Some(r) = self.replica() {
             return match r.produce_checked(host, -1, batch, Origin::Internal).await {
                 Ok(_) => errors::NONE,
@@ -197,7 +197,7 @@ impl Partition {
         match written {
             Ok(_) => errors::NONE,
             Err(e) => {
-                warn!(topic = %self.topic, partition = self.partition, error = %e, "internal batch not written");
+                warn!(topic = %self.topic, partition = self.partition, error = %e, "transaction marker not written");
                 storage_error_code(&e)
             }
         }

@@ -59,6 +59,8 @@ impl Shard {
         }
     }
 
+    /// The answer to a record set the log refused: its Kafka error code, and for a record set
+    /// the validator refused, why and which records (KIP-467).
     fn refused(&self, topic: &str, partition: i32, e: &weir_storage::Error) -> ProduceResult {
         let code = storage_error_code(e);
         self.metrics

@@ -60,8 +60,24 @@ impl Shard {
             now: Instant::now(),
             random_timeouts: true,
         };
-        let replica = Replica::open(part.clone(), opening).await?;
-        part.set_replica(Rc::new(replica));
+        let replica = Rc::new(Replica::open(part.clone(), opening).await?);
+        // The partition may have been retired while its replica opened: the replica is then
+        // closed at once (left on the retired partition, it would never be driven or closed).
+        if !self
+            .partition(topic, partition)
+            .is_some_and(|now| Rc::ptr_eq(&now, &part))
+        {
+            replica.failed.set(true);
+            replica.fail_waiters(crate::broker::errors::NOT_LEADER_OR_FOLLOWER);
+            self.rejoin.borrow().done(&replica.rejoin);
+            tracing::debug!(
+                topic,
+                partition,
+                "partition retired while its replica opened; replica closed"
+            );
+            return Ok(());
+        }
+        part.set_replica(replica);
         if !self.replica_driver.replace(true) {
             glommio::spawn_local(self.clone().drive_replicas()).detach();
         }
