@@ -14,7 +14,7 @@ use weir::metadata::Metadata;
 
 use super::Groups;
 use crate::broker::errors;
-use crate::broker::shard::{EpochPart, Req, Resp, Shard};
+use crate::broker::shard::{EpochEndsCall, EpochPart, Shard};
 
 /// A client's `current_leader_epoch` against this broker's epoch of the partition (the one
 /// its Metadata answers name): FENCED_LEADER_EPOCH if the client's is older (its metadata is
@@ -71,22 +71,16 @@ pub(super) async fn offset_for_leader_epoch(
         }
         resp.topics.push(tr);
     }
-    for (owner, (parts, slots)) in groups {
-        let answers = match shard.call(owner, Req::EpochEnds(parts)).await {
-            Resp::EpochEnds(rs) if rs.len() == slots.len() => rs,
-            // The owner could not answer (shutting down): retriable.
-            _ => Vec::new(),
-        };
-        for (i, (ti, pi)) in slots.into_iter().enumerate() {
-            let pr = &mut resp.topics[ti].partitions[pi];
-            match answers.get(i) {
-                Some(a) => {
-                    pr.error_code = a.error;
-                    pr.leader_epoch = a.epoch;
-                    pr.end_offset = a.end_offset;
-                }
-                None => pr.error_code = errors::NOT_LEADER_OR_FOLLOWER,
+    for ((ti, pi), a) in super::fan_out(shard, groups, EpochEndsCall).await {
+        let pr = &mut resp.topics[ti].partitions[pi];
+        match a {
+            Some(a) => {
+                pr.error_code = a.error;
+                pr.leader_epoch = a.epoch;
+                pr.end_offset = a.end_offset;
             }
+            // The owner could not answer (shutting down): retriable.
+            None => pr.error_code = errors::NOT_LEADER_OR_FOLLOWER,
         }
     }
     resp

@@ -44,7 +44,7 @@ use self::offsets::*;
 use self::produce::*;
 use self::topics::*;
 use crate::broker::errors;
-use crate::broker::shard::Shard;
+use crate::broker::shard::{CoreCall, Shard};
 use groups as group;
 
 pub use self::authz::allowed;
@@ -57,6 +57,37 @@ pub use weir::protocol::wire::{
 /// Partition work grouped by owning core: the parts, and where each result goes in the
 /// response (topic index, partition index).
 type Groups<P> = BTreeMap<usize, (Vec<P>, Vec<(usize, usize)>)>;
+
+/// Sends each owner core its parts as one call (`make`), all at once and started in core
+/// order, and hands back every slot (topic index, partition index) with its part's answer:
+/// `None` for each slot of an owner that could not answer (stopping), or that answered for
+/// another number of parts. The one fan-out of the per-partition requests.
+async fn fan_out<P: 'static, R: 'static, C: CoreCall<Reply = Vec<R>> + 'static>(
+    shard: &Rc<Shard>,
+    groups: Groups<P>,
+    make: impl Fn(Vec<P>) -> C,
+) -> Vec<((usize, usize), Option<R>)> {
+    let tasks: Vec<_> = groups
+        .into_iter()
+        .map(|(owner, (parts, slots))| {
+            let (sh, call) = (shard.clone(), make(parts));
+            (
+                glommio::spawn_local(async move { sh.ask(owner, call).await }),
+                slots,
+            )
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (task, slots) in tasks {
+        match task.await {
+            Some(answers) if answers.len() == slots.len() => {
+                out.extend(slots.into_iter().zip(answers.into_iter().map(Some)))
+            }
+            _ => out.extend(slots.into_iter().map(|s| (s, None))),
+        }
+    }
+    out
+}
 
 /// A response ready for the socket: pieces written in order (record chunks are shared
 /// `Bytes`, not copies). `None` for produce with acks=0.

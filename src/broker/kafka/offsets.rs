@@ -1,7 +1,7 @@
 //! ListOffsets and DeleteRecords, answered by the partitions' owner cores.
 
 use crate::broker::errors;
-use crate::broker::shard::{ListPart, Req, Resp, Shard};
+use crate::broker::shard::{DeleteRecordsCall, ListOffsetsCall, ListPart, Shard};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
@@ -54,27 +54,21 @@ pub(super) async fn list_offsets(
         }
         resp.topics.push(tr);
     }
-    for (owner, (parts, slots)) in groups {
-        match shard.call(owner, Req::ListOffsets(parts)).await {
-            Resp::ListOffsets(rs) if rs.len() == slots.len() => {
-                for (r, (ti, pi)) in rs.into_iter().zip(slots) {
-                    let pr = &mut resp.topics[ti].partitions[pi];
-                    pr.error_code = r.error;
-                    pr.offset = r.offset;
-                    pr.timestamp = r.timestamp;
-                    // v4+ only: the codec refuses to encode a field its version lacks.
-                    if version >= 4 {
-                        pr.leader_epoch = r.leader_epoch;
-                    }
+    for ((ti, pi), r) in fan_out(shard, groups, ListOffsetsCall).await {
+        let pr = &mut resp.topics[ti].partitions[pi];
+        match r {
+            Some(r) => {
+                pr.error_code = r.error;
+                pr.offset = r.offset;
+                pr.timestamp = r.timestamp;
+                // v4+ only: the codec refuses to encode a field its version lacks.
+                if version >= 4 {
+                    pr.leader_epoch = r.leader_epoch;
                 }
             }
             // The owner could not answer (shutting down): a retriable error, not NONE
             // with -1 offsets.
-            _ => {
-                for (ti, pi) in slots {
-                    resp.topics[ti].partitions[pi].error_code = errors::NOT_LEADER_OR_FOLLOWER;
-                }
-            }
+            None => pr.error_code = errors::NOT_LEADER_OR_FOLLOWER,
         }
     }
     if version == 0 {
@@ -139,20 +133,14 @@ pub(super) async fn delete_records(
         }
         resp.topics.push(tr);
     }
-    for (owner, (parts, slots)) in groups {
-        match shard.call(owner, Req::DeleteRecords(parts)).await {
-            Resp::LowWatermarks(rs) if rs.len() == slots.len() => {
-                for ((error, low), (ti, pi)) in rs.into_iter().zip(slots) {
-                    let pr = &mut resp.topics[ti].partitions[pi];
-                    pr.error_code = error;
-                    pr.low_watermark = low;
-                }
+    for ((ti, pi), r) in fan_out(shard, groups, DeleteRecordsCall).await {
+        let pr = &mut resp.topics[ti].partitions[pi];
+        match r {
+            Some((error, low)) => {
+                pr.error_code = error;
+                pr.low_watermark = low;
             }
-            _ => {
-                for (ti, pi) in slots {
-                    resp.topics[ti].partitions[pi].error_code = errors::NOT_LEADER_OR_FOLLOWER;
-                }
-            }
+            None => pr.error_code = errors::NOT_LEADER_OR_FOLLOWER,
         }
     }
     resp

@@ -1,7 +1,7 @@
 //! Produce and InitProducerId: partitions grouped by owning core, one call per owner.
 
 use crate::broker::errors;
-use crate::broker::shard::{ProducePart, Req, Resp, Shard};
+use crate::broker::shard::{ProduceCall, ProducePart, Shard};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::*;
 use std::collections::BTreeMap;
@@ -105,25 +105,11 @@ pub(super) async fn produce(
         }
     }
     // Every group starts now (remote ones are sent in order); local work runs in place.
-    let mut tasks = Vec::new();
-    for (owner, (parts, slots)) in groups {
-        let sh = shard.clone();
-        let task =
-            glommio::spawn_local(async move { sh.call(owner, Req::Produce { acks, parts }).await });
-        tasks.push((task, slots));
-    }
-    for (task, slots) in tasks {
-        match task.await {
-            Resp::Produce(rs) => {
-                for (r, (ti, pi)) in rs.into_iter().zip(slots) {
-                    results[ti][pi].1 = r;
-                }
-            }
-            _ => {
-                for (ti, pi) in slots {
-                    results[ti][pi].1.error = errors::NOT_LEADER_OR_FOLLOWER;
-                }
-            }
+    let make = |parts| ProduceCall { acks, parts };
+    for ((ti, pi), r) in super::fan_out(shard, groups, make).await {
+        match r {
+            Some(r) => results[ti][pi].1 = r,
+            None => results[ti][pi].1.error = errors::NOT_LEADER_OR_FOLLOWER,
         }
     }
     if acks == 0 {

@@ -13,7 +13,7 @@ use kafka_protocol::messages::*;
 
 use super::*;
 use crate::broker::errors;
-use crate::broker::shard::{Req, Resp, Shard};
+use crate::broker::shard::{DescribeProducersCall, Shard};
 
 pub(super) async fn describe_producers(
     shard: &Rc<Shard>,
@@ -41,31 +41,25 @@ pub(super) async fn describe_producers(
         }
         resp.topics.push(tr);
     }
-    for (owner, (parts, slots)) in groups {
-        let answers = match shard.call(owner, Req::DescribeProducers(parts)).await {
-            Resp::Producers(rs) if rs.len() == slots.len() => rs,
-            _ => vec![Err(errors::NOT_LEADER_OR_FOLLOWER); slots.len()],
-        };
-        for (r, (ti, pi)) in answers.into_iter().zip(slots) {
-            let pr = &mut resp.topics[ti].partitions[pi];
-            match r {
-                Ok(producers) => {
-                    pr.active_producers = producers
-                        .into_iter()
-                        .map(|p| {
-                            let mut s = ProducerState::default();
-                            s.producer_id = ProducerId(p.producer_id);
-                            s.producer_epoch = i32::from(p.epoch);
-                            s.last_sequence = p.last_sequence;
-                            s.last_timestamp = p.last_timestamp;
-                            s.coordinator_epoch = -1;
-                            s.current_txn_start_offset = p.txn_start_offset;
-                            s
-                        })
-                        .collect()
-                }
-                Err(code) => pr.error_code = code,
+    for ((ti, pi), r) in super::fan_out(shard, groups, DescribeProducersCall).await {
+        let pr = &mut resp.topics[ti].partitions[pi];
+        match r.unwrap_or(Err(errors::NOT_LEADER_OR_FOLLOWER)) {
+            Ok(producers) => {
+                pr.active_producers = producers
+                    .into_iter()
+                    .map(|p| {
+                        let mut s = ProducerState::default();
+                        s.producer_id = ProducerId(p.producer_id);
+                        s.producer_epoch = i32::from(p.epoch);
+                        s.last_sequence = p.last_sequence;
+                        s.last_timestamp = p.last_timestamp;
+                        s.coordinator_epoch = -1;
+                        s.current_txn_start_offset = p.txn_start_offset;
+                        s
+                    })
+                    .collect()
             }
+            Err(code) => pr.error_code = code,
         }
     }
     resp

@@ -14,6 +14,12 @@ use crate::broker::sync::Slot;
 impl Shard {
     // ---- Cross-core calls ----
 
+    /// Runs a typed call on core `owner` (`call`): its answer, or `None` if the core answered
+    /// something else (a core that is stopping answers `Resp::Done`).
+    pub async fn ask<C: CoreCall>(self: &Rc<Self>, owner: usize, c: C) -> Option<C::Reply> {
+        C::reply(self.call(owner, c.into_req()).await)
+    }
+
     /// Runs `req` on core `owner`: in place if that is this core, else over the mesh.
     pub async fn call(self: &Rc<Self>, owner: usize, req: Req) -> Resp {
         if owner == self.id {
