@@ -4,7 +4,7 @@ use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 
 /// Runs the futures concurrently and returns their outputs in order. Each poll polls the
 /// unfinished ones in order, so the first poll starts them all, in order, before any of
@@ -70,6 +70,21 @@ impl<T> Slot<T> {
     }
 }
 
+/// Adds the task polling with `cx` to `waiters`, once.
+fn register(waiters: &RefCell<Vec<Waker>>, cx: &Context<'_>) {
+    let mut ws = waiters.borrow_mut();
+    if !ws.iter().any(|w| w.will_wake(cx.waker())) {
+        ws.push(cx.waker().clone());
+    }
+}
+
+/// Wakes every task in `waiters` and forgets them (the list is taken first: a woken task may
+/// register again).
+fn wake_all(waiters: &RefCell<Vec<Waker>>) {
+    let ws = std::mem::take(&mut *waiters.borrow_mut());
+    ws.into_iter().for_each(Waker::wake);
+}
+
 /// A latch: once fired it stays fired; any number of tasks may wait on it.
 #[derive(Default)]
 pub struct Event {
@@ -82,8 +97,7 @@ impl Event {
         if self.fired.replace(true) {
             return;
         }
-        let ws = std::mem::take(&mut *self.waiters.borrow_mut());
-        ws.into_iter().for_each(Waker::wake);
+        wake_all(&self.waiters);
     }
 
     pub fn is_fired(&self) -> bool {
@@ -95,10 +109,7 @@ impl Event {
             if self.fired.get() {
                 return Poll::Ready(());
             }
-            let mut ws = self.waiters.borrow_mut();
-            if !ws.iter().any(|w| w.will_wake(cx.waker())) {
-                ws.push(cx.waker().clone());
-            }
+            register(&self.waiters, cx);
             Poll::Pending
         })
         .await
@@ -145,8 +156,7 @@ pub struct Pulse {
 impl Pulse {
     pub fn notify(&self) {
         self.generation.set(self.generation.get() + 1);
-        let ws = std::mem::take(&mut *self.waiters.borrow_mut());
-        ws.into_iter().for_each(Waker::wake);
+        wake_all(&self.waiters);
     }
 
     pub async fn notified(&self) {
@@ -156,10 +166,7 @@ impl Pulse {
             if *seen.get_or_insert(now) != now {
                 return Poll::Ready(());
             }
-            let mut ws = self.waiters.borrow_mut();
-            if !ws.iter().any(|w| w.will_wake(cx.waker())) {
-                ws.push(cx.waker().clone());
-            }
+            register(&self.waiters, cx);
             Poll::Pending
         })
         .await
