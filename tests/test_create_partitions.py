@@ -8,6 +8,7 @@ Before, weir did not offer CreatePartitions at all: clients said "not supported 
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import kafka
@@ -111,5 +112,39 @@ def test_a_subscribed_group_picks_up_new_partitions(broker, topic_name):
                 got = m
         assert got is not None and got.partition() == 2 and got.value() == b"new"
         assert {tp.partition for tp in c.assignment()} == {0, 1, 2}
+    finally:
+        c.close()
+
+
+def test_growth_whose_log_cannot_be_made_is_undone_and_no_stale_log_is_reused(broker, topic_name):
+    """A new partition whose log cannot be created (an operator's file sits where its
+    directory goes) fails the CreatePartitions with KAFKA_STORAGE_ERROR and the cause, and the
+    topic keeps its partitions, as on CreateTopics. A directory left at a new partition's name
+    (an earlier life of the topic) is removed, not taken as the new partition's data."""
+    b = broker.bootstrap
+    rd_create_topic(b, topic_name, 2)
+    rd_produce(rd_producer(b, acks="all"), topic_name,
+               [Msg(None, f"v{i}".encode(), partition=i) for i in range(2)])
+    blocker = broker.data_dir / f"{topic_name}-2"
+    blocker.write_text("not a directory")
+    with pytest.raises(KafkaException) as e:
+        grow(b, topic_name, 3)
+    err = e.value.args[0]
+    assert err.name() == "KAFKA_STORAGE_ERROR", err
+    assert "partition 2" in err.str(), err.str()
+    md = rd_admin(b).list_topics(topic=topic_name, timeout=5)
+    assert len(md.topics[topic_name].partitions) == 2, "the failed growth was not undone"
+    assert blocker.read_text() == "not a directory", "the operator's file was touched"
+
+    # A stale log at the new partition's name: a copy of partition 0's (one record).
+    blocker.unlink()
+    shutil.copytree(broker.data_dir / f"{topic_name}-0", blocker)
+    grow(b, topic_name, 3)
+    wait_for_topic(b, topic_name, 3)
+    c = rd_consumer(b)
+    try:
+        assert c.get_watermark_offsets(TopicPartition(topic_name, 2), timeout=10) == (0, 0), \
+            "the new partition took the stale log's records"
+        assert c.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10) == (0, 1)
     finally:
         c.close()

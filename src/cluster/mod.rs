@@ -71,6 +71,10 @@ pub fn parse_voters(s: &str) -> Result<Vec<Voter>, String> {
     Ok(out)
 }
 
+/// The broker of every placement on a standalone broker (cluster broker ids start at 1): a
+/// topic placed there keeps no broker list (`TopicMeta::brokers` is empty).
+pub const STANDALONE: u64 = 0;
+
 /// Where one partition lives (replication factor 1): a broker and one of its cores.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Placement {
@@ -177,6 +181,9 @@ pub enum Outcome {
     /// More replicas asked for than there are registered brokers.
     InvalidReplicationFactor(String),
     Invalid(String),
+    /// Only on a standalone broker: a partition log of the change could not be opened (a
+    /// file in the way, EIO, no file descriptors left), so the change was undone.
+    StorageError(String),
 }
 
 /// One entry of the metadata log: the records of one admin request, tagged with its id.
@@ -250,6 +257,48 @@ impl Record {
         }
         Ok(())
     }
+
+    /// `plan` on a standalone broker: a new topic's id, and new partitions spread over this
+    /// broker's cores (the least loaded first; broker [`STANDALONE`]). Records a request placed
+    /// itself (an explicit assignment) keep their placement.
+    pub fn plan_standalone(&mut self, meta: &Metadata) {
+        let here = |cores: Vec<usize>| -> Vec<Placement> {
+            cores
+                .into_iter()
+                .map(|core| Placement {
+                    broker: STANDALONE,
+                    core,
+                })
+                .collect()
+        };
+        match self {
+            Record::CreateTopic {
+                id,
+                count,
+                partitions,
+                ..
+            } => {
+                if id.is_empty() {
+                    *id = crate::metadata::new_topic_id();
+                }
+                if partitions.is_empty() && *count <= Metadata::MAX_PARTITIONS {
+                    *partitions = here(meta.place_new(*count));
+                }
+            }
+            Record::CreatePartitions {
+                topic,
+                count,
+                added,
+                ..
+            } => {
+                let current = meta.topics.get(topic).map_or(0, |t| t.owners.len());
+                if added.is_empty() && *count > current && *count <= Metadata::MAX_PARTITIONS {
+                    *added = here(meta.place_new(*count - current));
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Applies one committed record to `meta`. Deterministic: every broker gets the same
@@ -294,11 +343,19 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
             if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Outcome::Invalid(format!("invalid topic id {id:?}"));
             }
+            let standalone = partitions.iter().all(|p| p.broker == STANDALONE);
+            if !standalone && partitions.iter().any(|p| p.broker == STANDALONE) {
+                return Outcome::Invalid(format!("topic '{name}' is placed on broker 0"));
+            }
             let topic = TopicMeta {
                 id: id.clone(),
                 owners: partitions.iter().map(|p| p.core).collect(),
                 configs: configs.clone(),
-                brokers: partitions.iter().map(|p| p.broker).collect(),
+                brokers: if standalone {
+                    Vec::new()
+                } else {
+                    partitions.iter().map(|p| p.broker).collect()
+                },
                 replicas: replica_lists(replicas),
                 leader_epochs: Vec::new(),
                 isr: Vec::new(),
@@ -365,12 +422,19 @@ pub fn apply(meta: &mut Metadata, record: &Record) -> Outcome {
                     added.len()
                 ));
             }
-            if t.brokers.len() != current {
+            // A standalone broker's topic (no broker list) grows on broker 0 alone; a
+            // cluster's on registered brokers alone.
+            let standalone = t.brokers.is_empty();
+            if added.iter().any(|p| (p.broker == STANDALONE) != standalone)
+                || (!standalone && t.brokers.len() != current)
+            {
                 return Outcome::Invalid(format!("topic '{topic}' has no cluster placement"));
             }
             let mut grown = t.clone();
             grown.owners.extend(added.iter().map(|p| p.core));
-            grown.brokers.extend(added.iter().map(|p| p.broker));
+            if !standalone {
+                grown.brokers.extend(added.iter().map(|p| p.broker));
+            }
             if rf > 1 {
                 grown.replicas.extend(replica_lists(added_replicas));
                 if !grown.leader_epochs.is_empty() {
@@ -509,5 +573,7 @@ fn check_factor(t: &TopicMeta, rf: usize) -> Result<(), Outcome> {
     crate::metadata::check_replicas(t).map_err(Outcome::Invalid)
 }
 
+#[cfg(test)]
+mod standalone_tests;
 #[cfg(test)]
 mod tests;

@@ -1,448 +1,381 @@
-//! Topic and user administration on core 0 (under the admin lock): create and delete topics,
-//! add partitions, alter topic configs, store SASL users' credentials; each change is saved (`Metadata::save`) and then applied
-//! on every core (`Req::Apply`) before it is answered.
+//! Topic, user and ACL administration on core 0: each request is checked against the current
+//! metadata (`checks`), turned into `cluster::Record`s and submitted — to the metadata Raft
+//! group in a cluster, to this broker's own metadata on a standalone one (`apply`) — and
+//! answered with each record's outcome. Both go through the same `Record::apply`, so a topic is
+//! created, grown, reconfigured or deleted by the same code whether the broker is alone or
+//! not; only where new partitions go (`Record::plan` / `plan_standalone`) and what an answer
+//! waits for differ.
 
 use std::rc::Rc;
-use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::{info, warn};
+use weir::cluster::{Outcome, Placement, Record, STANDALONE};
+use weir::metadata::Metadata;
 
+use super::checks;
 use super::*;
-use crate::broker::errors::{self};
-use weir::cluster::Record;
-use weir::metadata::{new_topic_id, Metadata, TopicMeta};
+use crate::broker::errors;
+
+/// How long an admin request waits for its change to be committed and applied here.
+pub(super) const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The ACLs each DeleteAcls filter deletes (an ACL goes to the first filter that matches it).
+fn acls_matching(
+    meta: &Metadata,
+    filters: &[weir::acl::AclFilter],
+) -> Vec<Vec<weir::acl::AclBinding>> {
+    let mut deleted = vec![Vec::new(); filters.len()];
+    for b in &meta.acls {
+        if let Some(i) = filters.iter().position(|f| f.matches(b)) {
+            deleted[i].push(b.clone());
+        }
+    }
+    deleted
+}
+
+/// The Kafka error of a record's outcome.
+fn outcome_code(o: &Outcome) -> (i16, Option<String>) {
+    match o {
+        Outcome::Done | Outcome::Unchanged => (errors::NONE, None),
+        Outcome::TopicExists => (errors::TOPIC_ALREADY_EXISTS, None),
+        Outcome::UnknownTopic => (errors::UNKNOWN_TOPIC_OR_PARTITION, None),
+        Outcome::NotFound => (
+            errors::RESOURCE_NOT_FOUND,
+            Some("Attempt to delete a user credential that does not exist".into()),
+        ),
+        Outcome::InvalidPartitions(m) => (errors::INVALID_PARTITIONS, Some(m.clone())),
+        Outcome::InvalidReplicationFactor(m) => {
+            (errors::INVALID_REPLICATION_FACTOR, Some(m.clone()))
+        }
+        Outcome::Invalid(m) => (errors::INVALID_REQUEST, Some(m.clone())),
+        Outcome::StorageError(m) => (errors::KAFKA_STORAGE_ERROR, Some(m.clone())),
+    }
+}
+
+fn result(name: &str, partitions: i32) -> TopicResult {
+    TopicResult {
+        name: name.to_string(),
+        error: errors::NONE,
+        message: None,
+        partitions,
+    }
+}
 
 impl Shard {
-    // ---- Metadata changes (core 0) ----
+    /// Submits records and waits until they are applied here: through the metadata group in
+    /// a cluster (an error: not committed and applied within `ADMIN_TIMEOUT`), or straight
+    /// to this broker's metadata (an error: shutting down).
+    async fn submit(self: &Rc<Self>, records: Vec<Record>) -> Result<Vec<Outcome>, String> {
+        match self.cluster_node() {
+            Some(node) => node.submit(records, ADMIN_TIMEOUT).await,
+            None => self.apply_standalone(records).await,
+        }
+    }
+
+    /// Submits the records of `results[slots[i]]` as one change and fills in each one's
+    /// outcome (REQUEST_TIMED_OUT for all if it was not applied).
+    async fn submit_for(
+        self: &Rc<Self>,
+        records: Vec<Record>,
+        slots: Vec<usize>,
+        results: &mut [TopicResult],
+    ) {
+        if records.is_empty() {
+            return;
+        }
+        match self.submit(records).await {
+            Ok(outcomes) => {
+                for (slot, o) in slots.into_iter().zip(outcomes) {
+                    let (code, message) = outcome_code(&o);
+                    results[slot].error = code;
+                    if message.is_some() {
+                        results[slot].message = message;
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "metadata change not applied");
+                for slot in slots {
+                    results[slot].error = errors::REQUEST_TIMED_OUT;
+                    results[slot].message = Some(e.clone());
+                }
+            }
+        }
+    }
 
     pub(super) async fn admin_create(
         self: &Rc<Self>,
         topics: Vec<NewTopic>,
         validate_only: bool,
     ) -> Vec<TopicResult> {
-        if let Some(node) = self.cluster_node() {
-            return self.cluster_create(&node, topics, validate_only).await;
-        }
-        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
-            return Vec::new();
-        };
-        let mut meta = (*self.metadata()).clone();
-        let mut results = Vec::new();
-        let mut changed = false;
+        let meta = self.metadata();
+        let cluster = meta.local_broker.is_some();
+        let (mut results, mut records, mut slots) = (Vec::new(), Vec::new(), Vec::new());
         for t in topics {
-            let mut r = TopicResult {
-                name: t.name.clone(),
-                error: errors::NONE,
-                message: None,
-                partitions: t.partitions,
-            };
-            let checked = self.check_new_topic(&meta, &t);
-            r.partitions = self.partition_count(&t);
-            if let Err((code, message)) = checked {
-                r.error = code;
-                r.message = Some(message);
-            } else if let (Ok((count, _, configs)), false) = (checked, validate_only) {
-                // A crash between a DeleteTopics (metadata saved) and the owner deleting the
-                // log can leave a directory behind: a new topic of that name starts empty.
-                self.remove_stale_dirs(&t.name).await;
-                let owners = meta.place_new(count as usize);
-                meta.topics.insert(
-                    t.name.clone(),
-                    TopicMeta {
-                        id: new_topic_id(),
-                        owners,
-                        configs,
-                        brokers: Vec::new(),
-                        replicas: Vec::new(),
-                        leader_epochs: Vec::new(),
-                        isr: Vec::new(),
-                    },
-                );
-                changed = true;
-                info!(topic = %t.name, partitions = count, "topic created");
-            }
-            results.push(r);
-        }
-        if changed {
-            match self.commit_metadata_reporting(meta).await {
-                Err(e) => fail_unsaved(&mut results, &e),
-                Ok(failures) => self.undo_failed_creates(&mut results, failures).await,
-            }
-        }
-        results
-    }
-
-    /// A created topic some of whose logs could not be opened (a file in the way, EIO, out of
-    /// file descriptors) is not half-created: the creation is reported failed, with the cause,
-    /// and the topic is removed again, so that a retry starts from nothing.
-    pub(super) async fn undo_failed_creates(
-        self: &Rc<Self>,
-        results: &mut [TopicResult],
-        failures: Vec<OpenFailure>,
-    ) {
-        let mut meta = (*self.metadata()).clone();
-        let mut undo = false;
-        for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
-            let Some(f) = failures.iter().find(|f| f.topic == r.name) else {
-                continue;
-            };
-            warn!(topic = %r.name, partition = f.partition, core = f.core, error = %f.error,
-                "topic creation failed: a partition log cannot be opened; removing the topic");
-            r.error = errors::KAFKA_STORAGE_ERROR;
-            r.message = Some(format!(
-                "cannot create the log of partition {}: {}",
-                f.partition, f.error
-            ));
-            undo |= meta.topics.remove(&r.name).is_some();
-        }
-        if undo {
-            if let Err(e) = self.commit_metadata(meta).await {
-                warn!(error = %e, "removing a topic whose creation failed");
-            }
-        }
-    }
-
-    /// CreatePartitions: grows topics to `count` partitions. The new partitions are placed on
-    /// the least loaded cores (or, with `listeners.per.core`, on the node an assignment names),
-    /// saved in the metadata, and opened by their owners before the answer. Kafka's errors:
-    /// an unknown topic, a count that does not grow, a bad assignment.
-    pub(super) async fn admin_create_partitions(
-        self: &Rc<Self>,
-        topics: Vec<NewPartitions>,
-        validate_only: bool,
-    ) -> Vec<TopicResult> {
-        if let Some(node) = self.cluster_node() {
-            return self
-                .cluster_create_partitions(&node, topics, validate_only)
-                .await;
-        }
-        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
-            return Vec::new();
-        };
-        let mut meta = (*self.metadata()).clone();
-        let per_core = !self.core_endpoints.borrow().is_empty();
-        let mut results = Vec::new();
-        let mut grown: Vec<(String, usize, usize)> = Vec::new(); // (topic, old, new)
-        for (i, t) in topics.iter().enumerate() {
-            let mut r = TopicResult {
-                name: t.name.clone(),
-                error: errors::NONE,
-                message: None,
-                partitions: t.count,
-            };
-            let current = meta.topics.get(&t.name).map(|m| m.owners.len());
-            let fail = |r: &mut TopicResult, code: i16, msg: String| {
-                r.error = code;
-                r.message = Some(msg);
-            };
-            if topics[..i].iter().any(|o| o.name == t.name) {
-                fail(
-                    &mut r,
-                    errors::INVALID_REQUEST,
-                    format!("topic '{}' is named twice", t.name),
-                );
-            } else if let Some(current) = current {
-                let new = t.count.max(0) as usize;
-                if t.count <= 0 || new <= current {
-                    fail(
-                        &mut r,
-                        errors::INVALID_PARTITIONS,
-                        format!(
-                            "topic '{}' has {current} partitions; the new count {} must be higher",
-                            t.name, t.count
-                        ),
-                    );
-                } else if new > 100_000 {
-                    fail(
-                        &mut r,
-                        errors::INVALID_PARTITIONS,
-                        format!("invalid partition count {new}"),
-                    );
-                } else if let Err((code, why)) = self.check_partition_room(&meta, new - current) {
-                    fail(&mut r, code, why);
-                } else {
-                    let mut owners = meta.place_new(new - current);
-                    if let Some(a) = &t.assignments {
-                        if a.len() != new - current {
-                            fail(
-                                &mut r,
-                                errors::INVALID_REPLICA_ASSIGNMENT,
-                                format!(
-                                    "{} assignments for {} new partitions",
-                                    a.len(),
-                                    new - current
-                                ),
-                            );
-                        }
-                        for (j, brokers) in a.iter().enumerate().take(owners.len()) {
-                            let node = match brokers.as_slice() {
-                                [n] => *n,
-                                _ => {
-                                    fail(
-                                        &mut r,
-                                        errors::INVALID_REPLICA_ASSIGNMENT,
-                                        format!(
-                                            "partition {}: {} replicas; a single broker has 1",
-                                            current + j,
-                                            brokers.len()
-                                        ),
-                                    );
-                                    break;
-                                }
-                            };
-                            let nodes = if per_core { self.cores } else { 1 };
-                            if node < 0 || node as usize >= nodes {
-                                fail(
-                                    &mut r,
-                                    errors::INVALID_REPLICA_ASSIGNMENT,
-                                    format!("partition {}: unknown broker {node}", current + j),
-                                );
-                                break;
-                            }
-                            if per_core {
-                                owners[j] = node as usize;
-                            }
-                        }
-                    }
-                    if r.error == errors::NONE && !validate_only {
-                        if let Some(m) = meta.topics.get_mut(&t.name) {
-                            m.owners.extend(owners);
-                        }
-                        grown.push((t.name.clone(), current, new));
-                        info!(topic = %t.name, from = current, to = new, "partitions added");
-                    }
+            let mut r = result(&t.name, checks::partition_count(&self.config, &t));
+            match checks::check_new_topic(&self.config, &meta, &t) {
+                Err((code, message)) => {
+                    r.error = code;
+                    r.message = Some(message);
                 }
-            } else {
-                fail(
-                    &mut r,
-                    errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("unknown topic '{}'", t.name),
-                );
-            }
-            results.push(r);
-        }
-        if grown.is_empty() {
-            return results;
-        }
-        // A directory left at a new partition's name (a crash in an earlier life of the
-        // topic) must not become the new partition's data.
-        let (dir, stale) = (
-            self.config.data_dir.clone(),
-            grown
-                .iter()
-                .flat_map(|(t, old, new)| (*old..*new).map(move |p| format!("{t}-{p}")))
-                .collect::<Vec<_>>(),
-        );
-        weir_storage::io::off_reactor(move || {
-            for name in stale {
-                let path = dir.join(name);
-                if path.is_dir() {
-                    warn!(dir = %path.display(), "removing a stale log in the way of a new partition");
-                    let _ = std::fs::remove_dir_all(&path);
-                }
-            }
-        })
-        .await;
-        match self.commit_metadata_reporting(meta).await {
-            Err(e) => fail_unsaved(&mut results, &e),
-            Ok(failures) if !failures.is_empty() => {
-                // Not half-grown: the topic goes back to its old partitions.
-                let mut meta = (*self.metadata()).clone();
-                for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
-                    let Some(f) = failures.iter().find(|f| f.topic == r.name) else {
-                        continue;
+                Ok((count, rf, configs)) => {
+                    // An explicit assignment is placed here in a cluster; otherwise the
+                    // metadata leader (or this broker, standalone) places the partitions.
+                    let placed = match &t.assignments {
+                        Some(a) if cluster => weir::cluster::place_assigned(&meta, a),
+                        _ => Ok(Vec::new()),
                     };
-                    warn!(topic = %r.name, partition = f.partition, error = %f.error,
-                        "adding partitions failed: a log cannot be opened; undoing");
-                    r.error = errors::KAFKA_STORAGE_ERROR;
-                    r.message = Some(format!(
-                        "cannot create the log of partition {}: {}",
-                        f.partition, f.error
-                    ));
-                    if let (Some(m), Some((_, old, _))) = (
-                        meta.topics.get_mut(&r.name),
-                        grown.iter().find(|g| g.0 == r.name),
-                    ) {
-                        m.owners.truncate(*old);
+                    match placed {
+                        Err(e) => {
+                            r.error = errors::INVALID_REPLICA_ASSIGNMENT;
+                            r.message = Some(e);
+                        }
+                        Ok(_) if validate_only => {}
+                        Ok(placed) => {
+                            slots.push(results.len());
+                            records.push(Record::CreateTopic {
+                                name: t.name.clone(),
+                                count: count as usize,
+                                id: String::new(),
+                                partitions: placed.iter().map(|r| r[0]).collect(),
+                                configs,
+                                replication_factor: rf,
+                                replicas: if rf > 1 { placed } else { Vec::new() },
+                            });
+                        }
                     }
                 }
-                if let Err(e) = self.commit_metadata(meta).await {
-                    warn!(error = %e, "undoing partitions whose creation failed");
-                }
             }
-            Ok(_) => {}
+            results.push(r);
         }
+        self.submit_for(records, slots, &mut results).await;
         results
     }
 
     pub(super) async fn admin_delete(self: &Rc<Self>, names: Vec<String>) -> Vec<TopicResult> {
-        if let Some(node) = self.cluster_node() {
-            return self.cluster_delete(&node, names).await;
-        }
-        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
-            return Vec::new();
-        };
-        let mut meta = (*self.metadata()).clone();
-        let mut results = Vec::new();
-        let mut changed = false;
+        let meta = self.metadata();
+        let (mut results, mut records, mut slots) = (Vec::new(), Vec::new(), Vec::new());
         for name in names {
-            let mut r = TopicResult {
-                name: name.clone(),
-                error: errors::NONE,
-                message: None,
-                partitions: 0,
-            };
-            if meta.topics.remove(&name).is_some() {
-                changed = true;
-                info!(topic = %name, "topic deleted");
+            let mut r = result(&name, 0);
+            if meta.topics.contains_key(&name) {
+                slots.push(results.len());
+                records.push(Record::DeleteTopic { name });
             } else {
                 r.error = errors::UNKNOWN_TOPIC_OR_PARTITION;
             }
             results.push(r);
         }
-        if changed {
-            if let Err(e) = self.commit_metadata(meta).await {
-                fail_unsaved(&mut results, &e);
-            }
-        }
+        self.submit_for(records, slots, &mut results).await;
         results
     }
 
-    /// Changes topics' config overrides: validated like CreateTopics' configs, saved in the
-    /// metadata, and applied to the open logs by every core (`apply_metadata`).
+    /// Changes topics' config overrides: validated like CreateTopics' configs, then applied
+    /// to the metadata and by every core to its open logs.
     pub(super) async fn admin_alter_configs(
         self: &Rc<Self>,
         changes: Vec<ConfigChange>,
         validate_only: bool,
     ) -> Vec<TopicResult> {
-        if let Some(node) = self.cluster_node() {
-            return self
-                .cluster_alter_configs(&node, changes, validate_only)
-                .await;
-        }
-        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
-            return Vec::new();
-        };
-        let mut meta = (*self.metadata()).clone();
-        let mut results = Vec::new();
-        let mut changed = false;
+        let meta = self.metadata();
+        let (mut results, mut records, mut slots) = (Vec::new(), Vec::new(), Vec::new());
         for c in changes {
-            let mut r = TopicResult {
-                name: c.topic.clone(),
-                error: errors::NONE,
-                message: None,
-                partitions: 0,
-            };
-            let Some(t) = meta.topics.get_mut(&c.topic) else {
-                r.error = errors::UNKNOWN_TOPIC_OR_PARTITION;
-                r.message = Some(format!("unknown topic '{}'", c.topic));
-                results.push(r);
-                continue;
-            };
-            let configs = match self.altered_configs(t, &c) {
-                Ok(configs) => configs,
-                Err(e) => {
-                    r.error = errors::INVALID_CONFIG;
-                    r.message = Some(e);
-                    results.push(r);
-                    continue;
+            let mut r = result(&c.topic, 0);
+            match meta.topics.get(&c.topic) {
+                None => {
+                    r.error = errors::UNKNOWN_TOPIC_OR_PARTITION;
+                    r.message = Some(format!("unknown topic '{}'", c.topic));
                 }
-            };
-            if !validate_only && configs != t.configs {
-                info!(topic = %c.topic, ?configs, "topic configs changed");
-                t.configs = configs;
-                changed = true;
+                Some(t) => match checks::altered_configs(&self.config, t, &c) {
+                    Err(e) => {
+                        r.error = errors::INVALID_CONFIG;
+                        r.message = Some(e);
+                    }
+                    Ok(configs) if !validate_only && configs != t.configs => {
+                        info!(topic = %c.topic, ?configs, "topic configs change proposed");
+                        slots.push(results.len());
+                        records.push(Record::AlterConfigs {
+                            topic: c.topic.clone(),
+                            replace_all: c.replace_all,
+                            ops: c
+                                .ops
+                                .iter()
+                                .map(|(k, v)| (k.clone(), v.as_ref().map(|v| v.trim().to_string())))
+                                .collect(),
+                        });
+                    }
+                    Ok(_) => {}
+                },
             }
             results.push(r);
         }
-        if changed {
-            if let Err(e) = self.commit_metadata(meta).await {
-                fail_unsaved(&mut results, &e);
-            }
-        }
+        self.submit_for(records, slots, &mut results).await;
         results
     }
 
-    /// Stores or deletes SASL users' SCRAM credentials (checked in form by the connection's
-    /// core): saved in the metadata and applied by every core before the answer.
+    /// CreatePartitions: grows topics to `count` partitions. The new partitions are placed
+    /// like a new topic's (or where an explicit assignment says), saved in the metadata, and
+    /// opened by their owners before the answer. Kafka's errors: an unknown topic, a count
+    /// that does not grow, a bad assignment.
+    pub(super) async fn admin_create_partitions(
+        self: &Rc<Self>,
+        topics: Vec<NewPartitions>,
+        validate_only: bool,
+    ) -> Vec<TopicResult> {
+        let meta = self.metadata();
+        let (mut results, mut records, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, t) in topics.iter().enumerate() {
+            let mut r = result(&t.name, t.count);
+            let current = meta.topics.get(&t.name).map(|m| m.owners.len());
+            let fail = |code: i16, msg: String| (code, Some(msg));
+            let (code, message) = if topics[..i].iter().any(|o| o.name == t.name) {
+                fail(
+                    errors::INVALID_REQUEST,
+                    format!("topic '{}' is named twice", t.name),
+                )
+            } else if let Some(current) = current {
+                let rf = Metadata::replication_factor(&meta.topics[&t.name]);
+                if t.count <= 0 || t.count as usize <= current || t.count > 100_000 {
+                    fail(
+                        errors::INVALID_PARTITIONS,
+                        format!(
+                            "topic '{}' has {current} partitions; the new count {} must be higher",
+                            t.name, t.count
+                        ),
+                    )
+                } else if let Err((code, why)) = checks::check_partition_room(
+                    &self.config,
+                    &meta,
+                    (t.count as usize - current) * rf,
+                ) {
+                    fail(code, why)
+                } else {
+                    (errors::NONE, None)
+                }
+            } else {
+                fail(
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("unknown topic '{}'", t.name),
+                )
+            };
+            let placed = match (&t.assignments, current) {
+                (Some(a), Some(current)) if code == errors::NONE => {
+                    self.place_assignment(&meta, &t.name, a, t.count as usize - current)
+                }
+                _ => Ok(Vec::new()),
+            };
+            let (code, message, placed) = match placed {
+                Err(e) if code == errors::NONE => {
+                    (errors::INVALID_REPLICA_ASSIGNMENT, Some(e), Vec::new())
+                }
+                Err(_) => (code, message, Vec::new()),
+                Ok(placed) => (code, message, placed),
+            };
+            r.error = code;
+            r.message = message;
+            if code == errors::NONE && !validate_only {
+                let rf = placed.first().map_or(0, Vec::len);
+                slots.push(results.len());
+                records.push(Record::CreatePartitions {
+                    topic: t.name.clone(),
+                    count: t.count as usize,
+                    added: placed.iter().map(|r| r[0]).collect(),
+                    added_replicas: if rf > 1 { placed } else { Vec::new() },
+                });
+            }
+            results.push(r);
+        }
+        self.submit_for(records, slots, &mut results).await;
+        results
+    }
+
+    /// An explicit assignment of `new` partitions of `topic`: one list of node ids per new
+    /// partition, of the topic's replica count. In a cluster the node ids name registered
+    /// brokers' cores; on a standalone broker a single node, a core with `listeners.per.core`
+    /// (else node 0, and the broker spreads the partitions over its cores itself: `Ok(vec![])`).
+    fn place_assignment(
+        &self,
+        meta: &Metadata,
+        topic: &str,
+        a: &[Vec<i32>],
+        new: usize,
+    ) -> Result<Vec<Vec<Placement>>, String> {
+        if a.len() != new {
+            return Err(format!("{} assignments for {new} new partitions", a.len()));
+        }
+        if meta.local_broker.is_some() {
+            let rf = meta
+                .topics
+                .get(topic)
+                .map_or(1, Metadata::replication_factor);
+            if a.first().is_some_and(|l| l.len() != rf) {
+                return Err(format!("the topic has {rf} replicas per partition"));
+            }
+            return weir::cluster::place_assigned(meta, a);
+        }
+        let current = meta.topics.get(topic).map_or(0, |t| t.owners.len());
+        let per_core = !self.core_endpoints.borrow().is_empty();
+        let nodes = if per_core { self.cores } else { 1 };
+        let mut placed = Vec::with_capacity(new);
+        for (j, brokers) in a.iter().enumerate() {
+            let node = match brokers.as_slice() {
+                [n] => *n,
+                _ => {
+                    return Err(format!(
+                        "partition {}: {} replicas; a single broker has 1",
+                        current + j,
+                        brokers.len()
+                    ))
+                }
+            };
+            if node < 0 || node as usize >= nodes {
+                return Err(format!("partition {}: unknown broker {node}", current + j));
+            }
+            placed.push(vec![Placement {
+                broker: STANDALONE,
+                core: node as usize,
+            }]);
+        }
+        Ok(if per_core { placed } else { Vec::new() })
+    }
+
+    /// AlterUserScramCredentials: one `AlterUser` record per change (checked in form by the
+    /// connection's core), answered with each one's outcome.
     pub(super) async fn admin_alter_users(
         self: &Rc<Self>,
         changes: Vec<UserChange>,
     ) -> Vec<(String, i16, Option<String>)> {
-        if let Some(node) = self.cluster_node() {
-            return self.cluster_alter_users(&node, changes).await;
+        let users: Vec<String> = changes.iter().map(|c| c.user.clone()).collect();
+        let records = changes
+            .into_iter()
+            .map(|c| Record::AlterUser {
+                user: c.user,
+                mechanism: c.mechanism.name().to_string(),
+                credential: c.credential,
+            })
+            .collect();
+        match self.submit(records).await {
+            Ok(outcomes) => users
+                .into_iter()
+                .zip(outcomes)
+                .map(|(u, o)| {
+                    let (code, message) = outcome_code(&o);
+                    (u, code, message)
+                })
+                .collect(),
+            Err(e) => users
+                .into_iter()
+                .map(|u| (u, errors::REQUEST_TIMED_OUT, Some(e.clone())))
+                .collect(),
         }
-        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
-            return Vec::new();
-        };
-        let mut meta = (*self.metadata()).clone();
-        let mut results = Vec::new();
-        for c in changes {
-            let mech = c.mechanism.name().to_string();
-            match c.credential {
-                Some(cred) => {
-                    info!(user = %c.user, mechanism = %mech, "SCRAM credential stored");
-                    meta.users
-                        .entry(c.user.clone())
-                        .or_default()
-                        .insert(mech, cred);
-                    results.push((c.user, errors::NONE, None));
-                }
-                None => {
-                    let creds = meta.users.get_mut(&c.user);
-                    if creds.and_then(|m| m.remove(&mech)).is_none() {
-                        results.push((
-                            c.user,
-                            errors::RESOURCE_NOT_FOUND,
-                            Some("Attempt to delete a user credential that does not exist".into()),
-                        ));
-                        continue;
-                    }
-                    if meta.users.get(&c.user).is_some_and(|m| m.is_empty()) {
-                        meta.users.remove(&c.user);
-                    }
-                    info!(user = %c.user, mechanism = %mech, "SCRAM credential deleted");
-                    results.push((c.user, errors::NONE, None));
-                }
-            }
-        }
-        if results.iter().any(|r| r.1 == errors::NONE) {
-            if let Err(e) = self.commit_metadata(meta).await {
-                for r in results.iter_mut().filter(|r| r.1 == errors::NONE) {
-                    r.1 = errors::KAFKA_STORAGE_ERROR;
-                    r.2 = Some(e.clone());
-                }
-            }
-        }
-        results
     }
 
-    /// Adds ACLs (already checked in form): kept sorted and without duplicates, saved in the
-    /// metadata and applied by every core before the answer.
+    /// Adds ACLs (already checked in form): kept sorted and without duplicates.
     pub(super) async fn admin_create_acls(
         self: &Rc<Self>,
         acls: Vec<weir::acl::AclBinding>,
     ) -> Result<(), String> {
-        if let Some(node) = self.cluster_node() {
-            return self.cluster_acls(&node, Record::CreateAcls { acls }).await;
-        }
-        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
-            return Err("shutting down".into());
-        };
-        let mut meta = (*self.metadata()).clone();
-        let before = meta.acls.len();
-        meta.acls.extend(acls);
-        meta.acls.sort();
-        meta.acls.dedup();
-        if meta.acls.len() == before {
-            return Ok(()); // all of them were there already
-        }
-        info!(
-            added = meta.acls.len() - before,
-            total = meta.acls.len(),
-            "ACLs created"
-        );
-        self.commit_metadata(meta).await
+        self.acl_change(Record::CreateAcls { acls }).await
     }
 
     /// Deletes the ACLs each filter matches (an ACL goes to the first filter that matches it).
@@ -450,68 +383,19 @@ impl Shard {
         self: &Rc<Self>,
         filters: Vec<weir::acl::AclFilter>,
     ) -> Result<Vec<Vec<weir::acl::AclBinding>>, String> {
-        if let Some(node) = self.cluster_node() {
-            let deleted = super::cluster_admin::acls_matching(&self.metadata(), &filters);
-            let acls = deleted.iter().flatten().cloned().collect();
-            self.cluster_acls(&node, Record::DeleteAcls { acls })
-                .await?;
-            return Ok(deleted);
-        }
-        let Ok(_lock) = self.admin_lock.acquire_permit(1).await else {
-            return Err("shutting down".into());
-        };
-        let mut meta = (*self.metadata()).clone();
-        let mut deleted = vec![Vec::new(); filters.len()];
-        meta.acls
-            .retain(|b| match filters.iter().position(|f| f.matches(b)) {
-                Some(i) => {
-                    deleted[i].push(b.clone());
-                    false
-                }
-                None => true,
-            });
-        let n: usize = deleted.iter().map(Vec::len).sum();
-        if n > 0 {
-            info!(deleted = n, total = meta.acls.len(), "ACLs deleted");
-            self.commit_metadata(meta).await?;
-        }
+        let deleted = acls_matching(&self.metadata(), &filters);
+        let acls = deleted.iter().flatten().cloned().collect();
+        self.acl_change(Record::DeleteAcls { acls }).await?;
         Ok(deleted)
     }
 
-    /// Removes `topic-N` directories of a topic that is not in the metadata (on the blocking
-    /// pool: a deleted topic's logs can be large).
-    pub(super) async fn remove_stale_dirs(&self, topic: &str) {
-        let (prefix, dir) = (format!("{topic}-"), self.config.data_dir.clone());
-        weir_storage::io::off_reactor(move || super::lifecycle::remove_stale_dirs(&dir, &prefix))
-            .await
-    }
-
-    /// Writes the new metadata durably, then makes every core apply it (this one first).
-    pub(super) async fn commit_metadata(self: &Rc<Self>, meta: Metadata) -> Result<(), String> {
-        self.commit_metadata_reporting(meta).await.map(|_| ())
-    }
-
-    /// `commit_metadata`, returning the partition logs that could not be opened.
-    pub(super) async fn commit_metadata_reporting(
-        self: &Rc<Self>,
-        mut meta: Metadata,
-    ) -> Result<Vec<OpenFailure>, String> {
-        meta.epoch += 1;
-        // Buffered write + two fsyncs: on the blocking pool, so that core 0's partitions keep
-        // being served meanwhile.
-        let meta = Arc::new(meta);
-        let (saved, dir) = (meta.clone(), self.config.data_dir.clone());
-        weir_storage::io::off_reactor(move || saved.save(&dir)).await?;
-        let mut failures = self.apply_metadata(meta.clone()).await;
-        for core in 0..self.cores {
-            if core != self.id {
-                // Boxed: `call` → `handle` → `admin_*` → here is a recursive async cycle.
-                if let Resp::Applied(f) = Box::pin(self.call(core, Req::Apply(meta.clone()))).await
-                {
-                    failures.extend(f);
-                }
-            }
+    async fn acl_change(self: &Rc<Self>, record: Record) -> Result<(), String> {
+        if matches!(&record, Record::DeleteAcls { acls } if acls.is_empty()) {
+            return Ok(());
         }
-        Ok(failures)
+        match self.submit(vec![record]).await?.pop() {
+            Some(Outcome::StorageError(e)) => Err(e),
+            _ => Ok(()),
+        }
     }
 }

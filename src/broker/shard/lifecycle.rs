@@ -332,17 +332,21 @@ pub fn data_dir_ok(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))
 }
 
-/// `Shard::remove_stale_dirs`' blocking part: `DATA_DIR/<prefix><digits>` directories.
-pub(super) fn remove_stale_dirs(data_dir: &Path, prefix: &str) {
+/// `Shard::remove_stale_dirs`' blocking part: the `DATA_DIR/<topic>-<p>` directories with
+/// `p >= from`.
+pub(super) fn remove_stale_dirs(data_dir: &Path, topic: &str, from: usize) {
     let Ok(entries) = std::fs::read_dir(data_dir) else {
         return;
     };
+    let prefix = format!("{topic}-");
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        let is_partition_of_topic = name
-            .strip_prefix(prefix)
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        let is_partition_of_topic = name.strip_prefix(&prefix).is_some_and(|n| {
+            !n.is_empty()
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && n.parse::<usize>().map_or(true, |p| p >= from)
+        });
         if is_partition_of_topic && e.path().is_dir() {
             warn!(dir = %e.path().display(), "removing a stale log of a deleted topic");
             if let Err(err) = std::fs::remove_dir_all(e.path()) {

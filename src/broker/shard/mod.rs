@@ -13,13 +13,14 @@
 mod admin;
 mod checks;
 mod cleaner;
-mod cluster_admin;
+mod commit;
 mod fetch;
 mod internal_topics;
 mod leader_report;
 mod leadership;
 mod lifecycle;
 mod markers;
+mod membership;
 mod mesh;
 mod msg;
 mod offsets;
@@ -208,15 +209,6 @@ pub struct Shard {
     pub metadata_current: RefCell<Arc<AtomicBool>>,
     /// `Global::rejoin` (set at start-up).
     pub rejoin: RefCell<Arc<crate::broker::cluster::rejoin::Shared>>,
-}
-
-/// The metadata change of an admin request could not be saved: every topic it would have
-/// changed is reported as KAFKA_STORAGE_ERROR, with the cause.
-fn fail_unsaved(results: &mut [TopicResult], e: &str) {
-    for r in results.iter_mut().filter(|r| r.error == errors::NONE) {
-        r.error = errors::KAFKA_STORAGE_ERROR;
-        r.message = Some(e.to_string());
-    }
 }
 
 /// Topic id → name of every topic of `meta` (ids are stored as hex).
