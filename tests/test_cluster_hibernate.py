@@ -13,7 +13,7 @@ What a user would notice if this went wrong, and what these tests check:
   partition must go back to sleep afterwards (the gauge `weir_raft_groups_asleep`);
 - a sleeping partition whose leader's broker is killed -9 must elect a new leader in seconds,
   as an awake one does: its followers hear no heartbeats either way, and only the peer's
-  silence (`cluster::liveness`) wakes them. Without that wake they would sleep on for 20 s
+  silence (`peer::liveness`) wakes them. Without that wake they would sleep on for 20 s
   (`QUIET_MAX`), which the test's 10 s bound catches.
 """
 

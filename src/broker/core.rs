@@ -57,7 +57,10 @@ pub(super) async fn core_main(
     ),
     // The socket the signal thread wakes this core with, and (core 0 of a broker in a
     // cluster) what its metadata Raft node starts from.
-    (watch, cluster): (std::os::unix::net::UnixStream, Option<super::cluster::Boot>),
+    (watch, cluster): (
+        std::os::unix::net::UnixStream,
+        Option<super::controller::Boot>,
+    ),
 ) -> Result<(), String> {
     // glommio's shared channels (the meshes, and joining them) wake a sleeping executor
     // through an eventfd and can lose that wake-up (glommio#261): both cores then sleep in
@@ -302,11 +305,13 @@ pub(super) async fn core_main(
     Ok(())
 }
 
-/// Starts the metadata Raft node on core 0, applying committed records through the shard.
+/// Starts the connections to the other brokers and the metadata Raft node on core 0: peers'
+/// partition messages and calls go to the shard, the node applies committed records
+/// through it.
 fn start_cluster(
     shard: &std::rc::Rc<Shard>,
-    boot: super::cluster::Boot,
-) -> Result<std::rc::Rc<super::cluster::Node>, String> {
+    boot: super::controller::Boot,
+) -> Result<std::rc::Rc<super::controller::Node>, String> {
     let (applier, reader, router, server, waker) = (
         shard.clone(),
         shard.clone(),
@@ -314,21 +319,31 @@ fn start_cluster(
         shard.clone(),
         shard.clone(),
     );
-    let hooks = super::cluster::Hooks {
+    let peer_hooks = super::peer::PeerHooks {
         partition: Box::new(move |m| router.raft_in(m)),
         peer_changed: Box::new(move |peer| waker.peer_changed(peer)),
-        apply: Box::new(move |batches, last| {
-            let shard = applier.clone();
-            Box::pin(async move { shard.apply_cluster(batches, last).await })
-        }),
-        current: Box::new(move || reader.metadata()),
         call: Box::new(move |call| {
             let shard = server.clone();
             Box::pin(async move { shard.serve_peer_call(call).await })
         }),
     };
-    let node = super::cluster::Node::start(boot, hooks)?;
-    shard.set_cluster_node(node.clone());
+    let peers = super::peer::Peers::new(
+        boot.id,
+        &boot.peers,
+        boot.listen,
+        boot.tls.as_ref(),
+        peer_hooks,
+    );
+    let hooks = super::controller::Hooks {
+        apply: Box::new(move |batches, last| {
+            let shard = applier.clone();
+            Box::pin(async move { shard.apply_cluster(batches, last).await })
+        }),
+        current: Box::new(move || reader.metadata()),
+    };
+    shard.set_peers(peers.clone());
+    let node = super::controller::Node::start(boot, hooks, peers)?;
+    shard.set_controller(node.clone());
     Ok(node)
 }
 

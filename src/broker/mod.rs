@@ -11,7 +11,7 @@
 //! - `streaming`, `server`, `metrics_endpoint`: connections (Kafka and HTTP);
 //! - `listen`, `core` and this file: start-up and shutdown.
 
-mod cluster;
+mod controller;
 mod core;
 mod errors;
 mod group;
@@ -21,6 +21,8 @@ mod log_limit;
 mod login_failures;
 mod metrics;
 mod metrics_endpoint;
+mod peer;
+mod raft;
 mod replica;
 mod sasl;
 mod server;
@@ -367,11 +369,11 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", config.data_dir.display()))?;
 
     // A cluster broker's data directory identity, before anything is written there: a
-    // directory with no state rejoins its Raft groups (cluster::rejoin).
+    // directory with no state rejoins its Raft groups (raft::rejoin).
     let rejoining = match (&cluster_addrs, config.node_id) {
         (Some(_), Some(id)) => {
-            let had_state = cluster::store::path(&config.data_dir).exists();
-            let identity = cluster::rejoin::Identity::establish(&config.data_dir, id, had_state)?;
+            let had_state = controller::store::path(&config.data_dir).exists();
+            let identity = raft::rejoin::Identity::establish(&config.data_dir, id, had_state)?;
             info!(node = id, directory_id = %identity.directory_id, "data directory");
             identity.rejoining
         }
@@ -431,17 +433,17 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let mut cluster_boot = match cluster_addrs {
         None => None,
-        Some((listen, peers)) => Some(cluster::Boot {
+        Some((listen, peers)) => Some(controller::Boot {
             id: config.node_id.expect("checked with the voters"),
             peers,
             listen,
-            log: cluster::store::load(&config.data_dir)?,
+            log: controller::store::load(&config.data_dir)?,
             applied: meta.applied_index,
             caught_up: Default::default(),
             rejoin: Default::default(),
             tls: match config.inter_broker_protocol {
                 Some(weir::config::SecurityProtocol::Ssl) => Some(
-                    cluster::peer_tls::PeerTls::load(&config.ssl, &config.voters)
+                    peer::peer_tls::PeerTls::load(&config.ssl, &config.voters)
                         .map_err(|e| format!("security.inter.broker.protocol=SSL: {e}"))?,
                 ),
                 _ => {
@@ -458,7 +460,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     let meta = Arc::new(meta);
     let config = Arc::new(config);
     let mut global = Global::new(cores, listen_addrs.len(), cluster_boot.is_some());
-    global.rejoin = Arc::new(cluster::rejoin::Shared::new(rejoining));
+    global.rejoin = Arc::new(raft::rejoin::Shared::new(rejoining));
     let global = Arc::new(global);
     if let Some(boot) = cluster_boot.as_mut() {
         boot.caught_up = global.metadata_current.clone();

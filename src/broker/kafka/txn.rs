@@ -20,10 +20,10 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::groups::call as group_call;
 use super::Listener;
-use crate::broker::cluster::call::{PeerAnswer, PeerCall};
 use crate::broker::errors;
 use crate::broker::group::coordinator::CommitPart;
 use crate::broker::group::service::{GroupReq, GroupResp};
+use crate::broker::peer::call::{PeerAnswer, PeerCall};
 use crate::broker::shard::{ProducePart, Req, Resp, Shard, TxnReq, TxnResp};
 use crate::broker::txn::TxnMeta;
 

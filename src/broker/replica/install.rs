@@ -348,12 +348,9 @@ mod tests {
             applied: 5,
             ..Default::default()
         };
-        let mut raw = raft::RawNode::new(
-            &config,
-            store.clone(),
-            &crate::broker::cluster::raft_logger(),
-        )
-        .expect("raw node");
+        let mut raw =
+            raft::RawNode::new(&config, store.clone(), &crate::broker::raft::raft_logger())
+                .expect("raw node");
         raw.raft.become_candidate();
         raw.raft.become_leader();
         drain(&mut raw, &store);

@@ -119,8 +119,8 @@ pub struct Opening<'a> {
     /// The group's members (broker ids), and this broker's.
     pub voters: Vec<u64>,
     pub here: u64,
-    /// The broker's standing after a lost data directory (`cluster::rejoin`).
-    pub rejoin: &'a crate::broker::cluster::rejoin::Shared,
+    /// The broker's standing after a lost data directory (`raft::rejoin`).
+    pub rejoin: &'a crate::broker::raft::rejoin::Shared,
     pub now: Instant,
     /// raft-rs draws each election timeout at random, between one and two election
     /// timeouts; the simulation fixes it at one (its clocks drift instead), so that its seed
@@ -200,8 +200,8 @@ pub struct Replica {
     /// Ticks left in which this replica, the preferred leader of a new group, campaigns as
     /// long as no leader is known (`shard::leadership::campaign_if_preferred`).
     pub(crate) eager_ticks: Cell<u32>,
-    /// Its standing while the broker rejoins after a lost data directory (`cluster::rejoin`).
-    pub(crate) rejoin: crate::broker::cluster::rejoin::Rejoin,
+    /// Its standing while the broker rejoins after a lost data directory (`raft::rejoin`).
+    pub(crate) rejoin: crate::broker::raft::rejoin::Rejoin,
     /// The preferred leader (the first replica of the placement), and when this replica,
     /// leading, next checks whether to hand the leadership back to it
     /// (`Shard::restore_preferred_leader`).
@@ -433,7 +433,7 @@ impl Replica {
         let raw = RawNode::new(
             &config,
             storage.clone(),
-            &crate::broker::cluster::raft_logger(),
+            &crate::broker::raft::raft_logger(),
         )
         .map_err(|e| e.to_string())?;
         info!(
@@ -445,7 +445,7 @@ impl Replica {
             term = state.term,
             "partition Raft group starting"
         );
-        let rejoin = rejoin.open(dir.join(crate::broker::cluster::rejoin::REJOINED));
+        let rejoin = rejoin.open(dir.join(crate::broker::raft::rejoin::REJOINED));
         storage.set_remote_manifest(log.remote_manifest());
         Ok(Replica {
             topic: topic.to_string(),

@@ -324,7 +324,7 @@ impl Replica {
 
     /// A message this replica does not step: a leadership handed to a stopping broker
     /// (`MsgTimeoutNow`: declined, the leader gives up the transfer after an election timeout
-    /// and stays), or one it may not answer while the broker rejoins (`cluster::rejoin`, which
+    /// and stays), or one it may not answer while the broker rejoins (`raft::rejoin`, which
     /// also mends a heartbeat or a rejection from a follower that lost its log).
     fn declines(&self, host: &dyn Host, m: &mut raft::prelude::Message) -> bool {
         let offered = m.get_msg_type() == MessageType::MsgTimeoutNow;

@@ -18,7 +18,7 @@
 //!   holds every entry as committed, stops ticking too.
 //! - **Waking** (`Replica::wake`): a proposal; any message but a heartbeat answer (an append, a
 //!   vote, an unmarked heartbeat from a leader that woke); a peer broker with a replica of
-//!   the group going down or coming back (`cluster::liveness`, `Shard::peer_changed`: a
+//!   the group going down or coming back (`peer::liveness`, `Shard::peer_changed`: a
 //!   follower whose leader went silent then elects a new one as Raft would, a second later
 //!   than without hibernation); and `QUIET_MAX` after it fell asleep, whatever happened,
 //!   so that a wake-up missed for any reason costs at most that long.

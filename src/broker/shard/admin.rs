@@ -67,7 +67,7 @@ impl Shard {
     /// a cluster (an error: not committed and applied within `ADMIN_TIMEOUT`), or straight
     /// to this broker's metadata (an error: shutting down).
     async fn submit(self: &Rc<Self>, records: Vec<Record>) -> Result<Vec<Outcome>, String> {
-        match self.cluster_node() {
+        match self.controller() {
             Some(node) => node.submit(records, ADMIN_TIMEOUT).await,
             None => self.apply_standalone(records).await,
         }

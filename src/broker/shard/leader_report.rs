@@ -103,7 +103,7 @@ impl Shard {
         records: Vec<Record>,
     ) -> Result<(), String> {
         let node = self
-            .cluster_node()
+            .controller()
             .ok_or("the metadata group is not running yet")?;
         node.submit(records, Duration::from_secs(10))
             .await

@@ -12,8 +12,8 @@ use raft::StateRole;
 use tracing::{debug, info, warn};
 
 use super::*;
-use crate::broker::cluster::Handover;
 use crate::broker::errors;
+use crate::broker::raft::Handover;
 use crate::broker::replica::Replica;
 
 /// How often a stopping core looks whether its leaderships have moved.
@@ -35,7 +35,7 @@ impl Shard {
     /// silent until the others' election timeout (1-2 s), and produces waiting on them until
     /// the connections were cut.
     pub async fn step_down(self: &Rc<Self>) {
-        let node = self.cluster.borrow().clone();
+        let node = self.controller.borrow().clone();
         if self.config.voters.is_empty() || !self.config.controlled_shutdown {
             return;
         }
@@ -343,8 +343,8 @@ fn caught_up(g: &Replica) -> bool {
     any
 }
 
-/// Whom a stopping leader hands its group to (`cluster::step_down::successor`), its
+/// Whom a stopping leader hands its group to (`raft::successor`), its
 /// preferred replica first.
 fn successor(g: &Replica) -> Option<u64> {
-    crate::broker::cluster::successor(&g.raw.borrow().raft, Some(g.preferred))
+    crate::broker::raft::successor(&g.raw.borrow().raft, Some(g.preferred))
 }

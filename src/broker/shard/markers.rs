@@ -12,9 +12,9 @@ use super::lifecycle::wall_clock_ms;
 use super::msg::{Req, Resp};
 use super::peer_calls::Place;
 use super::Shard;
-use crate::broker::cluster::call::{PeerAnswer, PeerCall};
 use crate::broker::errors;
 use crate::broker::group::service::{GroupReq, GroupResp};
+use crate::broker::peer::call::{PeerAnswer, PeerCall};
 use crate::broker::sync::join_all;
 
 /// Endings remembered at most (the coordinator moved away from most of them).

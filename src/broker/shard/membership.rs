@@ -2,7 +2,7 @@
 //! node (core 0), its registration of its endpoints, and the node ids clients are told about
 //! (the brokers: `leadership`). Admin changes go through `admin` (the same way standalone).
 //!
-//! Standalone (no voters) nothing here changes a thing: `cluster_node` is `None`, node ids
+//! Standalone (no voters) nothing here changes a thing: `controller` is `None`, node ids
 //! are cores (or 0) and the brokers are this process's endpoints.
 
 use std::rc::Rc;
@@ -13,23 +13,33 @@ use weir::metadata::{Metadata, TopicMeta};
 
 use super::admin::ADMIN_TIMEOUT;
 use super::*;
-use crate::broker::cluster::Node;
+use crate::broker::controller::Node;
+use crate::broker::peer::Peers;
 
 impl Shard {
     /// The metadata group's node, on core 0 of a broker in a cluster.
-    pub fn cluster_node(&self) -> Option<Rc<Node>> {
-        self.cluster.borrow().clone()
+    pub fn controller(&self) -> Option<Rc<Node>> {
+        self.controller.borrow().clone()
     }
 
-    pub fn set_cluster_node(&self, node: Rc<Node>) {
-        *self.cluster.borrow_mut() = Some(node);
+    pub fn set_controller(&self, node: Rc<Node>) {
+        *self.controller.borrow_mut() = Some(node);
+    }
+
+    /// The other brokers, on core 0 of a broker in a cluster.
+    pub fn peers(&self) -> Option<Rc<Peers>> {
+        self.peers.borrow().clone()
+    }
+
+    pub fn set_peers(&self, peers: Rc<Peers>) {
+        *self.peers.borrow_mut() = Some(peers);
     }
 
     /// Waits (a broker just started in a cluster) until its metadata caught up with the
     /// metadata leader's, so an answer from the metadata (Metadata, DescribeTopicPartitions,
     /// DescribeCluster, FindCoordinator) never names the leaders this broker saw before it
-    /// went down (`cluster::catch_up`). The node gives up the wait itself
-    /// after `cluster::CATCH_UP_WAIT`; the bound here only guards against a node that never
+    /// went down (`controller::catch_up`). The node gives up the wait itself
+    /// after `controller::CATCH_UP_WAIT`; the bound here only guards against a node that never
     /// started.
     pub async fn wait_metadata_current(&self) {
         use std::sync::atomic::Ordering::Acquire;
@@ -39,7 +49,9 @@ impl Shard {
         }
         let flag = self.metadata_current.borrow().clone();
         let started = std::time::Instant::now();
-        while !flag.load(Acquire) && started.elapsed() < crate::broker::cluster::CATCH_UP_WAIT * 2 {
+        while !flag.load(Acquire)
+            && started.elapsed() < crate::broker::controller::CATCH_UP_WAIT * 2
+        {
             glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
         }
     }

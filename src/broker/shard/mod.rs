@@ -74,11 +74,11 @@ pub struct Global {
     pub steps: Vec<AtomicUsize>,
     /// Whether this broker's metadata is current enough to answer Metadata requests: at
     /// once standalone; in a cluster, once the metadata group caught up with its leader
-    /// after start-up (`cluster::Node::catch_up`; docs/replication.md, "A restarted broker
+    /// after start-up (`controller::Node::catch_up`; docs/replication.md, "A restarted broker
     /// catches up before answering Metadata").
     pub metadata_current: Arc<AtomicBool>,
-    /// Whether this broker's data directory rejoins its Raft groups (`cluster::rejoin`).
-    pub rejoin: Arc<crate::broker::cluster::rejoin::Shared>,
+    /// Whether this broker's data directory rejoins its Raft groups (`raft::rejoin`).
+    pub rejoin: Arc<crate::broker::raft::rejoin::Shared>,
 }
 
 impl Global {
@@ -180,7 +180,9 @@ pub struct Shard {
     admin_lock: Semaphore,
     /// Core 0 of a broker in a cluster: the metadata Raft group's node (`None` elsewhere
     /// and on a standalone broker).
-    cluster: RefCell<Option<Rc<crate::broker::cluster::Node>>>,
+    controller: RefCell<Option<Rc<crate::broker::controller::Node>>>,
+    /// Core 0 of a broker in a cluster: the connections to the other brokers.
+    peers: RefCell<Option<Rc<crate::broker::peer::Peers>>>,
     /// The group coordinator of the offset buckets this core owns.
     groups: RefCell<Option<Rc<Coordinator>>>,
     /// The transaction coordinator of the transaction-log buckets this core owns.
@@ -208,7 +210,7 @@ pub struct Shard {
     /// `Global::metadata_current` (set at start-up; a standalone broker's is always true).
     pub metadata_current: RefCell<Arc<AtomicBool>>,
     /// `Global::rejoin` (set at start-up).
-    pub rejoin: RefCell<Arc<crate::broker::cluster::rejoin::Shared>>,
+    pub rejoin: RefCell<Arc<crate::broker::raft::rejoin::Shared>>,
 }
 
 /// Topic id → name of every topic of `meta` (ids are stored as hex).
@@ -274,7 +276,8 @@ impl Shard {
             warned_queue_full: Cell::new(false),
             metrics: Default::default(),
             admin_lock: Semaphore::new(1),
-            cluster: RefCell::new(None),
+            controller: RefCell::new(None),
+            peers: RefCell::new(None),
             groups: RefCell::new(None),
             txns: RefCell::new(None),
             stopping: Event::default(),

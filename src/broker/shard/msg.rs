@@ -334,13 +334,13 @@ pub enum Req {
     /// → core 0: a transaction request for broker `to`; answered `PeerAnswer`.
     PeerCall {
         to: u64,
-        call: crate::broker::cluster::call::PeerCall,
+        call: crate::broker::peer::call::PeerCall,
     },
 }
 
 #[derive(Debug)]
 pub enum Resp {
-    Quorum(Result<crate::broker::cluster::call::QuorumStatus, (i16, String)>),
+    Quorum(Result<crate::broker::peer::call::QuorumStatus, (i16, String)>),
     Produce(Vec<ProduceResult>),
     Fetch(Vec<FetchResult>),
     ListOffsets(Vec<ListResult>),
@@ -367,7 +367,7 @@ pub enum Resp {
     Producers(Vec<Result<Vec<ProducerInfo>, i16>>),
     Leader(u64),
     /// Reply to `Req::PeerCall`: the other broker's answer (`None`: none in time).
-    PeerAnswer(Option<crate::broker::cluster::call::PeerAnswer>),
+    PeerAnswer(Option<crate::broker::peer::call::PeerAnswer>),
     Done,
 }
 

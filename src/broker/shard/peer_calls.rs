@@ -2,7 +2,7 @@
 //! transaction coordinator writes the markers of a transaction on partitions led by other
 //! brokers, and ends its offsets on group coordinators of other brokers; a partition leader
 //! checks a transactional produce with a coordinator on another broker. Each is a
-//! [`PeerCall`] from this broker's core 0 to the other's (`cluster::Node::call_peer`), served
+//! [`PeerCall`] from this broker's core 0 to the other's (`peer::Peers::call`), served
 //! there by [`Shard::serve_peer_call`] on the core that owns the work.
 
 use std::collections::BTreeMap;
@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use super::msg::{Req, Resp, TxnReq, TxnResp};
 use super::Shard;
-use crate::broker::cluster::call::{PeerAnswer, PeerCall, QuorumStatus};
 use crate::broker::errors;
 use crate::broker::group::offsets::{bucket_of, OFFSETS_TOPIC};
 use crate::broker::group::service::{GroupReq, GroupResp};
+use crate::broker::peer::call::{PeerAnswer, PeerCall, QuorumStatus};
 use crate::broker::sync::join_all;
 use crate::broker::txn::{self, TXN_TOPIC};
 
@@ -45,8 +45,7 @@ impl Shard {
                 _ => None,
             };
         }
-        let node = self.cluster_node()?;
-        node.call_peer(to, call, CALL_WAIT).await
+        self.peers()?.call(to, call, CALL_WAIT).await
     }
 
     /// The metadata quorum as its leader sees it, asked of the leader when that is another
@@ -58,7 +57,7 @@ impl Shard {
                 _ => Err((errors::UNKNOWN_SERVER_ERROR, "core 0 did not answer".into())),
             };
         }
-        let Some(node) = self.cluster_node() else {
+        let Some(node) = self.controller() else {
             return Err((
                 errors::INVALID_REQUEST,
                 "a standalone weir broker has no metadata quorum (only a cluster, started with \
@@ -74,7 +73,11 @@ impl Shard {
         if leader == 0 {
             return Err(unavailable("the metadata group has no leader now".into()));
         }
-        match node.call_peer(leader, PeerCall::Quorum, CALL_WAIT).await {
+        let answer = match self.peers() {
+            Some(peers) => peers.call(leader, PeerCall::Quorum, CALL_WAIT).await,
+            None => None,
+        };
+        match answer {
             Some(PeerAnswer::Quorum(q)) => Ok(q),
             _ => Err(unavailable(format!(
                 "broker {leader} (the metadata leader) did not answer"
@@ -85,7 +88,7 @@ impl Shard {
     /// On core 0: serves a peer's call on the core that owns its work.
     pub async fn serve_peer_call(self: &Rc<Self>, call: PeerCall) -> PeerAnswer {
         match call {
-            PeerCall::Quorum => match self.cluster_node().and_then(|n| n.quorum_status()) {
+            PeerCall::Quorum => match self.controller().and_then(|n| n.quorum_status()) {
                 Some(q) => PeerAnswer::Quorum(q),
                 None => PeerAnswer::Code(errors::NOT_LEADER_OR_FOLLOWER),
             },

@@ -1,5 +1,5 @@
 //! Partition groups' Raft messages between cores and brokers: out through core 0's peer
-//! connections (`cluster::net`, frame kind 4), from another core over the request mesh
+//! connections (`peer::net`, frame kind 4), from another core over the request mesh
 //! (`Req::RaftOut`); in on core 0, handed to the replica's core (`Req::RaftIn`). The
 //! messages one task queues for a core before it yields cross the mesh in one call.
 
@@ -40,11 +40,11 @@ impl Shard {
 
     /// Core 0: queues partition messages on the peer connections.
     pub(super) fn raft_out(&self, out: Vec<(u64, PartitionMessage)>) {
-        let Some(node) = self.cluster_node() else {
+        let Some(peers) = self.peers() else {
             return;
         };
         for (to, m) in out {
-            node.send_partition(to, m);
+            peers.send_partition(to, m);
         }
     }
 
@@ -109,7 +109,7 @@ impl Shard {
         self.replica_work.notify();
     }
 
-    /// Core 0: a peer broker was taken to be down or up again (`cluster::liveness`): every
+    /// Core 0: a peer broker was taken to be down or up again (`peer::liveness`): every
     /// core wakes its sleeping groups with a replica on it.
     pub fn peer_changed(self: &Rc<Self>, peer: u64) {
         self.wake_replicas_of(peer);

@@ -8,7 +8,7 @@ use weir_storage::io::CrashFate;
 use weir_storage::{BatchCache, Log, LogConfig};
 
 use super::*;
-use crate::broker::cluster::rejoin::Shared;
+use crate::broker::raft::rejoin::Shared;
 use crate::broker::replica::Opening;
 
 impl World {

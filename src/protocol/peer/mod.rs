@@ -1,5 +1,5 @@
 //! The frames brokers exchange on their peer port (`controller.quorum.voters`), as bytes: the
-//! broker's transport (`broker::cluster::net`) sends and reads them, and the fuzz target
+//! broker's transport (`broker::peer::net`) sends and reads them, and the fuzz target
 //! `peer_frames` feeds them arbitrary bytes, as whoever reaches the port can.
 //!
 //! A frame is `length (u32 BE) | kind (u8) | body`, the length counting kind and body:

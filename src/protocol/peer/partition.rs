@@ -1,7 +1,7 @@
 //! A partition group's Raft message between brokers (docs/replication.md §5.2): which group
 //! — the topic id (not the name: a topic deleted and created again is another group) and the
 //! partition — and the raft-rs `Message`. Carried in the inter-broker frame kind 4
-//! (`cluster::net::Frame::Partition`), core 0 to core 0; the receiving core 0 hands it to
+//! (`broker::peer::net::Frame::Partition`), core 0 to core 0; the receiving core 0 hands it to
 //! the core that owns the partition there.
 //!
 //! Body layout: `topic id (16 bytes) | partition (u32 BE) | raft-rs Message (protobuf)`.

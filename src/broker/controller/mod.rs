@@ -1,6 +1,7 @@
 //! The cluster's metadata Raft group on this broker (docs/replication.md §4, step 2): one
-//! raft-rs `RawNode` on core 0, its log on disk (`store`), its connections to the other
-//! brokers (`net`), and the way admin requests reach the group.
+//! raft-rs `RawNode` on core 0, its log on disk (`store`), and the way admin requests reach
+//! the group. It talks to the other brokers through `broker::peer::Peers`, for which it is
+//! the `Controller`: the metadata group's messages and forwarded requests come to it there.
 //!
 //! One driver task owns the `RawNode` (`Node::run`): every `TICK` it ticks it; frames from
 //! peers and local proposals are queued and stepped/proposed by the driver, so nothing else
@@ -15,23 +16,13 @@
 //! plans, proposes and answers with the entry's index. Either way the broker that was asked
 //! answers once it has applied that index itself, with the outcomes its own apply gave.
 
-pub mod call;
 mod catch_up;
-mod dial;
-mod inbound;
-mod liveness;
-mod log;
-pub mod net;
-pub mod peer_tls;
-pub mod rejoin;
 mod step_down;
 pub mod store;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,12 +35,11 @@ use tracing::{debug, error, info, warn};
 use weir::cluster::{Batch, Outcome, Record};
 use weir::metadata::Metadata;
 
-use self::call::{CallFrame, PeerAnswer, PeerCall};
 pub use self::catch_up::CATCH_UP_WAIT;
-use self::net::{Forward, Frame, Peer};
-pub use self::step_down::{successor, Handover};
+use crate::broker::peer::net::{Forward, Frame};
+use crate::broker::peer::{self, call, Local, Peers};
+use crate::broker::raft::rejoin;
 use crate::broker::sync::{Event, Notify, Slot};
-use weir::protocol::peer::PartitionMessage;
 
 /// The Raft clock: heartbeats every tick, elections after 10-20 ticks without a leader.
 const TICK: Duration = Duration::from_millis(100);
@@ -66,23 +56,9 @@ type Placed = Rc<Slot<Result<u64, String>>>;
 /// What the broker gives the node: how to apply committed batches (returns one outcome per
 /// record), and its current applied metadata (for planning on the leader).
 pub struct Hooks {
-    /// A partition group's message from a peer (`Shard::raft_in`).
-    pub partition: Box<dyn Fn(PartitionMessage)>,
     #[allow(clippy::type_complexity)]
-    pub apply:
-        Box<dyn Fn(Vec<(u64, Batch)>, u64) -> Pin<Box<dyn Future<Output = Vec<Vec<Outcome>>>>>>,
+    pub apply: Box<dyn Fn(Vec<(u64, Batch)>, u64) -> Local<Vec<Vec<Outcome>>>>,
     pub current: Box<dyn Fn() -> Arc<Metadata>>,
-    /// A peer broker was taken to be down, or up again (`liveness`): the hibernating
-    /// partition groups with a replica on it wake (`Shard::peer_changed`).
-    pub peer_changed: Box<dyn Fn(u64)>,
-    /// Serves a peer's transaction request (`Shard::serve_peer_call`).
-    #[allow(clippy::type_complexity)]
-    pub call: Box<dyn Fn(PeerCall) -> Pin<Box<dyn Future<Output = PeerAnswer>>>>,
-}
-
-/// The raft-rs logger every Raft group of this broker uses (records go to tracing).
-pub fn raft_logger() -> slog::Logger {
-    log::logger()
 }
 
 /// What the main thread prepares for core 0 (all `Send`): this broker's id, its peers'
@@ -97,7 +73,7 @@ pub struct Boot {
     /// Set once this broker's metadata caught up with the leader's (`Node::catch_up`).
     pub caught_up: Arc<std::sync::atomic::AtomicBool>,
     /// Mutual TLS with the peers (`security.inter.broker.protocol=SSL`); `None`: PLAINTEXT.
-    pub tls: Option<peer_tls::PeerTls>,
+    pub tls: Option<crate::broker::peer::peer_tls::PeerTls>,
     /// Whether this broker's data directory rejoins (`rejoin`), shared with the other cores.
     pub rejoin: Arc<rejoin::Shared>,
 }
@@ -119,11 +95,10 @@ pub struct Node {
     applied_changed: RefCell<Rc<Event>>,
     /// index → (request id, outcome per record), for the last `OUTCOMES_KEPT` entries.
     outcomes: RefCell<BTreeMap<u64, (u64, Vec<Outcome>)>>,
-    peers: BTreeMap<u64, Rc<Peer>>,
+    /// The other brokers (every other voter).
+    peers: Rc<Peers>,
     /// Forwarded requests waiting for the leader's reply, by request id.
     forwards: RefCell<HashMap<u64, Placed>>,
-    /// Our calls to peers waiting for their answers, by request id.
-    calls: RefCell<HashMap<u64, Rc<Slot<PeerAnswer>>>>,
     next_req: Cell<u64>,
     /// The broker is stopping (`step_down`): it hands the leadership over and takes none.
     stopping: Cell<bool>,
@@ -134,12 +109,13 @@ pub struct Node {
 }
 
 impl Node {
-    /// Builds the node from what was read back, and starts its driver, its peer senders and
-    /// its inter-broker listener (on this executor: core 0).
-    pub fn start(boot: Boot, hooks: Hooks) -> Result<Rc<Node>, String> {
+    /// Builds the node from what was read back, makes it the controller of `peers` and starts
+    /// them (the inter-broker listener and senders), then its driver (on this executor: core
+    /// 0).
+    pub fn start(boot: Boot, hooks: Hooks, peers: Rc<Peers>) -> Result<Rc<Node>, String> {
         let Boot {
             id,
-            peers,
+            peers: addrs,
             listen,
             log,
             applied,
@@ -147,7 +123,7 @@ impl Node {
             tls,
             rejoin: rejoin_shared,
         } = boot;
-        let voters: Vec<u64> = peers.iter().map(|p| p.0).chain([id]).collect();
+        let voters: Vec<u64> = addrs.iter().map(|p| p.0).chain([id]).collect();
         let mem = MemStorage::new_with_conf_state(ConfState::from((voters, vec![])));
         let mut hs: HardState = log.hard_state;
         let last = log.entries.last().map_or(0, |e| e.index);
@@ -174,7 +150,8 @@ impl Node {
             ..Default::default()
         };
         config.validate().map_err(|e| e.to_string())?;
-        let raw = RawNode::new(&config, mem.clone(), &log::logger()).map_err(|e| e.to_string())?;
+        let raw = RawNode::new(&config, mem.clone(), &crate::broker::raft::raft_logger())
+            .map_err(|e| e.to_string())?;
         let node = Rc::new(Node {
             id,
             raw: RefCell::new(raw),
@@ -189,41 +166,19 @@ impl Node {
             applied: Cell::new(applied),
             applied_changed: RefCell::new(Rc::new(Event::default())),
             outcomes: RefCell::new(BTreeMap::new()),
-            peers: peers
-                .iter()
-                .map(|&(p, addr)| {
-                    let tls = tls
-                        .as_ref()
-                        .and_then(|t| Some((t.connector.clone(), t.server_name(p)?)));
-                    (p, Peer::new(p, addr, listen, id, tls))
-                })
-                .collect(),
+            peers: peers.clone(),
             forwards: RefCell::new(HashMap::new()),
-            calls: RefCell::new(HashMap::new()),
-            // Request ids: unique per broker and per start (a restart's ids never meet the
-            // ones its previous life proposed).
-            next_req: Cell::new(
-                (id << 48)
-                    | ((std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_micros() as u64)
-                        << 8)
-                        & ((1 << 48) - 1)),
-            ),
+            next_req: Cell::new(peer::first_request_id(id)),
             stopping: Cell::new(false),
             rejoin: rejoin_shared.open(rejoin_shared.metadata_sure_file()),
             rejoin_shared,
             hooks,
         });
-        let listener = glommio::net::TcpListener::bind(listen)
-            .map_err(|e| format!("binding the inter-broker address {listen}: {e}"))?;
-        info!(node = id, %listen, peers = peers.len(), applied, last_index = last,
+        let controller: Rc<dyn peer::Controller> = node.clone();
+        peers.set_controller(Rc::downgrade(&controller));
+        peers.start(listen, tls)?;
+        info!(node = id, %listen, peers = addrs.len(), applied, last_index = last,
             "metadata Raft group starting");
-        for p in node.peers.values() {
-            glommio::spawn_local(p.clone().run()).detach();
-        }
-        glommio::spawn_local(node.clone().accept(listener, tls)).detach();
-        glommio::spawn_local(node.clone().watch_peers()).detach();
         glommio::spawn_local(node.clone().catch_up(caught_up)).detach();
         glommio::spawn_local(node.clone().watch_rejoin()).detach();
         let q = glommio::executor().create_task_queue(
@@ -235,36 +190,6 @@ impl Node {
             .map_err(|e| e.to_string())?
             .detach();
         Ok(node)
-    }
-
-    /// Sends `call` to broker `to` and waits up to `timeout` for its answer (`None`: no
-    /// answer in time, `to` cannot be reached — a failed connection attempt drops the call —
-    /// or is no peer). Nothing is retried here: the callers' own retries are idempotent (a
-    /// marker written twice, a check asked twice).
-    pub async fn call_peer(
-        &self,
-        to: u64,
-        call: PeerCall,
-        timeout: Duration,
-    ) -> Option<PeerAnswer> {
-        let peer = self.peers.get(&to)?;
-        let req = self.next_req.get();
-        self.next_req.set(req + 1);
-        let slot = Rc::new(Slot::default());
-        self.calls.borrow_mut().insert(req, slot.clone());
-        let unreachable = peer.unreachable();
-        peer.send(&Frame::Call(CallFrame {
-            from: self.id,
-            req,
-            call,
-        }));
-        let answer = or(async { Some(slot.take().await) }, async {
-            or(unreachable, glommio::timer::sleep(timeout)).await;
-            None
-        })
-        .await;
-        self.calls.borrow_mut().remove(&req);
-        answer
     }
 
     /// The metadata group's leader as this broker knows it (0: none known).
@@ -295,19 +220,11 @@ impl Node {
         })
     }
 
-    /// Queues a partition group's message for broker `to` (dropped if `to` is no peer).
-    pub fn send_partition(&self, to: u64, m: PartitionMessage) {
-        match self.peers.get(&to) {
-            Some(p) => p.send(&Frame::Partition(m)),
-            None => debug!(to, "a partition message for an unknown broker"),
-        }
-    }
-
     fn send(&self, msgs: Vec<Message>) {
         for m in msgs {
-            match self.peers.get(&m.to) {
-                Some(p) => p.send(&Frame::Raft(m)),
-                None => debug!(to = m.to, "a Raft message for an unknown node"),
+            let to = m.to;
+            if !self.peers.send(to, &Frame::Raft(m)) {
+                debug!(to, "a Raft message for an unknown node");
             }
         }
     }
@@ -545,14 +462,17 @@ impl Node {
             let leader = self.leader.get();
             let placed = if leader == self.id {
                 self.propose(req, records.clone()).await
-            } else if let Some(peer) = self.peers.get(&leader) {
+            } else if self.peers.contains(leader) {
                 let slot = Rc::new(Slot::default());
                 self.forwards.borrow_mut().insert(req, slot.clone());
-                peer.send(&Frame::Forward(Forward {
-                    from: self.id,
-                    req,
-                    records: records.clone(),
-                }));
+                self.peers.send(
+                    leader,
+                    &Frame::Forward(Forward {
+                        from: self.id,
+                        req,
+                        records: records.clone(),
+                    }),
+                );
                 let wait = FORWARD_WAIT.min(deadline.saturating_duration_since(Instant::now()));
                 let res = or(slot.take(), async {
                     glommio::timer::sleep(wait).await;
@@ -577,5 +497,25 @@ impl Node {
             glommio::timer::sleep(Duration::from_millis(100)).await;
         }
         Err(format!("metadata change timed out: {last_error}"))
+    }
+}
+
+/// The metadata group's side of the transport: its Raft messages go to the driver's inbox,
+/// a forwarded request is planned and proposed here (on the leader), a reply goes to the
+/// request that forwarded it.
+impl peer::Controller for Node {
+    fn raft(&self, m: Message) {
+        self.inbox.borrow_mut().push(m);
+        self.work.notify();
+    }
+
+    fn forward(self: Rc<Self>, f: Forward) -> Local<Result<u64, String>> {
+        Box::pin(async move { self.propose(f.req, f.records).await })
+    }
+
+    fn forwarded(&self, req: u64, result: Result<u64, String>) {
+        if let Some(slot) = self.forwards.borrow_mut().remove(&req) {
+            slot.set(result);
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! carries a keepalive when it has nothing else to send (`net::KEEPALIVE`), so a peer is heard
 //! from even while every partition group between the two brokers hibernates and sends
 //! nothing. A peer silent for `PEER_SILENT` is taken to be down, and heard from again, up;
-//! each change wakes the hibernating groups with a replica on it (`Hooks::peer_changed`):
+//! each change wakes the hibernating groups with a replica on it (`PeerHooks::peer_changed`):
 //! their followers then elect a new leader as Raft would without hibernation, and a peer
 //! back up gets its leaders' heartbeats at once. A silent peer's connection is also made
 //! again (`Peer::reconnect`): one that carried frames into a cut link would stay mute for
@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 use tracing::info;
 
 use super::net::KEEPALIVE;
-use super::Node;
+use super::Peers;
 
 /// How long a peer may stay silent before it is taken to be down: ten keepalives, the
 /// partition groups' shortest election timeout (a broker busy creating many partitions at
 /// once went silent for half a second).
 pub const PEER_SILENT: Duration = Duration::from_secs(1);
 
-impl Node {
+impl Peers {
     /// A frame from `peer` arrived (on core 0, where the connections are read).
     pub(super) fn heard_from(&self, peer: u64) {
         let Some(p) = self.peers.get(&peer) else {

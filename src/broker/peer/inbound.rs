@@ -1,9 +1,9 @@
-//! Connections from peer brokers (`Node::accept`): with `security.inter.broker.protocol=SSL`
+//! Connections from peer brokers (`Peers::accept`): with `security.inter.broker.protocol=SSL`
 //! a TLS handshake first that only certificates of the cluster's CA pass, naming the peer
 //! (`peer_tls`); each read by a task of its own, frame after frame through a read buffer (`net::PEER_READ_BUFFER`), each frame noting that its
-//! sender is alive (`liveness`) and then handled (`Node::on_frame`): Raft messages to the
-//! metadata group's inbox, partition messages to their replica's core, forwarded admin
-//! requests proposed, calls served.
+//! sender is alive (`liveness`) and then handled (`Peers::on_frame`): Raft messages and
+//! forwarded admin requests to the metadata group (`Controller`), partition messages to their
+//! replica's core and calls to the core that serves them (`PeerHooks`).
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 use super::call::AnswerFrame;
 use super::net::{self, Frame, Reply};
 use super::peer_tls::{self, PeerIdentity, PeerTls};
-use super::Node;
+use super::Peers;
 use crate::broker::log_limit::LogLimit;
 use crate::broker::sockets::hang_up;
 
@@ -31,7 +31,7 @@ fn refused(peer: Option<std::net::SocketAddr>, why: &str) {
     }
 }
 
-impl Node {
+impl Peers {
     pub(super) async fn accept(
         self: Rc<Self>,
         listener: glommio::net::TcpListener,
@@ -46,13 +46,13 @@ impl Node {
                     continue;
                 }
             };
-            let node = self.clone();
+            let peers = self.clone();
             let tls = tls.clone();
             glommio::spawn_local(async move {
                 let peer = stream.peer_addr().ok();
                 let fd = stream.as_raw_fd();
                 match tls {
-                    None => node.serve_peer(stream, fd, peer, None).await,
+                    None => peers.serve_peer(stream, fd, peer, None).await,
                     Some(tls) => {
                         let handshake = futures_lite::future::or(
                             async { Some(tls.acceptor.accept(stream).into_fallible().await) },
@@ -73,11 +73,11 @@ impl Node {
                             None => return refused(peer, "TLS handshake timed out"),
                         };
                         let cert = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
-                        let who = cert.map(|c| tls.identify(c, node.id));
+                        let who = cert.map(|c| tls.identify(c, peers.id));
                         match who {
                             Some(who) if !who.0.is_empty() => {
                                 debug!(peer = ?peer, brokers = ?who.0, "peer connection authenticated");
-                                node.serve_peer(stream, fd, peer, Some(who)).await
+                                peers.serve_peer(stream, fd, peer, Some(who)).await
                             }
                             _ => {
                                 let _ = stream.get_ref().0.shutdown(std::net::Shutdown::Both).await;
@@ -145,7 +145,7 @@ impl Node {
     fn on_frame(self: &Rc<Self>, frame: Frame) {
         match frame {
             Frame::Raft(m) => {
-                if m.to != self.id || !self.peers.contains_key(&m.from) {
+                if m.to != self.id || !self.contains(m.from) {
                     debug!(
                         from = m.from,
                         to = m.to,
@@ -153,27 +153,30 @@ impl Node {
                     );
                     return;
                 }
-                self.inbox.borrow_mut().push(m);
-                self.work.notify();
+                if let Some(c) = self.controller() {
+                    c.raft(m);
+                }
             }
             Frame::Forward(f) => {
-                let Some(peer) = self.peers.get(&f.from).cloned() else {
+                let (Some(peer), Some(c)) = (self.peers.get(&f.from).cloned(), self.controller())
+                else {
                     return;
                 };
-                let node = self.clone();
+                let req = f.req;
+                let placed = c.forward(f);
                 glommio::spawn_local(async move {
-                    let result = node.propose(f.req, f.records).await;
-                    peer.send(&Frame::Reply(Reply { req: f.req, result }));
+                    let result = placed.await;
+                    peer.send(&Frame::Reply(Reply { req, result }));
                 })
                 .detach();
             }
             Frame::Reply(r) => {
-                if let Some(slot) = self.forwards.borrow_mut().remove(&r.req) {
-                    slot.set(r.result);
+                if let Some(c) = self.controller() {
+                    c.forwarded(r.req, r.result);
                 }
             }
             Frame::Partition(m) => {
-                if m.msg.to != self.id || !self.peers.contains_key(&m.msg.from) {
+                if m.msg.to != self.id || !self.contains(m.msg.from) {
                     debug!(
                         from = m.msg.from,
                         to = m.msg.to,

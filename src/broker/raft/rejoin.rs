@@ -401,7 +401,7 @@ mod tests {
             heartbeat_tick: 1,
             ..Default::default()
         };
-        Raft::new(&config, storage, &super::super::raft_logger()).unwrap()
+        Raft::new(&config, storage, &crate::broker::raft::raft_logger()).unwrap()
     }
 
     fn msg(kind: MessageType, from: u64, to: u64, term: u64) -> Message {
