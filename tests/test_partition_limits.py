@@ -73,6 +73,46 @@ def test_new_partitions_reserve_no_disk_and_a_limit_refuses_too_many(broker_fact
     b.check_alive()
 
 
+def test_the_limit_counts_every_topic_of_a_request_and_of_racing_requests(broker_factory, topic_name):
+    """`max.partitions` holds across the topics of one CreateTopics (each checked beside the
+    ones before it) and across requests in flight at once (checked again as each is applied),
+    so many topics at once — an auto-creating client naming many — cannot pass it."""
+    from concurrent.futures import ThreadPoolExecutor
+    b = broker_factory(settings={"max.partitions": "100"}, cores=2)
+    admin = rd_admin(b.bootstrap)
+    fs = admin.create_topics([NewTopic(f"{topic_name}-{i}", num_partitions=60, replication_factor=1)
+                              for i in range(2)], request_timeout=CLIENT_TIMEOUT_S)
+    outcomes = []
+    for name, f in sorted(fs.items()):
+        try:
+            f.result(CLIENT_TIMEOUT_S)
+            outcomes.append("ok")
+        except Exception as e:  # noqa: BLE001 - KafkaException carries the code
+            outcomes.append("POLICY_VIOLATION" if "POLICY_VIOLATION" in str(e) else str(e))
+    assert outcomes == ["ok", "POLICY_VIOLATION"], outcomes
+
+    def create(i: int) -> str:
+        name = f"{topic_name}-race-{i}"
+        client = rd_admin(b.bootstrap)  # kept: the future dies with its client
+        [f] = client.create_topics(
+            [NewTopic(name, num_partitions=15, replication_factor=1)],
+            request_timeout=CLIENT_TIMEOUT_S).values()
+        try:
+            f.result(CLIENT_TIMEOUT_S)
+            return "ok"
+        except Exception as e:  # noqa: BLE001
+            return "POLICY_VIOLATION" if "POLICY_VIOLATION" in str(e) else str(e)
+
+    with ThreadPoolExecutor(8) as pool:
+        raced = list(pool.map(create, range(8)))
+    # 60 held: room for two more topics of 15, whichever requests win.
+    assert sorted(raced) == ["POLICY_VIOLATION"] * 6 + ["ok"] * 2, raced
+    md = admin.list_topics(timeout=10)
+    held = sum(len(t.partitions) for n, t in md.topics.items() if n.startswith(topic_name))
+    assert held == 90, held
+    b.check_alive()
+
+
 def test_segment_files_share_a_bounded_number_of_descriptors(broker_factory, topic_name):
     """1,000 partitions written twice and read back with `log.open.segment.files.max=200`: the
     broker holds at most ~200 segment-file descriptors (before: one per partition, 1,000), and

@@ -184,6 +184,9 @@ pub enum Outcome {
     /// Only on a standalone broker: a partition log of the change could not be opened (a
     /// file in the way, EIO, no file descriptors left), so the change was undone.
     StorageError(String),
+    /// Only on a standalone broker: the change would hold more partitions than
+    /// `max.partitions` (checked again under the admin lock: requests race).
+    PolicyViolation(String),
 }
 
 /// One entry of the metadata log: the records of one admin request, tagged with its id.

@@ -50,6 +50,7 @@ fn outcome_code(o: &Outcome) -> (i16, Option<String>) {
         }
         Outcome::Invalid(m) => (errors::INVALID_REQUEST, Some(m.clone())),
         Outcome::StorageError(m) => (errors::KAFKA_STORAGE_ERROR, Some(m.clone())),
+        Outcome::PolicyViolation(m) => (errors::POLICY_VIOLATION, Some(m.clone())),
     }
 }
 
@@ -69,6 +70,11 @@ impl Shard {
     async fn submit(self: &Rc<Self>, records: Vec<Record>) -> Result<Vec<Outcome>, String> {
         match self.controller() {
             Some(node) => node.submit(records, ADMIN_TIMEOUT).await,
+            // A broker of a cluster whose metadata node is not started yet (its first moments)
+            // changes nothing outside the metadata group.
+            None if self.metadata().local_broker.is_some() => {
+                Err("the metadata group has not started yet".into())
+            }
             None => self.apply_standalone(records).await,
         }
     }
@@ -87,10 +93,14 @@ impl Shard {
         match self.submit(records).await {
             Ok(outcomes) => {
                 for (slot, o) in slots.into_iter().zip(outcomes) {
+                    let r = &mut results[slot];
                     let (code, message) = outcome_code(&o);
-                    results[slot].error = code;
+                    r.error = code;
                     if message.is_some() {
-                        results[slot].message = message;
+                        r.message = message;
+                    } else if o == Outcome::TopicExists {
+                        // Named twice in the request, or created meanwhile by another.
+                        r.message = Some(format!("topic '{}' already exists", r.name));
                     }
                 }
             }
@@ -112,14 +122,17 @@ impl Shard {
         let meta = self.metadata();
         let cluster = meta.local_broker.is_some();
         let (mut results, mut records, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+        // The partition replicas of the topics taken so far (`max.partitions`).
+        let mut earlier = 0;
         for t in topics {
             let mut r = result(&t.name, checks::partition_count(&self.config, &t));
-            match checks::check_new_topic(&self.config, &meta, &t) {
+            match checks::check_new_topic(&self.config, &meta, earlier, &t) {
                 Err((code, message)) => {
                     r.error = code;
                     r.message = Some(message);
                 }
                 Ok((count, rf, configs)) => {
+                    earlier += count as usize * rf;
                     // An explicit assignment is placed here in a cluster; otherwise the
                     // metadata leader (or this broker, standalone) places the partitions.
                     let placed = match &t.assignments {
@@ -224,6 +237,7 @@ impl Shard {
     ) -> Vec<TopicResult> {
         let meta = self.metadata();
         let (mut results, mut records, mut slots) = (Vec::new(), Vec::new(), Vec::new());
+        let mut earlier = 0; // partition replicas added by the topics taken so far
         for (i, t) in topics.iter().enumerate() {
             let mut r = result(&t.name, t.count);
             let current = meta.topics.get(&t.name).map(|m| m.owners.len());
@@ -235,7 +249,7 @@ impl Shard {
                 )
             } else if let Some(current) = current {
                 let rf = Metadata::replication_factor(&meta.topics[&t.name]);
-                if t.count <= 0 || t.count as usize <= current || t.count > 100_000 {
+                if t.count <= 0 || t.count as usize <= current {
                     fail(
                         errors::INVALID_PARTITIONS,
                         format!(
@@ -243,9 +257,15 @@ impl Shard {
                             t.name, t.count
                         ),
                     )
+                } else if t.count as usize > Metadata::MAX_PARTITIONS {
+                    fail(
+                        errors::INVALID_PARTITIONS,
+                        format!("invalid partition count {}", t.count),
+                    )
                 } else if let Err((code, why)) = checks::check_partition_room(
                     &self.config,
                     &meta,
+                    earlier,
                     (t.count as usize - current) * rf,
                 ) {
                     fail(code, why)
@@ -273,6 +293,13 @@ impl Shard {
             };
             r.error = code;
             r.message = message;
+            if code == errors::NONE {
+                earlier += (t.count as usize).saturating_sub(current.unwrap_or(0))
+                    * meta
+                        .topics
+                        .get(&t.name)
+                        .map_or(1, Metadata::replication_factor);
+            }
             if code == errors::NONE && !validate_only {
                 let rf = placed.first().map_or(0, Vec::len);
                 slots.push(results.len());

@@ -11,13 +11,15 @@ use weir::metadata::{valid_topic_name, Metadata, TopicMeta};
 /// overrides.
 pub(super) type CheckedTopic = (i32, usize, std::collections::BTreeMap<String, String>);
 
-/// `max.partitions`: whether `adding` more partition replicas fit what this broker (in a
-/// cluster: the registered brokers together) may hold; POLICY_VIOLATION and why if not.
-/// Each partition costs a directory, a file descriptor and, once written, a reservation of
-/// disk: a request for 100,000 of them must not be taken on faith.
+/// `max.partitions`: whether `adding` more partition replicas, beside `earlier` ones taken
+/// by the same request, fit what this broker (in a cluster: the registered brokers together)
+/// may hold; POLICY_VIOLATION and why if not. Each partition costs a directory, a file
+/// descriptor and, once written, a reservation of disk: a request for 100,000 of them must
+/// not be taken on faith (nor 1,000 auto-created topics of 100 each).
 pub(super) fn check_partition_room(
     config: &BrokerConfig,
     meta: &Metadata,
+    earlier: usize,
     adding: usize,
 ) -> Result<(), (i16, String)> {
     let hosted: usize = meta
@@ -30,7 +32,8 @@ pub(super) fn check_partition_room(
                 .sum::<usize>()
                 .max(t.owners.len())
         })
-        .sum();
+        .sum::<usize>()
+        .saturating_add(earlier);
     let brokers = if meta.local_broker.is_some() {
         meta.brokers.len().max(1)
     } else {
@@ -62,11 +65,13 @@ pub(super) fn partition_count(config: &BrokerConfig, t: &NewTopic) -> i32 {
 
 /// CreateTopics' checks of one topic against `meta`: its partition count (-1: the
 /// default), its replication factor (-1: `default.replication.factor` in a cluster, 1 on
-/// a single broker; at most the registered brokers) and its config overrides, or the
-/// error code and message.
+/// a single broker; at most the registered brokers), room for its partitions beside the
+/// `earlier` partition replicas of the request, and its config overrides, or the error code
+/// and message.
 pub(super) fn check_new_topic(
     config: &BrokerConfig,
     meta: &Metadata,
+    earlier: usize,
     t: &NewTopic,
 ) -> Result<CheckedTopic, (i16, String)> {
     let count = partition_count(config, t);
@@ -134,7 +139,7 @@ pub(super) fn check_new_topic(
     } else if let Some(e) = bad_config {
         Err((errors::INVALID_CONFIG, e))
     } else {
-        check_partition_room(config, meta, count as usize * rf as usize)?;
+        check_partition_room(config, meta, earlier, count as usize * rf as usize)?;
         Ok((count, rf as usize, configs))
     }
 }

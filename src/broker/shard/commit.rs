@@ -22,8 +22,8 @@ impl Shard {
         batches: Vec<(u64, Batch)>,
         last: u64,
     ) -> Vec<Vec<Outcome>> {
-        // Serialized with any other writer of core 0's metadata. At shutdown the semaphore
-        // is closed: apply anyway.
+        // Serialized with any other writer of core 0's metadata (the lock is never closed:
+        // the result is ignored only to apply in any case).
         let _lock = self.admin_lock.acquire_permit(1).await;
         let before = self.metadata();
         let mut meta = (*before).clone();
@@ -60,7 +60,9 @@ impl Shard {
     }
 
     /// Core 0, standalone: places the records' new partitions on this broker's cores
-    /// (`Record::plan_standalone`), applies them, and commits the result. A change that
+    /// (`Record::plan_standalone`), applies them, and commits the result. New partitions past
+    /// `max.partitions` are refused here, under the lock (`Outcome::PolicyViolation`: the
+    /// requests' own checks ran on a snapshot, and two requests can race). A change that
     /// cannot be saved, or a created topic or partition whose log cannot be opened, is undone
     /// and answered `Outcome::StorageError` with the cause (not half-created: a retry starts
     /// from nothing). An error: shutting down.
@@ -75,6 +77,11 @@ impl Shard {
         let mut meta = (*before).clone();
         let mut outcomes = Vec::with_capacity(records.len());
         for r in &mut records {
+            if let Err((_, why)) = self.room_for(&meta, r) {
+                info!(record = ?r, "metadata record refused: {why}");
+                outcomes.push(Outcome::PolicyViolation(why));
+                continue;
+            }
             r.plan_standalone(&meta);
             outcomes.extend(apply_logged(&mut meta, std::slice::from_ref(r), 0));
         }
@@ -97,10 +104,11 @@ impl Shard {
         // Each topic created or grown with a log that cannot be opened goes back to what it
         // was before.
         let mut meta = (*self.metadata()).clone();
+        let mut undone = false;
         for (r, o) in records.iter().zip(outcomes.iter_mut()) {
             let topic = match r {
-                Record::CreateTopic { name, .. } => name,
-                Record::CreatePartitions { topic, .. } => topic,
+                Record::CreateTopic { name, .. } if *o == Outcome::Done => name,
+                Record::CreatePartitions { topic, .. } if *o == Outcome::Done => topic,
                 _ => continue,
             };
             let Some(f) = failures.iter().find(|f| f.topic == *topic) else {
@@ -116,11 +124,30 @@ impl Shard {
                 Some(t) => meta.topics.insert(topic.clone(), t.clone()),
                 None => meta.topics.remove(topic),
             };
+            undone = true;
+        }
+        // (A partition of an older topic that cannot be opened is reported too: nothing of
+        // this change to undo for it.)
+        if !undone {
+            return Ok(outcomes);
         }
         if let Err(e) = self.commit_metadata(meta).await {
             warn!(error = %e, "undoing a change whose logs cannot be opened");
         }
         Ok(outcomes)
+    }
+
+    /// `max.partitions` for the partitions record `r` adds to `meta` (standalone: one
+    /// replica each).
+    fn room_for(&self, meta: &Metadata, r: &Record) -> Result<(), (i16, String)> {
+        let adding = match r {
+            Record::CreateTopic { count, .. } => *count,
+            Record::CreatePartitions { topic, count, .. } => {
+                count.saturating_sub(meta.topics.get(topic).map_or(0, |t| t.owners.len()))
+            }
+            _ => return Ok(()),
+        };
+        super::checks::check_partition_room(&self.config, meta, 0, adding)
     }
 
     /// Removes the directories a change is about to give to new partitions (left by an
