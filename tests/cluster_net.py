@@ -1,5 +1,5 @@
 """Clusters of N brokers on their own loopback addresses, and network partitions between them
-cut with iptables (docs/replication.md, "Step 4 as built").
+cut with iptables (docs/replication.md, "Network partitions with iptables").
 
 Broker i (1-based) serves clients on 127.0.0.1 (port 0, as every test broker) and the other
 brokers on 127.0.0.(i+1) — its entry in `controller.quorum.voters` — and its connections to

@@ -1,5 +1,5 @@
 """Brokers on hosts of their own: each in its own network namespace, with its own address on
-a bridge, made by the test itself as root (docs/replication.md, "Step 4 as built", and
+a bridge, made by the test itself as root (docs/replication.md, "Network partitions with iptables", and
 tests/cluster_net.py for the iptables cuts between loopback addresses).
 
 `Hosts(n)` makes, for this test process (names carry its pid):

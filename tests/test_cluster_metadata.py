@@ -1,4 +1,4 @@
-"""Three `weir serve` processes as one cluster (docs/replication.md, step 2): the metadata Raft
+"""Three `weir serve` processes as one cluster (docs/replication.md §4): the metadata Raft
 group replicates topics and configs to every broker, admin requests work through any broker,
 the metadata survives a kill -9 of its leader, and each partition (replication factor 1) is
 served by the one broker it was placed on — the others answer NOT_LEADER_OR_FOLLOWER, and a

@@ -1,5 +1,5 @@
 """Network partitions between live brokers, under load, checked against the history
-(docs/replication.md §6-7 and "Step 4 as built"; the cluster and the iptables cuts:
+(docs/replication.md §6-7 and "Network partitions with iptables"; the cluster and the iptables cuts:
 tests/cluster_net.py; the checker: tests/history.py).
 
 Three brokers whose inter-broker traffic runs between 127.0.0.2-4, clients on 127.0.0.1; a

@@ -1,5 +1,5 @@
-"""Partitions replicated across three `weir serve` processes (docs/replication.md, step 3, as
-built: its "Step 3 as built" section).
+"""Partitions replicated across three `weir serve` processes (docs/replication.md §3, and
+§5.1 for the replication factor and placement).
 
 `test_replication_factor_per_topic`: CreateTopics' `replication_factor` is accepted up to the
 number of registered brokers (INVALID_REPLICATION_FACTOR above it), each partition's replicas

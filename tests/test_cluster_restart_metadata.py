@@ -1,5 +1,5 @@
 """A restarted broker's first Metadata answer is the cluster's, not what it knew before it went
-down (docs/replication.md §4.3; issue 19).
+down (docs/replication.md, "A restarted broker catches up before answering Metadata"; issue 19).
 
 What broke before: a broker killed while it led a partition read its applied metadata back at
 start-up and answered Metadata from it at once, naming itself the partition's leader (and not

@@ -156,7 +156,7 @@ pub const SETTINGS: &[Setting] = &[
     setting("num.partitions", "1", "partitions", None,
         "Partitions of an auto-created topic, and of CreateTopics asking for -1."),
     setting("default.replication.factor", "1", "replicas", None,
-        "Replicas of each partition of an auto-created topic, and of CreateTopics asking for -1. Above 1 only in a cluster, and at most the number of registered brokers (docs/replication.md, \"Step 3 as built\")."),
+        "Replicas of each partition of an auto-created topic, and of CreateTopics asking for -1. Above 1 only in a cluster, and at most the number of registered brokers (docs/replication.md §5.1)."),
     setting("auto.leader.rebalance.enable", "true", "bool", None,
         "In a cluster: a replicated partition led by another replica than its preferred one (the first of its placement) hands its leadership back to the preferred replica once that one is in sync, checked every `leader.imbalance.check.interval.seconds` (docs/replication.md, \"Preferred leaders\"). On by default, as in Kafka."),
     setting("leader.imbalance.check.interval.seconds", "300", "s", None,

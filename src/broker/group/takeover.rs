@@ -36,8 +36,8 @@ impl Coordinator {
     /// Drops the groups `which` picks, answering their members' waiting JoinGroup and
     /// SyncGroup with NOT_COORDINATOR (they find the coordinator again).
     pub(super) fn forget_groups(&self, which: impl Fn(&str) -> bool) {
-        // Consumer-protocol groups are not stored: their members find the new coordinator,
-        // are answered UNKNOWN_MEMBER_ID there and join again (their offsets are stored).
+        // Consumer-protocol groups too: the new coordinator restores them from the bucket's
+        // log (`persist.rs`), and their members find it there.
         self.consumer.forget(&which);
         let gone: Vec<(String, Rc<RefCell<Group>>)> = {
             let mut groups = self.groups.borrow_mut();

@@ -3,7 +3,7 @@
 //! An outbound connection leaves from this broker's own inter-broker address (its entry in
 //! `controller.quorum.voters`) when that names one address, so a peer sees it come from there
 //! and a firewall can tell the brokers apart even when they share one host (the tests cut
-//! links between brokers on 127.0.0.2-6 with iptables: docs/replication.md, "Step 4 as built").
+//! links between brokers on 127.0.0.2-6 with iptables: docs/replication.md, "Network partitions with iptables").
 //!
 //! The frames (`weir::protocol::peer`: Raft messages, forwarded admin requests, partition
 //! messages, transaction calls and answers) are written by the sender task; a keepalive

@@ -16,7 +16,7 @@
 //! broker: it opens replicas, drives them on its core's clock, routes their messages and serves
 //! produce through them.
 //!
-//! What is built and what is not: docs/replication.md, "Step 3 as built".
+//! What is built and what is not: docs/replication.md §8, "Known limits and open questions".
 
 mod install;
 pub mod log_start;

@@ -2,7 +2,7 @@
 //! proposals proposed (`step_and_propose`), then its `Ready` handled (`handle_ready`): the
 //! entries written — batches appended to the segment files (`Log::append_assigned`), Raft-only
 //! entries to the side log, a conflicting suffix cut from both first (docs/replication.md
-//! §3.2, §3.5; the ordering that makes each crash safe is in "Step 3 as built") — and
+//! §3.2, §3.5; the ordering that makes each crash safe is in §3.5) — and
 //! fdatasync'ed before any message that depends on them leaves; term and vote saved before the
 //! messages that depend on them; the committed entries applied.
 
