@@ -3,7 +3,7 @@ cut with iptables (docs/replication.md, "Network partitions with iptables").
 
 Broker i (1-based) serves clients on 127.0.0.1 (port 0, as every test broker) and the other
 brokers on 127.0.0.(i+1) — its entry in `controller.quorum.voters` — and its connections to
-the other brokers leave from that address too (broker::peer::net binds them). So the
+the other brokers leave from that address too (broker::peer::dial binds them). So the
 traffic between brokers i and j is exactly the TCP packets between 127.0.0.(i+1) and
 127.0.0.(j+1) to or from one of their two inter-broker ports, and two rules
 `iptables -I OUTPUT -p tcp -s A -d B --dport PORT_B -j DROP` and `... --sport PORT_A ...`

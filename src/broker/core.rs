@@ -341,8 +341,9 @@ fn start_cluster(
         }),
         current: Box::new(move || reader.metadata()),
     };
-    shard.set_peers(peers.clone());
-    let node = super::controller::Node::start(boot, hooks, peers)?;
+    let node = super::controller::Node::start(boot, hooks, peers.clone())?;
+    // No await since `Node::start` bound the listener: no frame is read before these are set.
+    shard.set_peers(peers);
     shard.set_controller(node.clone());
     Ok(node)
 }

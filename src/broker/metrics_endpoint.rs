@@ -9,7 +9,7 @@ use glommio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
 use crate::broker::metrics::{render, CoreSnapshot};
-use crate::broker::shard::{Req, Resp, Shard};
+use crate::broker::shard::{MetricsCall, Shard};
 
 /// Serves `GET /metrics` on `listener` (core 0) until shutdown.
 pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
@@ -42,7 +42,7 @@ pub async fn serve(shard: Rc<Shard>, listener: TcpListener) {
 pub async fn gather(shard: &Rc<Shard>) -> Vec<CoreSnapshot> {
     let mut out = Vec::with_capacity(shard.cores);
     for core in 0..shard.cores {
-        if let Resp::Metrics(s) = shard.call(core, Req::Metrics).await {
+        if let Some(s) = shard.ask(core, MetricsCall).await {
             out.push(*s);
         }
     }

@@ -21,7 +21,7 @@ use weir::acl::{
 
 use super::s;
 use crate::broker::errors;
-use crate::broker::shard::{Req, Resp, Shard};
+use crate::broker::shard::{CreateAclsCall, DeleteAclsCall, Shard, STOPPING};
 
 /// "ANY" in a filter's enum fields.
 const ANY: i8 = 1;
@@ -133,10 +133,7 @@ pub(super) async fn create_acls(shard: &Rc<Shard>, c: &CreateAclsRequest) -> Cre
     let stored = if new.is_empty() {
         Ok(())
     } else {
-        match shard.call(0, Req::CreateAcls(new)).await {
-            Resp::Stored(r) => r,
-            other => Err(format!("unexpected answer from core 0: {other:?}")),
-        }
+        (shard.ask(0, CreateAclsCall(new)).await).unwrap_or_else(|| Err(STOPPING.into()))
     };
     let mut resp = CreateAclsResponse::default();
     resp.results = checked
@@ -180,10 +177,7 @@ pub(super) async fn delete_acls(shard: &Rc<Shard>, d: &DeleteAclsRequest) -> Del
     let mut deleted = if good.is_empty() {
         Ok(Vec::new())
     } else {
-        match shard.call(0, Req::DeleteAcls(good)).await {
-            Resp::AclsDeleted(r) => r,
-            other => Err(format!("unexpected answer from core 0: {other:?}")),
-        }
+        (shard.ask(0, DeleteAclsCall(good)).await).unwrap_or_else(|| Err(STOPPING.into()))
     }
     .map(|v| v.into_iter());
     let mut resp = DeleteAclsResponse::default();

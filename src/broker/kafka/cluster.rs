@@ -2,7 +2,7 @@
 //! ElectLeaders, what a cluster does).
 
 use crate::broker::errors;
-use crate::broker::shard::{Req, Resp, Shard};
+use crate::broker::shard::{PartitionSizesCall, Shard};
 use kafka_protocol::messages::*;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -22,7 +22,7 @@ pub(super) async fn describe_log_dirs(
     let mut sizes = Vec::new();
     if shard.core_endpoints.borrow().is_empty() {
         for core in 0..shard.cores {
-            if let Resp::PartitionSizes(s) = shard.call(core, Req::PartitionSizes).await {
+            if let Some(s) = shard.ask(core, PartitionSizesCall).await {
                 sizes.extend(s);
             }
         }

@@ -2,7 +2,7 @@
 
 use crate::broker::errors;
 use crate::broker::group::offsets::OFFSETS_TOPIC;
-use crate::broker::shard::{ConfigChange, Req, Resp, Shard};
+use crate::broker::shard::{AlterConfigsCall, ConfigChange, Shard};
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -263,19 +263,11 @@ pub(super) async fn alter_topic_configs(
     let mut results = if changes.is_empty() {
         Vec::new()
     } else {
-        match shard
-            .call(
-                0,
-                Req::AlterConfigs {
-                    changes,
-                    validate_only,
-                },
-            )
-            .await
-        {
-            Resp::Topics(r) => r,
-            _ => Vec::new(),
-        }
+        let alter = AlterConfigsCall {
+            changes,
+            validate_only,
+        };
+        (shard.ask(0, alter).await).unwrap_or_default()
     }
     .into_iter();
     resources

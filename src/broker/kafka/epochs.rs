@@ -49,22 +49,16 @@ pub(super) async fn offset_for_leader_epoch(
             pr.partition = p.partition;
             pr.leader_epoch = -1;
             pr.end_offset = -1;
-            let fenced = fence(&meta, &name, p.partition, p.current_leader_epoch);
-            match meta.owner(&name, p.partition) {
+            match super::route(shard, &meta, &name, p.partition, p.current_leader_epoch) {
                 _ if !allowed => pr.error_code = errors::TOPIC_AUTHORIZATION_FAILED,
-                _ if fenced != errors::NONE => pr.error_code = fenced,
-                None if meta.placed_elsewhere(&name, p.partition) => {
-                    pr.error_code = errors::NOT_LEADER_OR_FOLLOWER
-                }
-                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
-                Some(owner) => {
-                    let g = groups.entry(owner).or_default();
-                    g.0.push(EpochPart {
+                Err(code) => pr.error_code = code,
+                Ok(owner) => {
+                    let part = EpochPart {
                         topic: name.clone(),
                         partition: p.partition,
                         epoch: p.leader_epoch,
-                    });
-                    g.1.push((ti, pi));
+                    };
+                    super::plan(&mut groups, owner, part, (ti, pi));
                 }
             }
             tr.partitions.push(pr);

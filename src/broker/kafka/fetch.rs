@@ -3,7 +3,7 @@
 
 use super::fetch_response::FetchReply;
 use crate::broker::errors;
-use crate::broker::shard::{FetchKey, FetchPart, Req, Resp, Shard};
+use crate::broker::shard::{FetchCall, FetchKey, FetchPart, FetchResult, FetchWakeCall, Shard};
 use kafka_protocol::messages::*;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -118,29 +118,27 @@ pub async fn gather_fetch(
                 log_start_offset: -1,
                 ..Default::default()
             };
-            let fenced = super::epochs::fence(&meta, &name, fp.partition, fp.current_leader_epoch);
-            let owner = match super::owner(shard, &meta, &name, fp.partition) {
-                None if rack.is_some() => meta.local_replica(&name, fp.partition),
-                owner => owner,
-            };
-            match owner {
+            let routed =
+                match super::route(shard, &meta, &name, fp.partition, fp.current_leader_epoch) {
+                    // A consumer with a rack (KIP-392) may read from this broker's follower.
+                    Err(errors::NOT_LEADER_OR_FOLLOWER) if rack.is_some() => meta
+                        .local_replica(&name, fp.partition)
+                        .ok_or(errors::NOT_LEADER_OR_FOLLOWER),
+                    routed => routed,
+                };
+            match routed {
                 _ if unknown != errors::NONE => r.error = unknown,
-                _ if fenced != errors::NONE => r.error = fenced,
-                None if meta.placed_elsewhere(&name, fp.partition) => {
-                    r.error = errors::NOT_LEADER_OR_FOLLOWER
-                }
-                None => r.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
-                Some(owner) => {
-                    let g = groups.entry(owner).or_default();
-                    g.0.push(FetchPart {
+                Err(code) => r.error = code,
+                Ok(owner) => {
+                    let part = FetchPart {
                         topic: name.clone(),
                         partition: fp.partition,
                         offset: fp.fetch_offset,
                         max_bytes: fp.partition_max_bytes,
                         committed: f.isolation_level == 1,
                         rack: rack.clone(),
-                    });
-                    g.1.push((ti, pi));
+                    };
+                    super::plan(&mut groups, owner, part, (ti, pi));
                 }
             }
             reply.partitions.push((fp.partition, r));
@@ -158,24 +156,20 @@ pub async fn gather_fetch(
     if n_groups == 1 {
         let (owner, (parts, slots)) = groups.into_iter().next().expect("one group");
         let resp = if owner == shard.id {
-            Resp::Fetch(
+            Some(
                 shard
                     .fetch_local(None, f.min_bytes, max_wait_ms, f.max_bytes, &parts)
                     .await,
             )
         } else {
-            shard
-                .call(
-                    owner,
-                    Req::Fetch {
-                        key,
-                        min_bytes: f.min_bytes,
-                        max_wait_ms,
-                        max_bytes: f.max_bytes,
-                        parts,
-                    },
-                )
-                .await
+            let fetch = FetchCall {
+                key,
+                min_bytes: f.min_bytes,
+                max_wait_ms,
+                max_bytes: f.max_bytes,
+                parts,
+            };
+            shard.ask(owner, fetch).await
         };
         place(&mut replies, resp, slots);
     } else if n_groups > 1 {
@@ -190,18 +184,14 @@ pub async fn gather_fetch(
             let tx = tx.clone();
             let (min_bytes, max_bytes) = (f.min_bytes, f.max_bytes);
             glommio::spawn_local(async move {
-                let resp = sh
-                    .call(
-                        owner,
-                        Req::Fetch {
-                            key,
-                            min_bytes,
-                            max_wait_ms,
-                            max_bytes,
-                            parts,
-                        },
-                    )
-                    .await;
+                let fetch = FetchCall {
+                    key,
+                    min_bytes,
+                    max_wait_ms,
+                    max_bytes,
+                    parts,
+                };
+                let resp = sh.ask(owner, fetch).await;
                 let _ = tx.send((owner, resp)).await;
             })
             .detach();
@@ -221,7 +211,7 @@ pub async fn gather_fetch(
                 for &other in pending.keys() {
                     let sh = shard.clone();
                     glommio::spawn_local(async move {
-                        sh.call(other, Req::FetchWake(key)).await;
+                        sh.ask(other, FetchWakeCall(key)).await;
                     })
                     .detach();
                 }
@@ -239,11 +229,11 @@ pub async fn gather_fetch(
 /// clients retry after a metadata refresh — never NONE with no data and -1 watermarks.
 pub(super) fn place(
     replies: &mut [FetchReply],
-    resp: Resp,
+    resp: Option<Vec<FetchResult>>,
     slots: Vec<(usize, usize)>,
 ) -> (usize, bool) {
     match resp {
-        Resp::Fetch(rs) if rs.len() == slots.len() => {
+        Some(rs) if rs.len() == slots.len() => {
             let bytes = rs.iter().map(|r| r.bytes()).sum();
             // A partition sent elsewhere (KIP-392) is answered at once, as an error is.
             let errored = rs

@@ -21,7 +21,7 @@ use crate::broker::group::coordinator::{
     codes, Coordinator, GroupDescription, JoinRequest, JoinResponse, SyncRequest, SyncResponse,
 };
 use crate::broker::group::service::{GroupReq, GroupResp};
-use crate::broker::shard::{Req, Resp, Shard};
+use crate::broker::shard::{GroupCall, Shard};
 
 pub(super) fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -29,10 +29,8 @@ pub(super) fn s(v: &str) -> StrBytes {
 
 pub(super) async fn call(shard: &Rc<Shard>, group: &str, req: GroupReq) -> GroupResp {
     let core = shard.group_core(group);
-    match shard.call(core, Req::Group(req)).await {
-        Resp::Group(r) => r,
-        _ => GroupResp::Code(codes::COORDINATOR_NOT_AVAILABLE),
-    }
+    (shard.ask(core, GroupCall(req)).await)
+        .unwrap_or(GroupResp::Code(codes::COORDINATOR_NOT_AVAILABLE))
 }
 
 /// Who sent a request, for DescribeGroups.
@@ -389,8 +387,7 @@ pub async fn list_groups(
         Listener::Bootstrap => 0..shard.cores,
     };
     for core in cores {
-        if let Resp::Group(GroupResp::List(gs)) = shard.call(core, Req::Group(GroupReq::List)).await
-        {
+        if let Some(GroupResp::List(gs)) = shard.ask(core, GroupCall(GroupReq::List)).await {
             for (id, ptype, state) in gs {
                 // A consumer-protocol group (KIP-848): type "consumer", protocol type
                 // "consumer" as Kafka lists it.
@@ -447,9 +444,8 @@ pub async fn delete_groups(shard: &Rc<Shard>, req: &DeleteGroupsRequest) -> Dele
 /// Tells every core's coordinator that `topic` is gone.
 pub async fn topic_deleted(shard: &Rc<Shard>, topic: &str) {
     for core in 0..shard.cores {
-        shard
-            .call(core, Req::Group(GroupReq::TopicDeleted(topic.to_owned())))
-            .await;
+        let deleted = GroupCall(GroupReq::TopicDeleted(topic.to_owned()));
+        shard.ask(core, deleted).await;
     }
 }
 

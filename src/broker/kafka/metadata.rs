@@ -3,7 +3,7 @@
 
 use crate::broker::errors;
 use crate::broker::group::offsets::OFFSETS_TOPIC;
-use crate::broker::shard::{NewTopic, Req, Resp, Shard};
+use crate::broker::shard::{CreateTopicsCall, NewTopic, Shard};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -34,16 +34,11 @@ pub(super) async fn auto_create(shard: &Rc<Shard>, names: Vec<String>) {
             assignments: None,
         })
         .collect();
-    if let Resp::Topics(results) = shard
-        .call(
-            0,
-            Req::CreateTopics {
-                topics,
-                validate_only: false,
-            },
-        )
-        .await
-    {
+    let create = CreateTopicsCall {
+        topics,
+        validate_only: false,
+    };
+    if let Some(results) = shard.ask(0, create).await {
         for r in results {
             if r.error != errors::NONE && r.error != errors::TOPIC_ALREADY_EXISTS {
                 debug!(topic = %r.name, error = r.error, "auto-create failed");

@@ -58,6 +58,37 @@ pub use weir::protocol::wire::{
 /// response (topic index, partition index).
 type Groups<P> = BTreeMap<usize, (Vec<P>, Vec<(usize, usize)>)>;
 
+/// Where one partition of a per-partition request goes, the planning half of `fan_out`: the
+/// core here that answers for it, or the error it is answered with at once — the client's
+/// `current` leader epoch fenced (`epochs::fence`; -1: none sent), NOT_LEADER_OR_FOLLOWER
+/// for a partition another broker leads, UNKNOWN_TOPIC_OR_PARTITION for one not in the
+/// metadata. What comes before it (topic ids to names, authorization, a request-wide error)
+/// differs per request and stays in its handler.
+fn route(
+    shard: &Shard,
+    meta: &weir::metadata::Metadata,
+    topic: &str,
+    partition: i32,
+    current: i32,
+) -> Result<usize, i16> {
+    let fenced = epochs::fence(meta, topic, partition, current);
+    if fenced != errors::NONE {
+        return Err(fenced);
+    }
+    match owner(shard, meta, topic, partition) {
+        Some(core) => Ok(core),
+        None if meta.placed_elsewhere(topic, partition) => Err(errors::NOT_LEADER_OR_FOLLOWER),
+        None => Err(errors::UNKNOWN_TOPIC_OR_PARTITION),
+    }
+}
+
+/// Adds `part` to `owner`'s call, its answer going to `slot` (topic index, partition index).
+fn plan<P>(groups: &mut Groups<P>, owner: usize, part: P, slot: (usize, usize)) {
+    let g = groups.entry(owner).or_default();
+    g.0.push(part);
+    g.1.push(slot);
+}
+
 /// Sends each owner core its parts as one call (`make`), all at once and started in core
 /// order, and hands back every slot (topic index, partition index) with its part's answer:
 /// `None` for each slot of an owner that could not answer (stopping), or that answered for

@@ -31,23 +31,17 @@ pub(super) async fn list_offsets(
             pr.offset = -1;
             pr.timestamp = -1;
             pr.leader_epoch = -1;
-            let fenced =
-                super::epochs::fence(&meta, &name, p.partition_index, p.current_leader_epoch);
-            match super::owner(shard, &meta, &name, p.partition_index) {
-                _ if fenced != errors::NONE => pr.error_code = fenced,
-                None if meta.placed_elsewhere(&name, p.partition_index) => {
-                    pr.error_code = errors::NOT_LEADER_OR_FOLLOWER
-                }
-                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
-                Some(owner) => {
-                    let g = groups.entry(owner).or_default();
-                    g.0.push(ListPart {
+            let current = p.current_leader_epoch;
+            match super::route(shard, &meta, &name, p.partition_index, current) {
+                Err(code) => pr.error_code = code,
+                Ok(owner) => {
+                    let part = ListPart {
                         topic: name.clone(),
                         partition: p.partition_index,
                         timestamp: p.timestamp,
                         committed: l.isolation_level == 1,
-                    });
-                    g.1.push((ti, pi));
+                    };
+                    super::plan(&mut groups, owner, part, (ti, pi));
                 }
             }
             tr.partitions.push(pr);
@@ -114,19 +108,15 @@ pub(super) async fn delete_records(
             let mut pr = DeleteRecordsPartitionResult::default();
             pr.partition_index = p.partition_index;
             pr.low_watermark = -1;
-            match meta.owner(&name, p.partition_index) {
-                None if meta.placed_elsewhere(&name, p.partition_index) => {
-                    pr.error_code = errors::NOT_LEADER_OR_FOLLOWER
-                }
-                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
-                Some(owner) => {
-                    let g = groups.entry(owner).or_default();
-                    g.0.push(crate::broker::shard::DeletePart {
+            match super::route(shard, &meta, &name, p.partition_index, -1) {
+                Err(code) => pr.error_code = code,
+                Ok(owner) => {
+                    let part = crate::broker::shard::DeletePart {
                         topic: name.clone(),
                         partition: p.partition_index,
                         offset: p.offset,
-                    });
-                    g.1.push((ti, pi));
+                    };
+                    super::plan(&mut groups, owner, part, (ti, pi));
                 }
             }
             tr.partitions.push(pr);

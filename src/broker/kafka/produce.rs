@@ -70,19 +70,15 @@ pub(super) async fn produce(
                 // Kafka's answer: only the coordinators write the internal topics.
                 res.error = errors::INVALID_TOPIC_EXCEPTION;
             } else {
-                match meta.owner(&name, pd.index) {
-                    None if meta.placed_elsewhere(&name, pd.index) => {
-                        res.error = errors::NOT_LEADER_OR_FOLLOWER
-                    }
-                    None => res.error = errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    Some(owner) => {
-                        let g = groups.entry(owner).or_default();
-                        g.0.push(ProducePart {
+                match super::route(shard, &meta, &name, pd.index, -1) {
+                    Err(code) => res.error = code,
+                    Ok(owner) => {
+                        let part = ProducePart {
                             topic: name.clone(),
                             partition: pd.index,
                             records: pd.records.clone().unwrap_or_default(),
-                        });
-                        g.1.push((ti, pi));
+                        };
+                        super::plan(&mut groups, owner, part, (ti, pi));
                     }
                 }
             }

@@ -29,13 +29,9 @@ pub(super) async fn describe_producers(
         for (pi, &p) in t.partition_indexes.iter().enumerate() {
             let mut pr = PartitionResponse::default();
             pr.partition_index = p;
-            match meta.owner(&name, p) {
-                None => pr.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
-                Some(owner) => {
-                    let g = groups.entry(owner).or_default();
-                    g.0.push((name.clone(), p));
-                    g.1.push((ti, pi));
-                }
+            match super::route(shard, &meta, &name, p, -1) {
+                Err(code) => pr.error_code = code,
+                Ok(owner) => super::plan(&mut groups, owner, (name.clone(), p), (ti, pi)),
             }
             tr.partitions.push(pr);
         }

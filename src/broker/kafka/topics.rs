@@ -2,7 +2,9 @@
 
 use super::groups as group;
 use crate::broker::errors;
-use crate::broker::shard::{NewTopic, Req, Resp, Shard};
+use crate::broker::shard::{
+    CreatePartitionsCall, CreateTopicsCall, DeleteTopicsCall, NewTopic, Shard,
+};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
@@ -66,19 +68,11 @@ pub(super) async fn create_topics(
     let mut results = if topics.is_empty() {
         Vec::new()
     } else {
-        match shard
-            .call(
-                0,
-                Req::CreateTopics {
-                    topics,
-                    validate_only: c.validate_only,
-                },
-            )
-            .await
-        {
-            Resp::Topics(r) => r,
-            _ => unanswered(names),
-        }
+        let create = CreateTopicsCall {
+            topics,
+            validate_only: c.validate_only,
+        };
+        (shard.ask(0, create).await).unwrap_or_else(|| unanswered(names))
     };
     results.extend(internal.into_iter().map(|t| internal_topic(t.name)));
     let meta = shard.metadata();
@@ -140,17 +134,12 @@ pub(super) async fn create_partitions(
         })
         .collect();
     let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
-    let results = match shard
-        .call(
-            0,
-            Req::CreatePartitions {
-                topics,
-                validate_only: c.validate_only,
-            },
-        )
-        .await
-    {
-        Resp::Topics(r) if r.len() == names.len() => r,
+    let grow = CreatePartitionsCall {
+        topics,
+        validate_only: c.validate_only,
+    };
+    let results = match shard.ask(0, grow).await {
+        Some(r) if r.len() == names.len() => r,
         _ => unanswered(names),
     };
     let mut resp = CreatePartitionsResponse::default();
@@ -225,10 +214,7 @@ pub(super) async fn delete_topics(
     let mut results = if names.is_empty() {
         Vec::new()
     } else {
-        match shard.call(0, Req::DeleteTopics(names.clone())).await {
-            Resp::Topics(r) => r,
-            _ => unanswered(names),
-        }
+        (shard.ask(0, DeleteTopicsCall(names.clone())).await).unwrap_or_else(|| unanswered(names))
     };
     results.extend(internal.into_iter().map(internal_topic));
     for r in results {

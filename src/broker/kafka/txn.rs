@@ -24,7 +24,7 @@ use crate::broker::errors;
 use crate::broker::group::coordinator::CommitPart;
 use crate::broker::group::service::{GroupReq, GroupResp};
 use crate::broker::peer::call::{PeerAnswer, PeerCall};
-use crate::broker::shard::{ProducePart, Req, Resp, Shard, TxnReq, TxnResp};
+use crate::broker::shard::{ProducePart, Shard, TxnCall, TxnReq, TxnResp};
 use crate::broker::txn::TxnMeta;
 
 /// Clients older than KIP-588 know INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED.
@@ -37,10 +37,7 @@ fn fenced_for(code: i16, version: i16, fenced_since: i16) -> i16 {
 }
 
 async fn call(shard: &Rc<Shard>, txn_id: &str, req: TxnReq) -> Option<TxnResp> {
-    match shard.call(shard.txn_core(txn_id), Req::Txn(req)).await {
-        Resp::Txn(r) => Some(r),
-        _ => None,
-    }
+    shard.ask(shard.txn_core(txn_id), TxnCall(req)).await
 }
 
 /// Checks a transactional produce against its coordinator: every partition must be in the
@@ -290,9 +287,7 @@ async fn all_states(shard: &Rc<Shard>) -> Vec<(String, TxnMeta)> {
 async fn states_of(shard: &Rc<Shard>, cores: std::ops::Range<usize>) -> Vec<(String, TxnMeta)> {
     let mut out = Vec::new();
     for core in cores {
-        if let Resp::Txn(TxnResp::Described(states)) =
-            shard.call(core, Req::Txn(TxnReq::Describe)).await
-        {
+        if let Some(TxnResp::Described(states)) = shard.ask(core, TxnCall(TxnReq::Describe)).await {
             out.extend(states);
         }
     }

@@ -19,7 +19,7 @@ use weir::sasl::valid_user_name;
 
 use super::s;
 use crate::broker::errors;
-use crate::broker::shard::{Req, Resp, Shard, UserChange};
+use crate::broker::shard::{AlterUsersCall, Shard, UserChange, STOPPING};
 
 pub(super) fn describe_user_scram_credentials(
     shard: &Rc<Shard>,
@@ -157,18 +157,17 @@ pub(super) async fn alter_user_scram_credentials(
         }
     }
     if !changes.is_empty() {
-        match shard.call(0, Req::AlterUsers(changes)).await {
-            Resp::Users(results) => {
+        match shard.ask(0, AlterUsersCall(changes)).await {
+            Some(results) => {
                 for (user, code, msg) in results {
                     outcome.insert(user, (code, msg));
                 }
             }
-            other => {
+            None => {
                 for name in users.keys() {
-                    outcome.entry(name.clone()).or_insert((
-                        errors::UNKNOWN_SERVER_ERROR,
-                        Some(format!("unexpected answer from core 0: {other:?}")),
-                    ));
+                    outcome
+                        .entry(name.clone())
+                        .or_insert((errors::UNKNOWN_SERVER_ERROR, Some(STOPPING.into())));
                 }
             }
         }

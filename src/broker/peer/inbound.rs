@@ -153,13 +153,18 @@ impl Peers {
                     );
                     return;
                 }
-                if let Some(c) = self.controller() {
-                    c.raft(m);
+                match self.controller() {
+                    Some(c) => c.raft(m),
+                    None => debug!(from = m.from, "no metadata node: dropping a Raft message"),
                 }
             }
             Frame::Forward(f) => {
                 let (Some(peer), Some(c)) = (self.peers.get(&f.from).cloned(), self.controller())
                 else {
+                    debug!(
+                        from = f.from,
+                        "dropping a forwarded request: unknown peer or no node"
+                    );
                     return;
                 };
                 let req = f.req;
@@ -170,11 +175,10 @@ impl Peers {
                 })
                 .detach();
             }
-            Frame::Reply(r) => {
-                if let Some(c) = self.controller() {
-                    c.forwarded(r.req, r.result);
-                }
-            }
+            Frame::Reply(r) => match self.controller() {
+                Some(c) => c.forwarded(r.req, r.result),
+                None => debug!(req = r.req, "no metadata node: dropping a reply"),
+            },
             Frame::Partition(m) => {
                 if m.msg.to != self.id || !self.contains(m.msg.from) {
                     debug!(

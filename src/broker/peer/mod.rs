@@ -105,8 +105,9 @@ impl Peers {
         })
     }
 
-    /// Who handles the metadata group's frames (frames for it before this is set are
-    /// dropped: Raft sends again).
+    /// Who handles the metadata group's frames. Set before `start`; frames for it that find
+    /// none (or a node dropped) are dropped with a debug line — a forwarded request's sender
+    /// then retries after its wait.
     pub fn set_controller(&self, controller: Weak<dyn Controller>) {
         *self.controller.borrow_mut() = Some(controller);
     }

@@ -196,9 +196,8 @@ impl Shard {
         let mut failures = self.apply_metadata(meta.clone()).await;
         for core in 0..self.cores {
             if core != self.id {
-                // Boxed: `call` → `handle` → `admin_*` → here is a recursive async cycle.
-                if let Resp::Applied(f) = Box::pin(self.call(core, Req::Apply(meta.clone()))).await
-                {
+                // Boxed: `ask` → `handle` → `admin_*` → here is a recursive async cycle.
+                if let Some(f) = Box::pin(self.ask(core, ApplyCall(meta.clone()))).await {
                     failures.extend(f);
                 }
             }

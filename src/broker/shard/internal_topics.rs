@@ -314,21 +314,16 @@ impl Shard {
                 ],
                 assignments: None,
             };
-            let r = shard
-                .call(
-                    0,
-                    Req::CreateTopics {
-                        topics: vec![topic],
-                        validate_only: false,
-                    },
-                )
-                .await;
-            match r {
-                Resp::Topics(r) if r.iter().all(|t| t.error == errors::NONE) => {
+            let create = CreateTopicsCall {
+                topics: vec![topic],
+                validate_only: false,
+            };
+            match shard.ask(0, create).await {
+                Some(r) if r.iter().all(|t| t.error == errors::NONE) => {
                     tracing::info!(replication_factor = rf, partitions, "created {name}")
                 }
-                Resp::Topics(r) => tracing::debug!(?r, "creating {name}: not yet"),
-                _ => {}
+                Some(r) => tracing::debug!(?r, "creating {name}: not yet"),
+                None => {}
             }
             shard.creating_internal_topics.borrow_mut().remove(name);
         })

@@ -87,7 +87,7 @@ impl Shard {
         g.reporting.set(true);
         let (shard, g) = (self.clone(), g.clone());
         glommio::spawn_local(async move {
-            if let Resp::Stored(Err(e)) = Box::pin(shard.call(0, Req::Submit(vec![record]))).await {
+            if let Some(Err(e)) = Box::pin(shard.ask(0, SubmitCall(vec![record]))).await {
                 debug!(topic = %g.topic, partition = g.partition, error = %e,
                     "reporting a partition's leader; trying again");
                 glommio::timer::sleep(Duration::from_millis(200)).await;

@@ -9,9 +9,8 @@ use std::rc::Rc;
 use tracing::{debug, warn};
 
 use super::lifecycle::wall_clock_ms;
-use super::msg::{Req, Resp};
 use super::peer_calls::Place;
-use super::Shard;
+use super::{GroupCall, MarkersCall, Shard};
 use crate::broker::errors;
 use crate::broker::group::service::{GroupReq, GroupResp};
 use crate::broker::peer::call::{PeerAnswer, PeerCall};
@@ -78,21 +77,15 @@ impl Shard {
             async move {
                 let asked = parts.clone();
                 let codes = match place {
-                    Place::Core(core) => match shard
-                        .call(
-                            core,
-                            Req::Markers {
-                                producer_id,
-                                epoch,
-                                commit,
-                                parts,
-                            },
-                        )
-                        .await
-                    {
-                        Resp::Codes(codes) => codes,
-                        _ => Vec::new(),
-                    },
+                    Place::Core(core) => {
+                        let markers = MarkersCall {
+                            producer_id,
+                            epoch,
+                            commit,
+                            parts,
+                        };
+                        (shard.ask(core, markers).await).unwrap_or_default()
+                    }
                     Place::Broker(b) => match shard
                         .peer_call(
                             b,
@@ -135,13 +128,13 @@ impl Shard {
         for group in groups.iter().filter(|g| !ended_before.contains(*g)) {
             let code = match self.group_place(group).await {
                 Some(Place::Core(core)) => {
-                    let req = Req::Group(GroupReq::TxnEnd {
+                    let req = GroupCall(GroupReq::TxnEnd {
                         group: group.clone(),
                         producer_id,
                         commit,
                     });
-                    match self.call(core, req).await {
-                        Resp::Group(GroupResp::Code(c)) => c,
+                    match self.ask(core, req).await {
+                        Some(GroupResp::Code(c)) => c,
                         _ => errors::COORDINATOR_NOT_AVAILABLE,
                     }
                 }

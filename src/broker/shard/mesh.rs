@@ -21,7 +21,7 @@ impl Shard {
     }
 
     /// Runs `req` on core `owner`: in place if that is this core, else over the mesh.
-    pub async fn call(self: &Rc<Self>, owner: usize, req: Req) -> Resp {
+    pub(super) async fn call(self: &Rc<Self>, owner: usize, req: Req) -> Resp {
         if owner == self.id {
             return self.handle(self.id, req).await;
         }
@@ -145,7 +145,7 @@ impl Shard {
                 Resp::LowWatermarks(self.delete_records_local(parts).await)
             }
             Req::Metrics => Resp::Metrics(Box::new(self.metrics_snapshot())),
-            Req::ReplicaLeader(topic, partition) => Resp::Leader(
+            Req::ReplicaLeader { topic, partition } => Resp::Leader(
                 self.replica(&topic, partition)
                     .map_or(0, |g| g.leader.get()),
             ),

@@ -11,6 +11,7 @@
 //! topic names, `bytes::Bytes` records, `Arc<Metadata>` snapshots.
 
 mod admin;
+mod calls;
 mod checks;
 mod cleaner;
 mod commit;
@@ -101,6 +102,7 @@ impl Global {
     }
 }
 
+pub use calls::*;
 pub use msg::*;
 
 // ---- Partitions and parked fetches --------------------------------------------------------

@@ -328,7 +328,10 @@ pub enum Req {
     Submit(Vec<weir::cluster::Record>),
     /// → the replica's core: the leader (broker id, 0 for none) its Raft group knows of;
     /// answered `Leader`.
-    ReplicaLeader(String, i32),
+    ReplicaLeader {
+        topic: String,
+        partition: i32,
+    },
     /// → core 0: the metadata quorum (`Shard::quorum_status`); answered `Quorum`.
     Quorum,
     /// → core 0: a transaction request for broker `to`; answered `PeerAnswer`.
@@ -384,75 +387,3 @@ pub struct OpenFailure {
 pub type ReqMsg = (usize, u64, Req);
 /// Envelope on the reply mesh: (call id, reply).
 pub type RespMsg = (u64, Resp);
-
-// ---- Typed calls ----
-
-/// A request to one core whose answer has one type. `Shard::ask` sends it as its `Req` and
-/// takes the answer out of the `Resp`: `None` when the core answered anything else (it was
-/// stopping), the one place that case is told apart, instead of a `_ =>` arm at every call.
-pub trait CoreCall {
-    type Reply;
-    fn into_req(self) -> Req;
-    fn reply(r: Resp) -> Option<Self::Reply>;
-}
-
-/// A `CoreCall` whose request and answer are one variant each, holding one value.
-macro_rules! core_call {
-    ($(#[$doc:meta])* $name:ident($arg:ty) => $req:ident, $resp:ident($reply:ty)) => {
-        $(#[$doc])*
-        pub struct $name(pub $arg);
-
-        impl CoreCall for $name {
-            type Reply = $reply;
-            fn into_req(self) -> Req {
-                Req::$req(self.0)
-            }
-            fn reply(r: Resp) -> Option<$reply> {
-                match r {
-                    Resp::$resp(v) => Some(v),
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-core_call!(
-    /// → the owner: ListOffsets.
-    ListOffsetsCall(Vec<ListPart>) => ListOffsets, ListOffsets(Vec<ListResult>)
-);
-core_call!(
-    /// → the owner: OffsetForLeaderEpoch.
-    EpochEndsCall(Vec<EpochPart>) => EpochEnds, EpochEnds(Vec<EpochEnd>)
-);
-core_call!(
-    /// → the owner: DeleteRecords; (error, new low watermark) per partition.
-    DeleteRecordsCall(Vec<DeletePart>) => DeleteRecords, LowWatermarks(Vec<(i16, i64)>)
-);
-core_call!(
-    /// → the owner: the active idempotent producers of each (topic, partition).
-    DescribeProducersCall(Vec<(String, i32)>) => DescribeProducers,
-        Producers(Vec<Result<Vec<ProducerInfo>, i16>>)
-);
-
-/// → the owner: Produce.
-pub struct ProduceCall {
-    pub acks: i16,
-    pub parts: Vec<ProducePart>,
-}
-
-impl CoreCall for ProduceCall {
-    type Reply = Vec<ProduceResult>;
-    fn into_req(self) -> Req {
-        Req::Produce {
-            acks: self.acks,
-            parts: self.parts,
-        }
-    }
-    fn reply(r: Resp) -> Option<Vec<ProduceResult>> {
-        match r {
-            Resp::Produce(v) => Some(v),
-            _ => None,
-        }
-    }
-}

@@ -9,8 +9,11 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use super::msg::{Req, Resp, TxnReq, TxnResp};
-use super::Shard;
+use super::msg::{TxnReq, TxnResp};
+use super::{
+    CoreCall, ElectCall, GroupCall, MarkersCall, PeerCallCall, QuorumCall, ReplicaLeaderCall,
+    Shard, TxnCall, STOPPING,
+};
 use crate::broker::errors;
 use crate::broker::group::offsets::{bucket_of, OFFSETS_TOPIC};
 use crate::broker::group::service::{GroupReq, GroupResp};
@@ -40,10 +43,7 @@ impl Shard {
     /// `None`: no answer in time, or no connection to it.
     pub async fn peer_call(self: &Rc<Self>, to: u64, call: PeerCall) -> Option<PeerAnswer> {
         if self.id != 0 {
-            return match self.call(0, Req::PeerCall { to, call }).await {
-                Resp::PeerAnswer(a) => a,
-                _ => None,
-            };
+            return self.ask(0, PeerCallCall { to, call }).await.flatten();
         }
         self.peers()?.call(to, call, CALL_WAIT).await
     }
@@ -52,10 +52,8 @@ impl Shard {
     /// broker. `Err`: standalone (no quorum), or no leader answered.
     pub async fn quorum_status(self: &Rc<Self>) -> Result<QuorumStatus, (i16, String)> {
         if self.id != 0 {
-            return match self.call(0, Req::Quorum).await {
-                Resp::Quorum(q) => q,
-                _ => Err((errors::UNKNOWN_SERVER_ERROR, "core 0 did not answer".into())),
-            };
+            return (self.ask(0, QuorumCall).await)
+                .unwrap_or_else(|| Err((errors::UNKNOWN_SERVER_ERROR, STOPPING.into())));
         }
         let Some(node) = self.controller() else {
             return Err((
@@ -105,8 +103,8 @@ impl Shard {
                     epoch,
                     parts,
                 };
-                PeerAnswer::Code(match self.call(core, Req::Txn(req)).await {
-                    Resp::Txn(TxnResp::Code(c)) => c,
+                PeerAnswer::Code(match self.ask(core, TxnCall(req)).await {
+                    Some(TxnResp::Code(c)) => c,
                     _ => errors::COORDINATOR_NOT_AVAILABLE,
                 })
             }
@@ -123,13 +121,13 @@ impl Shard {
                 commit,
             } => {
                 let core = self.group_core(&group);
-                let req = Req::Group(GroupReq::TxnEnd {
+                let req = GroupCall(GroupReq::TxnEnd {
                     group,
                     producer_id,
                     commit,
                 });
-                PeerAnswer::Code(match self.call(core, req).await {
-                    Resp::Group(GroupResp::Code(c)) => c,
+                PeerAnswer::Code(match self.ask(core, req).await {
+                    Some(GroupResp::Code(c)) => c,
                     _ => errors::COORDINATOR_NOT_AVAILABLE,
                 })
             }
@@ -145,7 +143,7 @@ impl Shard {
         commit: bool,
         parts: Vec<(String, i32)>,
     ) -> Vec<i16> {
-        self.on_replica_cores(parts, |parts| Req::Markers {
+        self.on_replica_cores(parts, |parts| MarkersCall {
             producer_id,
             epoch,
             commit,
@@ -157,16 +155,16 @@ impl Shard {
     /// ElectLeaders (PREFERRED) for partitions this broker leads, each on the core holding its
     /// replica (`Shard::elect_local`). One code per partition, in order.
     pub(crate) async fn elect_here(self: &Rc<Self>, parts: Vec<(String, i32)>) -> Vec<i16> {
-        self.on_replica_cores(parts, Req::Elect).await
+        self.on_replica_cores(parts, ElectCall).await
     }
 
     /// Sends each core holding this broker's replica of some of `parts` (or its owner at
     /// replication factor 1) the request `req` makes of them, at once, and gathers one code
     /// per partition, in order.
-    async fn on_replica_cores(
+    async fn on_replica_cores<C: CoreCall<Reply = Vec<i16>> + 'static>(
         self: &Rc<Self>,
         parts: Vec<(String, i32)>,
-        req: impl Fn(Vec<(String, i32)>) -> Req,
+        req: impl Fn(Vec<(String, i32)>) -> C,
     ) -> Vec<i16> {
         let meta = self.metadata();
         let mut codes = vec![errors::NONE; parts.len()];
@@ -184,8 +182,8 @@ impl Shard {
             let n = parts.len();
             let req = req(parts);
             async move {
-                let got = match shard.call(core, req).await {
-                    Resp::Codes(c) if c.len() == n => c,
+                let got = match shard.ask(core, req).await {
+                    Some(c) if c.len() == n => c,
                     _ => vec![errors::COORDINATOR_NOT_AVAILABLE; n],
                 };
                 at.into_iter().zip(got).collect::<Vec<_>>()
@@ -207,10 +205,11 @@ impl Shard {
         let replicated = t.replicas.get(p).is_some_and(|r| !r.is_empty());
         if replicated {
             if let Some(core) = meta.local_replica(topic, partition) {
-                if let Resp::Leader(b) = self
-                    .call(core, Req::ReplicaLeader(topic.to_string(), partition))
-                    .await
-                {
+                let ask = ReplicaLeaderCall {
+                    topic: topic.to_string(),
+                    partition,
+                };
+                if let Some(b) = self.ask(core, ask).await {
                     return (b != 0).then_some(b);
                 }
             }

@@ -34,7 +34,7 @@ impl Shard {
         if self.id == 0 {
             self.raft_out(out.collect());
         } else {
-            self.call_batched(0, |s, _| &s.raft_out_queue, out, Req::RaftOut);
+            self.call_batched(0, |s, _| &s.raft_out_queue, out, RaftOutCall);
         }
     }
 
@@ -66,19 +66,19 @@ impl Shard {
         if core == self.id {
             self.deliver_raft(vec![m]);
         } else if core < self.cores {
-            self.call_batched(core, |s, c| &s.raft_in_queues[c], [m], Req::RaftIn);
+            self.call_batched(core, |s, c| &s.raft_in_queues[c], [m], RaftInCall);
         }
     }
 
     /// Queues `items` for one call to `core` (`req` makes it): the first items queued since
     /// the last call spawn the task that makes it, which runs once the queuing task yields,
     /// so everything queued meanwhile goes in the same call.
-    fn call_batched<T: 'static>(
+    fn call_batched<T: 'static, C: CoreCall + 'static>(
         self: &Rc<Self>,
         core: usize,
         queue: fn(&Shard, usize) -> &RefCell<Vec<T>>,
         items: impl IntoIterator<Item = T>,
-        req: fn(Vec<T>) -> Req,
+        req: fn(Vec<T>) -> C,
     ) {
         let first = {
             let mut q = queue(self, core).borrow_mut();
@@ -90,7 +90,7 @@ impl Shard {
             let shard = self.clone();
             glommio::spawn_local(async move {
                 let items = std::mem::take(&mut *queue(&shard, core).borrow_mut());
-                shard.call(core, req(items)).await;
+                shard.ask(core, req(items)).await;
             })
             .detach();
         }
@@ -116,7 +116,7 @@ impl Shard {
         for core in (0..self.cores).filter(|&c| c != self.id) {
             let shard = self.clone();
             glommio::spawn_local(async move {
-                shard.call(core, Req::WakeReplicasOf(peer)).await;
+                shard.ask(core, WakeReplicasOfCall(peer)).await;
             })
             .detach();
         }
