@@ -12,7 +12,7 @@ use kafka_protocol::messages::*;
 use weir::acl::{Operation, Session};
 use weir::metadata::Metadata;
 
-use super::Groups;
+use super::ByOwner;
 use crate::broker::errors;
 use crate::broker::shard::{EpochEndsCall, EpochPart, Shard};
 
@@ -38,7 +38,7 @@ pub(super) async fn offset_for_leader_epoch(
 ) -> OffsetForLeaderEpochResponse {
     let meta = shard.metadata();
     let mut resp = OffsetForLeaderEpochResponse::default();
-    let mut groups: Groups<EpochPart> = BTreeMap::new();
+    let mut by_owner: ByOwner<EpochPart> = BTreeMap::new();
     for (ti, t) in r.topics.iter().enumerate() {
         let name = t.topic.to_string();
         let allowed = super::authz::topic(shard, session, Operation::Describe, &name);
@@ -58,14 +58,14 @@ pub(super) async fn offset_for_leader_epoch(
                         partition: p.partition,
                         epoch: p.leader_epoch,
                     };
-                    super::plan(&mut groups, owner, part, (ti, pi));
+                    super::plan(&mut by_owner, owner, part, (ti, pi));
                 }
             }
             tr.partitions.push(pr);
         }
         resp.topics.push(tr);
     }
-    for ((ti, pi), a) in super::fan_out(shard, groups, EpochEndsCall).await {
+    for ((ti, pi), a) in super::fan_out(shard, by_owner, EpochEndsCall).await {
         let pr = &mut resp.topics[ti].partitions[pi];
         match a {
             Some(a) => {

@@ -87,7 +87,7 @@ pub async fn gather_fetch(
     let rack: Option<std::sync::Arc<str>> = rack.map(Into::into);
     // (topic index, partition index) of every part, grouped by owner.
     let mut replies: Vec<FetchReply> = Vec::new();
-    let mut groups: Groups<FetchPart> = BTreeMap::new();
+    let mut by_owner: ByOwner<FetchPart> = BTreeMap::new();
     for (ti, t) in f.topics.iter().enumerate() {
         let (name, unknown) = if by_id {
             match shard.topic_name(&t.topic_id) {
@@ -138,7 +138,7 @@ pub async fn gather_fetch(
                         committed: f.isolation_level == 1,
                         rack: rack.clone(),
                     };
-                    super::plan(&mut groups, owner, part, (ti, pi));
+                    super::plan(&mut by_owner, owner, part, (ti, pi));
                 }
             }
             reply.partitions.push((fp.partition, r));
@@ -152,9 +152,9 @@ pub async fn gather_fetch(
     let max_wait_ms = if any_error { 0 } else { f.max_wait_ms };
     let id = shard.next_fetch_id();
     let key = FetchKey { from: shard.id, id };
-    let n_groups = groups.len();
-    if n_groups == 1 {
-        let (owner, (parts, slots)) = groups.into_iter().next().expect("one group");
+    let owners = by_owner.len();
+    if owners == 1 {
+        let (owner, (parts, slots)) = by_owner.into_iter().next().expect("one owner");
         let resp = if owner == shard.id {
             Some(
                 shard
@@ -172,13 +172,13 @@ pub async fn gather_fetch(
             shard.ask(owner, fetch).await
         };
         place(&mut replies, resp, slots);
-    } else if n_groups > 1 {
+    } else if owners > 1 {
         // Ask every owning core at once; as soon as the replies so far hold min_bytes, tell
         // the cores still waiting to answer now (no polling).
-        let (tx, rx) = glommio::channels::local_channel::new_bounded(n_groups);
+        let (tx, rx) = glommio::channels::local_channel::new_bounded(owners);
         let tx = Rc::new(tx);
         let mut pending: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
-        for (owner, (parts, slots)) in groups {
+        for (owner, (parts, slots)) in by_owner {
             pending.insert(owner, slots);
             let sh = shard.clone();
             let tx = tx.clone();

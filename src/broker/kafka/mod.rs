@@ -54,9 +54,9 @@ pub use weir::protocol::wire::{
     decode_request, perr, Body, LegacyProduce, ProtocolError, Request, SUPPORTED,
 };
 
-/// Partition work grouped by owning core: the parts, and where each result goes in the
+/// Partition work by owning core (one call each): the parts, and where each result goes in the
 /// response (topic index, partition index).
-type Groups<P> = BTreeMap<usize, (Vec<P>, Vec<(usize, usize)>)>;
+type ByOwner<P> = BTreeMap<usize, (Vec<P>, Vec<(usize, usize)>)>;
 
 /// Where one partition of a per-partition request goes, the planning half of `fan_out`: the
 /// core here that answers for it, or the error it is answered with at once — the client's
@@ -83,8 +83,8 @@ fn route(
 }
 
 /// Adds `part` to `owner`'s call, its answer going to `slot` (topic index, partition index).
-fn plan<P>(groups: &mut Groups<P>, owner: usize, part: P, slot: (usize, usize)) {
-    let g = groups.entry(owner).or_default();
+fn plan<P>(by_owner: &mut ByOwner<P>, owner: usize, part: P, slot: (usize, usize)) {
+    let g = by_owner.entry(owner).or_default();
     g.0.push(part);
     g.1.push(slot);
 }
@@ -95,10 +95,10 @@ fn plan<P>(groups: &mut Groups<P>, owner: usize, part: P, slot: (usize, usize)) 
 /// another number of parts. The one fan-out of the per-partition requests.
 async fn fan_out<P: 'static, R: 'static, C: CoreCall<Reply = Vec<R>> + 'static>(
     shard: &Rc<Shard>,
-    groups: Groups<P>,
+    by_owner: ByOwner<P>,
     make: impl Fn(Vec<P>) -> C,
 ) -> Vec<((usize, usize), Option<R>)> {
-    let tasks: Vec<_> = groups
+    let tasks: Vec<_> = by_owner
         .into_iter()
         .map(|(owner, (parts, slots))| {
             let (sh, call) = (shard.clone(), make(parts));

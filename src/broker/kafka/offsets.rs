@@ -20,7 +20,7 @@ pub(super) async fn list_offsets(
 ) -> ListOffsetsResponse {
     let meta = shard.metadata();
     let mut resp = ListOffsetsResponse::default();
-    let mut groups: Groups<ListPart> = BTreeMap::new();
+    let mut by_owner: ByOwner<ListPart> = BTreeMap::new();
     for (ti, t) in l.topics.iter().enumerate() {
         let name = t.name.to_string();
         let mut tr = ListOffsetsTopicResponse::default();
@@ -41,14 +41,14 @@ pub(super) async fn list_offsets(
                         timestamp: p.timestamp,
                         committed: l.isolation_level == 1,
                     };
-                    super::plan(&mut groups, owner, part, (ti, pi));
+                    super::plan(&mut by_owner, owner, part, (ti, pi));
                 }
             }
             tr.partitions.push(pr);
         }
         resp.topics.push(tr);
     }
-    for ((ti, pi), r) in fan_out(shard, groups, ListOffsetsCall).await {
+    for ((ti, pi), r) in fan_out(shard, by_owner, ListOffsetsCall).await {
         let pr = &mut resp.topics[ti].partitions[pi];
         match r {
             Some(r) => {
@@ -99,7 +99,7 @@ pub(super) async fn delete_records(
     };
     let meta = shard.metadata();
     let mut resp = DeleteRecordsResponse::default();
-    let mut groups: Groups<crate::broker::shard::DeletePart> = BTreeMap::new();
+    let mut by_owner: ByOwner<crate::broker::shard::DeletePart> = BTreeMap::new();
     for (ti, t) in d.topics.iter().enumerate() {
         let name = t.name.to_string();
         let mut tr = DeleteRecordsTopicResult::default();
@@ -116,14 +116,14 @@ pub(super) async fn delete_records(
                         partition: p.partition_index,
                         offset: p.offset,
                     };
-                    super::plan(&mut groups, owner, part, (ti, pi));
+                    super::plan(&mut by_owner, owner, part, (ti, pi));
                 }
             }
             tr.partitions.push(pr);
         }
         resp.topics.push(tr);
     }
-    for ((ti, pi), r) in fan_out(shard, groups, DeleteRecordsCall).await {
+    for ((ti, pi), r) in fan_out(shard, by_owner, DeleteRecordsCall).await {
         let pr = &mut resp.topics[ti].partitions[pi];
         match r {
             Some((error, low)) => {

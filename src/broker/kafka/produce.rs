@@ -41,7 +41,7 @@ pub(super) async fn produce(
     // Results in request order; partitions grouped by owning core.
     let mut results: Vec<Vec<(i32, crate::broker::shard::ProduceResult)>> = Vec::new();
     let mut names: Vec<String> = Vec::with_capacity(p.topic_data.len());
-    let mut groups: Groups<ProducePart> = BTreeMap::new();
+    let mut by_owner: ByOwner<ProducePart> = BTreeMap::new();
     for (ti, t) in p.topic_data.iter().enumerate() {
         // v13+ names the topic by id (KIP-516); an unknown id is UNKNOWN_TOPIC_ID.
         let (name, unknown) = if req.version >= 13 {
@@ -78,7 +78,7 @@ pub(super) async fn produce(
                             partition: pd.index,
                             records: pd.records.clone().unwrap_or_default(),
                         };
-                        super::plan(&mut groups, owner, part, (ti, pi));
+                        super::plan(&mut by_owner, owner, part, (ti, pi));
                     }
                 }
             }
@@ -90,10 +90,10 @@ pub(super) async fn produce(
     // A transactional produce writes only to partitions its coordinator has in the open
     // transaction (KIP-890's verification): a record that no marker would ever close would
     // hold the partition's last stable offset forever (a "hanging transaction").
-    if let Some(txn_id) = p.transactional_id.as_ref().filter(|_| !groups.is_empty()) {
-        let refused = super::txn::verify_produce(shard, txn_id.as_str(), &groups).await;
+    if let Some(txn_id) = p.transactional_id.as_ref().filter(|_| !by_owner.is_empty()) {
+        let refused = super::txn::verify_produce(shard, txn_id.as_str(), &by_owner).await;
         if refused != errors::NONE {
-            for (_, (_, slots)) in std::mem::take(&mut groups) {
+            for (_, (_, slots)) in std::mem::take(&mut by_owner) {
                 for (ti, pi) in slots {
                     results[ti][pi].1.error = refused;
                 }
@@ -102,7 +102,7 @@ pub(super) async fn produce(
     }
     // Every group starts now (remote ones are sent in order); local work runs in place.
     let make = |parts| ProduceCall { acks, parts };
-    for ((ti, pi), r) in super::fan_out(shard, groups, make).await {
+    for ((ti, pi), r) in super::fan_out(shard, by_owner, make).await {
         match r {
             Some(r) => results[ti][pi].1 = r,
             None => results[ti][pi].1.error = errors::NOT_LEADER_OR_FOLLOWER,

@@ -21,7 +21,7 @@ pub(super) async fn describe_producers(
 ) -> DescribeProducersResponse {
     let meta = shard.metadata();
     let mut resp = DescribeProducersResponse::default();
-    let mut groups: Groups<(String, i32)> = BTreeMap::new();
+    let mut by_owner: ByOwner<(String, i32)> = BTreeMap::new();
     for (ti, t) in d.topics.iter().enumerate() {
         let name = t.name.to_string();
         let mut tr = TopicResponse::default();
@@ -31,13 +31,13 @@ pub(super) async fn describe_producers(
             pr.partition_index = p;
             match super::route(shard, &meta, &name, p, -1) {
                 Err(code) => pr.error_code = code,
-                Ok(owner) => super::plan(&mut groups, owner, (name.clone(), p), (ti, pi)),
+                Ok(owner) => super::plan(&mut by_owner, owner, (name.clone(), p), (ti, pi)),
             }
             tr.partitions.push(pr);
         }
         resp.topics.push(tr);
     }
-    for ((ti, pi), r) in super::fan_out(shard, groups, DescribeProducersCall).await {
+    for ((ti, pi), r) in super::fan_out(shard, by_owner, DescribeProducersCall).await {
         let pr = &mut resp.topics[ti].partitions[pi];
         match r.unwrap_or(Err(errors::NOT_LEADER_OR_FOLLOWER)) {
             Ok(producers) => {

@@ -48,13 +48,13 @@ async fn call(shard: &Rc<Shard>, txn_id: &str, req: TxnReq) -> Option<TxnResp> {
 pub(super) async fn verify_produce(
     shard: &Rc<Shard>,
     txn_id: &str,
-    groups: &super::Groups<ProducePart>,
+    by_owner: &super::ByOwner<ProducePart>,
 ) -> i16 {
-    let parts: Vec<(String, i32)> = groups
+    let parts: Vec<(String, i32)> = by_owner
         .values()
         .flat_map(|(parts, _)| parts.iter().map(|p| (p.topic.clone(), p.partition)))
         .collect();
-    let first = groups
+    let first = by_owner
         .values()
         .flat_map(|(parts, _)| parts.iter())
         .find_map(|p| weir_storage::batch::BatchHeader::parse(&p.records));

@@ -49,7 +49,7 @@ impl Deref for PartitionLog {
 }
 
 impl BucketReplicas {
-    fn group(&self, bucket: usize) -> Option<Rc<crate::broker::replica::Replica>> {
+    fn replica(&self, bucket: usize) -> Option<Rc<crate::broker::replica::Replica>> {
         self.shard
             .upgrade()?
             .replica(self.topic, i32::try_from(bucket).ok()?)
@@ -66,7 +66,7 @@ impl BucketReplica for BucketReplicas {
     }
 
     fn serving_term(&self, bucket: usize) -> Option<u64> {
-        let g = self.group(bucket)?;
+        let g = self.replica(bucket)?;
         if g.failed.get() {
             return None;
         }
@@ -77,7 +77,7 @@ impl BucketReplica for BucketReplicas {
     }
 
     fn leads(&self, bucket: usize) -> bool {
-        self.group(bucket)
+        self.replica(bucket)
             .is_some_and(|g| !g.failed.get() && g.is_leader())
     }
 
@@ -85,7 +85,7 @@ impl BucketReplica for BucketReplicas {
         &self,
         bucket: usize,
     ) -> Pin<Box<dyn Future<Output = Option<Rc<dyn Deref<Target = Log>>>>>> {
-        let group = self.group(bucket);
+        let group = self.replica(bucket);
         Box::pin(async move {
             let g = group?;
             // The leader's term entry is committed, so is everything before it; the log's
@@ -113,7 +113,7 @@ impl BucketReplica for BucketReplicas {
         batch: Bytes,
     ) -> Pin<Box<dyn Future<Output = Result<(), i16>>>> {
         let shard = self.shard.upgrade();
-        let group = self.group(bucket);
+        let group = self.replica(bucket);
         Box::pin(async move {
             let (Some(shard), Some(g)) = (shard, group) else {
                 return Err(errors::NOT_LEADER_OR_FOLLOWER);
