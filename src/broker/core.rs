@@ -331,7 +331,7 @@ fn start_cluster(
         boot.id,
         &boot.peers,
         boot.listen,
-        boot.tls.as_ref(),
+        boot.tls.clone(),
         peer_hooks,
     );
     let hooks = super::controller::Hooks {

@@ -120,7 +120,7 @@ impl Node {
             log,
             applied,
             caught_up,
-            tls,
+            tls: _, // `peers` holds it
             rejoin: rejoin_shared,
         } = boot;
         let voters: Vec<u64> = addrs.iter().map(|p| p.0).chain([id]).collect();
@@ -176,7 +176,7 @@ impl Node {
         });
         let controller: Rc<dyn peer::Controller> = node.clone();
         peers.set_controller(Rc::downgrade(&controller));
-        peers.start(listen, tls)?;
+        peers.start()?;
         info!(node = id, %listen, peers = addrs.len(), applied, last_index = last,
             "metadata Raft group starting");
         glommio::spawn_local(node.clone().catch_up(caught_up)).detach();

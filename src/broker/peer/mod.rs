@@ -76,6 +76,9 @@ pub struct Peers {
     next_call: Cell<u64>,
     hooks: PeerHooks,
     controller: RefCell<Option<Weak<dyn Controller>>>,
+    /// This broker's inter-broker address (`start` listens there) and its mutual TLS.
+    listen: SocketAddr,
+    tls: Option<peer_tls::PeerTls>,
 }
 
 impl Peers {
@@ -85,13 +88,15 @@ impl Peers {
         id: u64,
         addrs: &[(u64, SocketAddr)],
         listen: SocketAddr,
-        tls: Option<&peer_tls::PeerTls>,
+        tls: Option<peer_tls::PeerTls>,
         hooks: PeerHooks,
     ) -> Rc<Peers> {
         let peers = addrs
             .iter()
             .map(|&(p, addr)| {
-                let tls = tls.and_then(|t| Some((t.connector.clone(), t.server_name(p)?)));
+                let tls = tls
+                    .as_ref()
+                    .and_then(|t| Some((t.connector.clone(), t.server_name(p)?)));
                 (p, Peer::new(p, addr, listen, id, tls))
             })
             .collect();
@@ -102,6 +107,8 @@ impl Peers {
             next_call: Cell::new(first_request_id(id)),
             hooks,
             controller: RefCell::new(None),
+            listen,
+            tls,
         })
     }
 
@@ -114,17 +121,14 @@ impl Peers {
 
     /// Binds the inter-broker listener and starts the peers' sender tasks, the accepting
     /// task and the liveness watch (on this executor: core 0).
-    pub fn start(
-        self: &Rc<Self>,
-        listen: SocketAddr,
-        tls: Option<peer_tls::PeerTls>,
-    ) -> Result<(), String> {
+    pub fn start(self: &Rc<Self>) -> Result<(), String> {
+        let listen = self.listen;
         let listener = glommio::net::TcpListener::bind(listen)
             .map_err(|e| format!("binding the inter-broker address {listen}: {e}"))?;
         for p in self.peers.values() {
             glommio::spawn_local(p.clone().run()).detach();
         }
-        glommio::spawn_local(self.clone().accept(listener, tls)).detach();
+        glommio::spawn_local(self.clone().accept(listener, self.tls.clone())).detach();
         glommio::spawn_local(self.clone().watch_peers()).detach();
         Ok(())
     }

@@ -241,6 +241,11 @@ impl Shard {
         for (i, t) in topics.iter().enumerate() {
             let mut r = result(&t.name, t.count);
             let current = meta.topics.get(&t.name).map(|m| m.owners.len());
+            // The partition replicas this growth adds (none for a count that does not grow).
+            let adding = meta.topics.get(&t.name).map_or(0, |m| {
+                (t.count.max(0) as usize).saturating_sub(m.owners.len())
+                    * Metadata::replication_factor(m)
+            });
             let fail = |code: i16, msg: String| (code, Some(msg));
             let (code, message) = if topics[..i].iter().any(|o| o.name == t.name) {
                 fail(
@@ -248,7 +253,6 @@ impl Shard {
                     format!("topic '{}' is named twice", t.name),
                 )
             } else if let Some(current) = current {
-                let rf = Metadata::replication_factor(&meta.topics[&t.name]);
                 if t.count <= 0 || t.count as usize <= current {
                     fail(
                         errors::INVALID_PARTITIONS,
@@ -262,12 +266,9 @@ impl Shard {
                         errors::INVALID_PARTITIONS,
                         format!("invalid partition count {}", t.count),
                     )
-                } else if let Err((code, why)) = checks::check_partition_room(
-                    &self.config,
-                    &meta,
-                    earlier,
-                    (t.count as usize - current) * rf,
-                ) {
+                } else if let Err((code, why)) =
+                    checks::check_partition_room(&self.config, &meta, earlier, adding)
+                {
                     fail(code, why)
                 } else {
                     (errors::NONE, None)
@@ -294,11 +295,7 @@ impl Shard {
             r.error = code;
             r.message = message;
             if code == errors::NONE {
-                earlier += (t.count as usize).saturating_sub(current.unwrap_or(0))
-                    * meta
-                        .topics
-                        .get(&t.name)
-                        .map_or(1, Metadata::replication_factor);
+                earlier += adding;
             }
             if code == errors::NONE && !validate_only {
                 let rf = placed.first().map_or(0, Vec::len);
