@@ -33,6 +33,16 @@ from tls_certs import Ca
 import tls_certs
 
 KIND_FORWARD = 2
+KIND_PING = 7
+
+
+def link_hello(core: int) -> bytes:
+    """The first bytes of a core link (`weir::protocol::peer::LinkHello`): for core `core`."""
+    return bytes([0xF7, ord("W"), ord("P"), 1]) + struct.pack(">H", core)
+
+
+def ping_frame(claimed_from: int) -> bytes:
+    return struct.pack(">I", 9) + bytes([KIND_PING]) + struct.pack(">Q", claimed_from)
 
 
 def forward_frame(claimed_from: int, user: str) -> bytes:
@@ -75,11 +85,16 @@ def closed_by_peer(sock) -> bool:
     return False
 
 
-def tls_client(host: str, port: int, ca: str, cert, key) -> ssl.SSLSocket:
+def tls_client(host: str, port: int, ca: str, cert, key, hello: bytes = b"") -> ssl.SSLSocket:
+    """A TLS connection to a peer port; `hello` goes first, in plaintext (a core link's)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.load_verify_locations(ca)
     ctx.load_cert_chain(cert, key)
-    return ctx.wrap_socket(socket.create_connection((host, port), timeout=5), server_hostname=host)
+    sock = socket.create_connection((host, port), timeout=5)
+    if hello:
+        sock.sendall(hello)
+        assert sock.recv(1) == b"\xf7", "the core link's hello was not answered"
+    return ctx.wrap_socket(sock, server_hostname=host)
 
 
 def test_the_peer_port_refuses_who_is_not_a_broker(request):
@@ -129,6 +144,37 @@ def test_the_peer_port_refuses_who_is_not_a_broker(request):
         assert len(refusals) == 4, b1.log_tail()
         assert "valid for no other broker's host" in refusals[2], refusals[2]
         assert "a frame from broker 1 on a connection authenticated as [2]" in refusals[3], refusals[3]
+
+        # A core link (the hello, then TLS, handed to the core it names) is held to the same
+        # rules, and carries nothing but partition messages and keepalives.
+        # 5. A hello for a core broker 1 does not have: closed before anything else.
+        s = socket.create_connection((host1, port1), timeout=5)
+        s.sendall(link_hello(9) + forward_frame(2, "mallory"))
+        assert closed_by_peer(s), "a core link for core 9 of a 2-core broker was kept"
+        # 6. A hello for core 1, then the raw frame: the TLS handshake fails.
+        s = socket.create_connection((host1, port1), timeout=5)
+        s.sendall(link_hello(1) + forward_frame(2, "mallory"))
+        assert closed_by_peer(s), "a plaintext frame on a TLS core link was not refused"
+        time.sleep(1.1)
+        b2_cert = (b2.settings["ssl.certificate.location"], b2.settings["ssl.key.location"])
+        # 7. Broker 2's certificate, a forwarded admin request as broker 2: not on a core link.
+        t = tls_client(host1, port1, b1.settings["ssl.truststore.location"], *b2_cert, hello=link_hello(1))
+        t.sendall(forward_frame(2, "mallory"))
+        assert closed_by_peer(t), "a forwarded request on a core link was handled"
+        time.sleep(1.1)
+        # 8. Broker 2's certificate, a keepalive as broker 1.
+        t = tls_client(host1, port1, b1.settings["ssl.truststore.location"], *b2_cert, hello=link_hello(1))
+        t.sendall(ping_frame(1))
+        assert closed_by_peer(t), "a core link sending as another broker than its certificate was kept"
+        time.sleep(1.0)
+        for b in brokers:
+            assert "mallory" not in users(b), f"the injected user exists:\n{users(b)}"
+        log = b1.log_path.read_text(errors="replace")
+        refusals = [line for line in log.splitlines() if "refused a peer connection" in line][4:]
+        assert len(refusals) == 3, b1.log_tail()
+        assert "TLS" in refusals[0], refusals[0]
+        assert "a frame other than a partition message or a keepalive on a core link" in refusals[1], refusals[1]
+        assert "a frame from broker 1 on a connection authenticated as [2]" in refusals[2], refusals[2]
         # The cluster itself still works over its TLS peer links.
         r = subprocess.run([str(WEIR_BIN), "user", "add", "carol", "--password-stdin", "--bootstrap", b2.bootstrap],
                            input="carol-pw\n", capture_output=True, text=True, timeout=30)
@@ -148,6 +194,12 @@ def test_the_same_frame_is_applied_on_an_explicitly_plaintext_peer_port(request)
     brokers = start_cluster(request, 2, own_addresses=True, peer_tls=False)
     try:
         b1, b2 = brokers
+        # On a core link the frame is refused, PLAINTEXT or not: it carries partition
+        # messages only.
+        for b, other in ((b1, 2), (b2, 1)):
+            s = socket.create_connection(peer_address(b), timeout=5)
+            s.sendall(link_hello(1) + forward_frame(other, "eve"))
+            assert closed_by_peer(s), "a forwarded request on a core link was handled"
         # To both: only the metadata leader proposes what it is forwarded.
         socks = []
         for b, other in ((b1, 2), (b2, 1)):
@@ -160,6 +212,7 @@ def test_the_same_frame_is_applied_on_an_explicitly_plaintext_peer_port(request)
             time.sleep(0.2)
         for s in socks:
             s.close()
+        assert "eve" not in users(b1), "a forwarded request on a core link was applied"
         assert "security.inter.broker.protocol=PLAINTEXT" in b1.log_path.read_text(errors="replace")
     finally:
         close_brokers(request, brokers)

@@ -2,16 +2,22 @@
 //! anyone who reaches a broker's peer port can send (with PLAINTEXT, or inside a TLS
 //! connection a broker's certificate opened). `read_frame` over a stream of frames and
 //! `Frame::decode` of one never panic or allocate past `MAX_FRAME_BYTES`; a frame that decodes
-//! re-encodes to bytes that decode to the same frame.
+//! re-encodes to bytes that decode to the same frame; a core link's hello (`LinkHello`) that
+//! decodes re-encodes to its bytes.
 //!
 //! Input: the bytes as they would arrive on the connection (several frames, or garbage).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir::protocol::peer::{read_frame, Frame};
+use weir::protocol::peer::{read_frame, Frame, LinkHello};
 
 fuzz_target!(|data: &[u8]| {
     let _ = Frame::decode(data);
+    // A core link's hello (what the accepting core peeks at before it hands the connection
+    // on): one that reads encodes back to the same bytes.
+    if let Ok(hello) = LinkHello::decode(data) {
+        assert_eq!(&hello.encode()[..], data, "a hello changed through decode and encode");
+    }
     futures_lite::future::block_on(async {
         let mut stream = data;
         for _ in 0..64 {

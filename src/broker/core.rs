@@ -55,11 +55,13 @@ pub(super) async fn core_main(
         Vec<std::net::SocketAddr>,
         Option<Arc<super::tls::TlsSource>>,
     ),
-    // The socket the signal thread wakes this core with, and (core 0 of a broker in a
-    // cluster) what its metadata Raft node starts from.
-    (watch, cluster): (
+    // The socket the signal thread wakes this core with, (core 0 of a broker in a cluster)
+    // what its metadata Raft node starts from, and (every core in a cluster) what its links
+    // to the peers' cores need.
+    (watch, cluster, links): (
         std::os::unix::net::UnixStream,
         Option<super::controller::Boot>,
+        Option<super::peer::links::LinkBoot>,
     ),
 ) -> Result<(), String> {
     // glommio's shared channels (the meshes, and joining them) wake a sleeping executor
@@ -100,6 +102,12 @@ pub(super) async fn core_main(
     };
     if let Some((req_rx, resp_rx)) = receivers {
         shard.start_mesh(req_rx, resp_rx);
+    }
+    if let Some(boot) = links {
+        let router = shard.clone();
+        let links = super::peer::links::Links::new(boot, Box::new(move |m| router.raft_in(m)));
+        links.start();
+        shard.set_links(links);
     }
     *shard.metadata_current.borrow_mut() = global.metadata_current.clone();
     *shard.rejoin.borrow_mut() = global.rejoin.clone();
@@ -312,7 +320,8 @@ fn start_cluster(
     shard: &std::rc::Rc<Shard>,
     boot: super::controller::Boot,
 ) -> Result<std::rc::Rc<super::controller::Node>, String> {
-    let (applier, reader, router, server, waker) = (
+    let (applier, reader, router, server, waker, linker) = (
+        shard.clone(),
         shard.clone(),
         shard.clone(),
         shard.clone(),
@@ -326,6 +335,7 @@ fn start_cluster(
             let shard = server.clone();
             Box::pin(async move { shard.serve_peer_call(call).await })
         }),
+        link: Box::new(move |fd, core, addr| linker.take_link(fd, core, addr)),
     };
     let peers = super::peer::Peers::new(
         boot.id,

@@ -45,6 +45,11 @@ pub struct CoreMetrics {
     pub txn_commits: Cell<u64>,
     pub txn_aborts: Cell<u64>,
     pub txn_timeouts: Cell<u64>,
+    /// Partition Raft messages this core sent to a peer's core on a connection of its own
+    /// (`peer::links`, or core 0's control connection), and those that went through another
+    /// core of this broker on their way out or in (`shard::raft_route`).
+    pub peer_messages_linked: Cell<u64>,
+    pub peer_messages_relayed: Cell<u64>,
 }
 
 impl CoreMetrics {
@@ -114,6 +119,8 @@ pub struct CoreSnapshot {
     pub txn_commits: u64,
     pub txn_aborts: u64,
     pub txn_timeouts: u64,
+    pub peer_messages_linked: u64,
+    pub peer_messages_relayed: u64,
     /// (destination core, cross-core calls in flight to it).
     pub queue_in_use: Vec<(usize, usize)>,
     pub cache_hits: u64,
@@ -152,6 +159,8 @@ impl CoreMetrics {
         snap.txn_commits = self.txn_commits.get();
         snap.txn_aborts = self.txn_aborts.get();
         snap.txn_timeouts = self.txn_timeouts.get();
+        snap.peer_messages_linked = self.peer_messages_linked.get();
+        snap.peer_messages_relayed = self.peer_messages_relayed.get();
     }
 }
 
@@ -386,7 +395,7 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             );
         }
     }
-    let per_core: [Family<CoreSnapshot>; 18] = [
+    let per_core: [Family<CoreSnapshot>; 20] = [
         (
             "weir_parked_fetches",
             "gauge",
@@ -482,6 +491,18 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             "counter",
             "Transactions the coordinator aborted because they stayed open longer than their transaction.timeout.ms.",
             |c| c.txn_timeouts,
+        ),
+        (
+            "weir_peer_messages_linked_total",
+            "counter",
+            "Partition Raft messages this core sent straight to the core of a peer's replica, on a connection of its own.",
+            |c| c.peer_messages_linked,
+        ),
+        (
+            "weir_peer_messages_relayed_total",
+            "counter",
+            "Partition Raft messages that crossed to another core of this broker on their way to or from a peer (a peer without core links, or a replica the metadata does not place yet).",
+            |c| c.peer_messages_relayed,
         ),
         (
             "weir_cache_hits_total",

@@ -457,6 +457,12 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             },
         }),
     };
+    let link_boot = cluster_boot.as_ref().map(|b| peer::links::LinkBoot {
+        id: b.id,
+        peers: b.peers.clone(),
+        listen: b.listen,
+        tls: b.tls.clone(),
+    });
     let meta = Arc::new(meta);
     let config = Arc::new(config);
     let mut global = Global::new(cores, listen_addrs.len(), cluster_boot.is_some());
@@ -531,6 +537,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
         let (listen_addrs, tls) = (listen_addrs.clone(), tls.clone());
         let watch = watch_fds.pop_front().expect("one watch socket per core");
         let cluster = if i == 0 { cluster_boot.take() } else { None };
+        let links = link_boot.clone();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("weir-core-{i}"))
             .io_memory(2 << 20)
@@ -543,7 +550,7 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
                     meta,
                     (req_mesh, resp_mesh),
                     (listen_addrs, tls),
-                    (watch, cluster),
+                    (watch, cluster, links),
                 )
                 .await;
                 if let Err(e) = &res {

@@ -13,6 +13,7 @@ fn broker(cores: usize, port: i32) -> BrokerInfo {
                 .collect(),
         }],
         rack: None,
+        peer_links: false,
     }
 }
 

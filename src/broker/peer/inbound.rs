@@ -1,15 +1,21 @@
-//! Connections from peer brokers (`Peers::accept`): with `security.inter.broker.protocol=SSL`
-//! a TLS handshake first that only certificates of the cluster's CA pass, naming the peer
-//! (`peer_tls`); each read by a task of its own, frame after frame through a read buffer (`net::PEER_READ_BUFFER`), each frame noting that its
-//! sender is alive (`liveness`) and then handled (`Peers::on_frame`): Raft messages and
-//! forwarded admin requests to the metadata group (`Controller`), partition messages to their
-//! replica's core and calls to the core that serves them (`PeerHooks`).
+//! Connections from peer brokers (`Peers::accept`, core 0). One whose first bytes are a core
+//! link's hello (`LinkHello`) is handed, unread, to the core it names (`PeerHooks::link`,
+//! served by `links`). Any other is core 0's: with `security.inter.broker.protocol=SSL` a TLS
+//! handshake first that only certificates of the cluster's CA pass, naming the peer
+//! (`authenticate`, `peer_tls`); then read by a task of its own, frame after frame through a
+//! read buffer (`serve_frames`), each frame noting that its sender is alive (`liveness`) and
+//! then handled (`Peers::on_frame`): Raft messages and forwarded admin requests to the
+//! metadata group (`Controller`), partition messages to their replica's core and calls to the
+//! core that serves them (`PeerHooks`).
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
+use glommio::net::TcpStream;
 use tracing::{debug, warn};
+use weir::protocol::peer::LinkHello;
 
 use super::call::AnswerFrame;
 use super::net::{self, Frame, Reply};
@@ -25,18 +31,167 @@ thread_local! {
     static REFUSED: LogLimit = const { LogLimit::new(REFUSED_LOG_EVERY) };
 }
 
-fn refused(peer: Option<std::net::SocketAddr>, why: &str) {
+pub(super) fn refused(peer: Option<SocketAddr>, why: &str) {
     if let Some(left_out) = REFUSED.with(LogLimit::allow) {
         warn!(peer = ?peer, left_out, "refused a peer connection: {why}");
     }
 }
 
+/// An accepted peer connection that passed authentication: the stream its frames come on
+/// (TLS over the socket, or the socket), its fd (to hang up on), the peer's address and,
+/// with TLS, the brokers its certificate proves it may be.
+pub(super) struct Accepted {
+    stream: Box<dyn futures_lite::AsyncRead + Unpin>,
+    fd: RawFd,
+    addr: Option<SocketAddr>,
+    who: Option<PeerIdentity>,
+}
+
+/// Authenticates an accepted connection: with `tls`, a handshake within
+/// `HANDSHAKE_TIMEOUT` whose certificate must name another broker's host (of this broker,
+/// `own_id`); without, nothing to check. `None`: refused (and logged).
+pub(super) async fn authenticate(
+    stream: TcpStream,
+    tls: Option<&PeerTls>,
+    own_id: u64,
+) -> Option<Accepted> {
+    let addr = stream.peer_addr().ok();
+    let fd = stream.as_raw_fd();
+    let Some(tls) = tls else {
+        return Some(Accepted {
+            stream: Box::new(stream),
+            fd,
+            addr,
+            who: None,
+        });
+    };
+    let handshake = futures_lite::future::or(
+        async { Some(tls.acceptor.accept(stream).into_fallible().await) },
+        async {
+            glommio::timer::sleep(peer_tls::HANDSHAKE_TIMEOUT).await;
+            // The socket is still the handshake's: hang up before it goes.
+            hang_up(fd);
+            None
+        },
+    )
+    .await;
+    let stream = match handshake {
+        Some(Ok(s)) => s,
+        Some(Err((e, io))) => {
+            let _ = io.shutdown(std::net::Shutdown::Both).await;
+            refused(addr, &format!("TLS: {e}"));
+            return None;
+        }
+        None => {
+            refused(addr, "TLS handshake timed out");
+            return None;
+        }
+    };
+    let cert = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first());
+    match cert.map(|c| tls.identify(c, own_id)) {
+        Some(who) if !who.0.is_empty() => {
+            debug!(peer = ?addr, brokers = ?who.0, "peer connection authenticated");
+            Some(Accepted {
+                stream: Box::new(stream),
+                fd,
+                addr,
+                who: Some(who),
+            })
+        }
+        _ => {
+            let _ = stream.get_ref().0.shutdown(std::net::Shutdown::Both).await;
+            refused(
+                addr,
+                "its certificate is valid for no other broker's host in controller.quorum.voters",
+            );
+            None
+        }
+    }
+}
+
+/// Reads a peer's frames until it closes or sends something that does not decode (that
+/// closes this connection only), handing each to `on_frame` with the broker the connection
+/// comes from once a frame named it; an `Err` from `on_frame` closes the connection with
+/// that reason. With TLS the first frame naming its sender fixes which of the brokers the
+/// certificate proves it may be, and a frame naming any other closes the connection, nothing
+/// of it handled.
+pub(super) async fn serve_frames(
+    c: Accepted,
+    mut on_frame: impl FnMut(Frame, Option<u64>) -> Result<(), String>,
+) {
+    let Accepted {
+        stream,
+        fd,
+        addr,
+        who,
+    } = c;
+    let mut stream = futures_lite::io::BufReader::with_capacity(net::PEER_READ_BUFFER, stream);
+    // The peer this connection comes from, once a frame named it.
+    let mut from = None;
+    loop {
+        // Buffered frames are read without waiting: let the core's other tasks run.
+        glommio::yield_if_needed().await;
+        match net::read_frame(&mut stream).await {
+            Ok(Some(frame)) => {
+                if let (Some(who), Some(sender)) = (&who, frame.sender()) {
+                    if !who.may_be(sender) || from.is_some_and(|f| f != sender) {
+                        hang_up(fd);
+                        return refused(
+                            addr,
+                            &format!(
+                                "a frame from broker {sender} on a connection authenticated \
+                                 as {:?}",
+                                from.map_or(who.0.clone(), |f| vec![f])
+                            ),
+                        );
+                    }
+                }
+                from = frame.sender().or(from);
+                if let Err(why) = on_frame(frame, from) {
+                    hang_up(fd);
+                    return refused(addr, &why);
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                warn!(peer = ?addr, error = %e, "closing a peer connection: bad frame");
+                return;
+            }
+        }
+    }
+}
+
+/// Longest an accepted connection may stay silent before its first byte (a peer's first
+/// write follows its connect at once; its keepalives come every `net::KEEPALIVE`).
+const FIRST_BYTE_TIMEOUT: Duration = peer_tls::HANDSHAKE_TIMEOUT;
+
+/// Waits for the hello of a core link whose first byte has arrived (it is read by peeking:
+/// the bytes stay for the core that serves the link).
+async fn peek_hello(stream: &TcpStream) -> Result<LinkHello, String> {
+    let mut hello = [0u8; LinkHello::LEN];
+    let deadline = std::time::Instant::now() + FIRST_BYTE_TIMEOUT;
+    loop {
+        let n = stream.peek(&mut hello).await.map_err(|e| e.to_string())?;
+        if n == LinkHello::LEN {
+            return LinkHello::decode(&hello);
+        }
+        if n == 0 {
+            return Err("closed before its hello".into());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err("hello incomplete".into());
+        }
+        // A hello is one write right after the connection is made: the rest is in flight.
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 impl Peers {
-    pub(super) async fn accept(
-        self: Rc<Self>,
-        listener: glommio::net::TcpListener,
-        tls: Option<PeerTls>,
-    ) {
+    pub(super) async fn accept(self: Rc<Self>, listener: glommio::net::TcpListener) {
         loop {
             let stream = match listener.accept().await {
                 Ok(s) => s,
@@ -46,100 +201,54 @@ impl Peers {
                     continue;
                 }
             };
-            let peers = self.clone();
-            let tls = tls.clone();
-            glommio::spawn_local(async move {
-                let peer = stream.peer_addr().ok();
-                let fd = stream.as_raw_fd();
-                match tls {
-                    None => peers.serve_peer(stream, fd, peer, None).await,
-                    Some(tls) => {
-                        let handshake = futures_lite::future::or(
-                            async { Some(tls.acceptor.accept(stream).into_fallible().await) },
-                            async {
-                                glommio::timer::sleep(peer_tls::HANDSHAKE_TIMEOUT).await;
-                                // The socket is still the handshake's: hang up before it goes.
-                                hang_up(fd);
-                                None
-                            },
-                        )
-                        .await;
-                        let stream = match handshake {
-                            Some(Ok(s)) => s,
-                            Some(Err((e, io))) => {
-                                let _ = io.shutdown(std::net::Shutdown::Both).await;
-                                return refused(peer, &format!("TLS: {e}"));
-                            }
-                            None => return refused(peer, "TLS handshake timed out"),
-                        };
-                        let cert = stream.get_ref().1.peer_certificates().and_then(|c| c.first());
-                        let who = cert.map(|c| tls.identify(c, peers.id));
-                        match who {
-                            Some(who) if !who.0.is_empty() => {
-                                debug!(peer = ?peer, brokers = ?who.0, "peer connection authenticated");
-                                peers.serve_peer(stream, fd, peer, Some(who)).await
-                            }
-                            _ => {
-                                let _ = stream.get_ref().0.shutdown(std::net::Shutdown::Both).await;
-                                refused(
-                                    peer,
-                                    "its certificate is valid for no other broker's host in \
-                                     controller.quorum.voters",
-                                )
-                            }
-                        }
-                    }
-                }
-            })
-            .detach();
+            glommio::spawn_local(self.clone().serve_accepted(stream)).detach();
         }
     }
 
-    /// Reads a peer's frames until it closes or sends something that does not decode (that
-    /// closes this connection only). With TLS, `who` says which brokers the certificate
-    /// proves the peer may be: the first frame naming its sender fixes which one, and a frame
-    /// naming any other closes the connection, nothing of it handled.
-    async fn serve_peer<S: futures_lite::AsyncRead + Unpin>(
-        self: Rc<Self>,
-        stream: S,
-        fd: RawFd,
-        peer: Option<std::net::SocketAddr>,
-        who: Option<PeerIdentity>,
-    ) {
-        let mut stream = futures_lite::io::BufReader::with_capacity(net::PEER_READ_BUFFER, stream);
-        // The peer this connection comes from, once a frame named it.
-        let mut from = None;
-        loop {
-            // Buffered frames are read without waiting: let the core's other tasks run.
-            glommio::yield_if_needed().await;
-            match net::read_frame(&mut stream).await {
-                Ok(Some(frame)) => {
-                    if let (Some(who), Some(sender)) = (&who, frame.sender()) {
-                        if !who.may_be(sender) || from.is_some_and(|f| f != sender) {
-                            hang_up(fd);
-                            return refused(
-                                peer,
-                                &format!(
-                                    "a frame from broker {sender} on a connection authenticated \
-                                     as {:?}",
-                                    from.map_or(who.0.clone(), |f| vec![f])
-                                ),
-                            );
-                        }
-                    }
-                    from = frame.sender().or(from);
-                    if let Some(peer) = from {
-                        self.heard_from(peer);
-                    }
-                    self.on_frame(frame)
-                }
-                Ok(None) => return,
-                Err(e) => {
-                    warn!(peer = ?peer, error = %e, "closing a peer connection: bad frame");
-                    return;
-                }
-            }
+    /// One accepted connection: a core link (its first byte is a `LinkHello`'s) is handed to
+    /// the core it names (`PeerHooks::link`); any other is core 0's, authenticated and read
+    /// here.
+    async fn serve_accepted(self: Rc<Self>, stream: TcpStream) {
+        let addr = stream.peer_addr().ok();
+        let mut first = [0u8; 1];
+        let peeked =
+            futures_lite::future::or(async { Some(stream.peek(&mut first).await) }, async {
+                glommio::timer::sleep(FIRST_BYTE_TIMEOUT).await;
+                None
+            })
+            .await;
+        match peeked {
+            Some(Ok(1)) => {}
+            Some(Ok(_)) => return, // closed at once
+            Some(Err(e)) => return debug!(peer = ?addr, error = %e, "reading a peer connection"),
+            None => return refused(addr, "nothing sent"),
         }
+        if first[0] == LinkHello::FIRST {
+            let hello = match peek_hello(&stream).await {
+                Ok(h) => h,
+                Err(e) => return refused(addr, &format!("core link: {e}")),
+            };
+            // The socket goes on under a descriptor of its own; this one closes with `stream`.
+            // SAFETY: `stream` owns the descriptor and outlives the borrow.
+            let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) }.try_clone_to_owned();
+            match fd {
+                Ok(fd) => (self.hooks.link)(fd, hello.core, addr),
+                Err(e) => warn!(peer = ?addr, error = %e, "handing a core link on"),
+            }
+            return;
+        }
+        let Some(accepted) = authenticate(stream, self.tls.as_ref(), self.id).await else {
+            return;
+        };
+        let peers = self.clone();
+        serve_frames(accepted, move |frame, from| {
+            if let Some(peer) = from {
+                peers.heard_from(peer);
+            }
+            peers.on_frame(frame);
+            Ok(())
+        })
+        .await
     }
 
     fn on_frame(self: &Rc<Self>, frame: Frame) {

@@ -1,7 +1,8 @@
-//! The transport between brokers (core 0 to core 0; docs/replication.md §5.2): one outbound
+//! The transport between brokers (docs/replication.md §5.2): on core 0, one outbound
 //! connection per peer written by its sender task (`net`), the connections peers open to us
 //! read by a task each (`inbound`), whether each peer is up (`liveness`), mutual TLS
-//! (`peer_tls`), and the calls one broker makes of another (`call`).
+//! (`peer_tls`), and the calls one broker makes of another (`call`); on every core, its links
+//! to and from the peers' cores, which carry partition groups' messages (`links`).
 //!
 //! `Peers` knows nothing of Raft: what arrives is handed on — the metadata group's messages,
 //! forwarded admin requests and their replies to the [`Controller`] (the metadata node,
@@ -11,6 +12,7 @@
 pub mod call;
 mod dial;
 mod inbound;
+pub mod links;
 mod liveness;
 pub mod net;
 pub mod peer_tls;
@@ -19,6 +21,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
@@ -55,6 +58,9 @@ pub struct PeerHooks {
     pub peer_changed: Box<dyn Fn(u64)>,
     /// Serves a peer's call (`Shard::serve_peer_call`).
     pub call: Box<dyn Fn(PeerCall) -> Local<PeerAnswer>>,
+    /// A core link arrived for this broker's core `core` (its hello still unread in the
+    /// socket): the core serves it (`Shard::take_link`, `links::Links::serve`).
+    pub link: Box<dyn Fn(OwnedFd, u16, Option<SocketAddr>)>,
 }
 
 /// Request ids unique per broker and per start (a restart's ids never meet the ones its
@@ -97,7 +103,7 @@ impl Peers {
                 let tls = tls
                     .as_ref()
                     .and_then(|t| Some((t.connector.clone(), t.server_name(p)?)));
-                (p, Peer::new(p, addr, listen, id, tls))
+                (p, Peer::new(p, addr, listen, id, tls, None))
             })
             .collect();
         Rc::new(Peers {
@@ -128,7 +134,7 @@ impl Peers {
         for p in self.peers.values() {
             glommio::spawn_local(p.clone().run()).detach();
         }
-        glommio::spawn_local(self.clone().accept(listener, self.tls.clone())).detach();
+        glommio::spawn_local(self.clone().accept(listener)).detach();
         glommio::spawn_local(self.clone().watch_peers()).detach();
         Ok(())
     }

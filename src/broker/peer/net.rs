@@ -1,5 +1,6 @@
-//! Traffic between brokers (core 0 to core 0): one outbound TCP connection per peer, written
-//! by that peer's sender task, and the connections peers open to us, read by a task each.
+//! Traffic between brokers: one outbound TCP connection per peer (core 0's control
+//! connection, or a core's link to a peer's core: `links`), written by its sender task, and
+//! the connections peers open to us, read by a task each.
 //! An outbound connection leaves from this broker's own inter-broker address (its entry in
 //! `controller.quorum.voters`) when that names one address, so a peer sees it come from there
 //! and a firewall can tell the brokers apart even when they share one host (the tests cut
@@ -32,6 +33,9 @@ pub use weir::protocol::peer::{read_frame, Forward, Frame, Reply};
 /// Frames queued for a peer; past it the oldest are dropped (Raft resends what matters).
 /// A failed connection attempt drops them all.
 const MAX_QUEUED: usize = 4096;
+/// Bytes of frames queued for a peer; past it, as past `MAX_QUEUED`, the oldest are dropped
+/// (a partition message can carry up to 1 MiB of entries, and every core may have a link).
+const MAX_QUEUED_BYTES: usize = 64 << 20;
 const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 
 /// Frames queued for a peer are written together, in writes of up to this many bytes (one
@@ -53,6 +57,8 @@ pub struct Peer {
     /// The source address of connections to it (see `source_for`).
     source: Option<IpAddr>,
     queue: RefCell<VecDeque<Vec<u8>>>,
+    /// The bytes in `queue`.
+    queued_bytes: Cell<usize>,
     work: Notify,
     /// Fired (and replaced) each time a connection attempt fails and the queued frames are
     /// dropped: a call waiting for this peer's answer need not wait out its timeout.
@@ -70,7 +76,19 @@ pub struct Peer {
         futures_rustls::TlsConnector,
         rustls::pki_types::ServerName<'static>,
     )>,
+    /// A core link (`links`): the peer's core it is for, named by the `LinkHello` each
+    /// connection opens with. `None`: the control link of core 0 (no hello).
+    link_core: Option<u16>,
+    /// A core link the peer did not accept (no answer to its hello: a weir from before core
+    /// links, after a downgrade): its messages go through core 0 instead (`links`) until an
+    /// attempt, every `DECLINED_PAUSE`, is accepted.
+    declined: Cell<bool>,
 }
+
+/// How often a declined core link is tried again.
+const DECLINED_PAUSE: Duration = Duration::from_secs(10);
+/// How long the peer may take to accept a core link's hello.
+const HELLO_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 thread_local! {
     static TLS_FAILED: LogLimit = const { LogLimit::new(Duration::from_secs(60)) };
@@ -91,6 +109,7 @@ impl Peer {
             futures_rustls::TlsConnector,
             rustls::pki_types::ServerName<'static>,
         )>,
+        link_core: Option<u16>,
     ) -> Rc<Peer> {
         Rc::new(Peer {
             id,
@@ -98,20 +117,40 @@ impl Peer {
             addr,
             source: source_for(own, addr),
             queue: RefCell::new(VecDeque::new()),
+            queued_bytes: Cell::new(0),
             work: Notify::default(),
             unreachable: RefCell::new(Rc::new(Event::default())),
             heard: Cell::new(None),
             up: Cell::new(false),
             reset: Notify::default(),
             tls,
+            link_core,
+            declined: Cell::new(false),
         })
     }
 
     /// A connection to the peer, through TLS when configured (the peer's certificate checked
-    /// against the cluster's CA and its host; ours presented).
+    /// against the cluster's CA and its host; ours presented); a core link's begins with its
+    /// hello, before any TLS byte.
     async fn open(&self) -> Result<PeerWriter, String> {
-        let stream = connect(self.addr, self.source).await?;
+        let mut stream = connect(self.addr, self.source).await?;
         let _ = stream.set_nodelay(true);
+        if let Some(core) = self.link_core {
+            let accepted = or(
+                async {
+                    link_hello(&mut stream, core)
+                        .await
+                        .map_err(|e| e.to_string())
+                },
+                async {
+                    glommio::timer::sleep(HELLO_ANSWER_TIMEOUT).await;
+                    Err("no answer".into())
+                },
+            )
+            .await;
+            self.declined.set(accepted.is_err());
+            accepted.map_err(|e| format!("core link for core {core} not accepted: {e}"))?;
+        }
         let Some((connector, name)) = &self.tls else {
             return Ok(Box::new(stream));
         };
@@ -127,6 +166,11 @@ impl Peer {
         .map(|s| Box::new(s) as PeerWriter)
     }
 
+    /// Whether the peer declined this core link at the last attempt.
+    pub fn declined(&self) -> bool {
+        self.declined.get()
+    }
+
     /// Drops the connection to this peer and makes a new one (its sender task does, even in
     /// the middle of a write). Called when the peer went silent: the frames written into a
     /// link that dropped them wait in the kernel behind TCP's retransmission backoff, which
@@ -138,13 +182,22 @@ impl Peer {
     }
 
     pub fn send(&self, frame: &Frame) {
+        let bytes = frame.encode();
+        let mut queued = self.queued_bytes.get() + bytes.len();
         let mut q = self.queue.borrow_mut();
-        if q.len() >= MAX_QUEUED {
-            q.pop_front();
+        while !q.is_empty() && (q.len() >= MAX_QUEUED || queued > MAX_QUEUED_BYTES) {
+            queued -= q.pop_front().map_or(0, |f| f.len());
         }
-        q.push_back(frame.encode());
+        q.push_back(bytes);
         drop(q);
+        self.queued_bytes.set(queued);
         self.work.notify();
+    }
+
+    /// Takes every queued frame.
+    fn take_queued(&self) -> VecDeque<Vec<u8>> {
+        self.queued_bytes.set(0);
+        std::mem::take(&mut *self.queue.borrow_mut())
     }
 
     /// Resolves at the next failed connection attempt to this peer (what was queued for it
@@ -164,7 +217,7 @@ impl Peer {
                     // What was queued for an unreachable peer is dropped: Raft sends again
                     // what matters once it answers, and partition groups' entries would
                     // otherwise pile up here (up to `MAX_QUEUED` frames of up to 1 MiB).
-                    let dropped = std::mem::take(&mut *self.queue.borrow_mut()).len();
+                    let dropped = self.take_queued().len();
                     std::mem::take(&mut *self.unreachable.borrow_mut()).fire();
                     if e.starts_with("TLS") {
                         // A certificate problem, not a peer that is down: say so (at most
@@ -175,18 +228,26 @@ impl Peer {
                         }
                     }
                     debug!(peer = self.id, addr = %self.addr, error = %e, dropped, "cannot reach peer");
-                    glommio::timer::sleep(RECONNECT_PAUSE).await;
+                    let pause = if self.declined.get() {
+                        DECLINED_PAUSE
+                    } else {
+                        RECONNECT_PAUSE
+                    };
+                    glommio::timer::sleep(pause).await;
                     continue;
                 }
             };
             // A reset asked for before this connection was made is done.
             let _ = futures_lite::future::poll_once(self.reset.notified()).await;
             if !connected_before {
-                info!(peer = self.id, addr = %self.addr, "connected to peer broker");
+                match self.link_core {
+                    None => info!(peer = self.id, addr = %self.addr, "connected to peer broker"),
+                    Some(core) => debug!(peer = self.id, core, "core link connected"),
+                }
                 connected_before = true;
             }
             'conn: loop {
-                let mut frames: Vec<Vec<u8>> = self.queue.borrow_mut().drain(..).collect();
+                let mut frames: Vec<Vec<u8>> = self.take_queued().into();
                 if frames.is_empty() {
                     let woken = or(
                         async {
@@ -239,6 +300,20 @@ impl Peer {
     }
 }
 
+/// Opens a core link: writes its hello and reads the peer's answer (the hello's first byte:
+/// the core that serves the link has it).
+async fn link_hello(stream: &mut glommio::net::TcpStream, core: u16) -> std::io::Result<()> {
+    use futures_lite::AsyncReadExt;
+    use weir::protocol::peer::LinkHello;
+    stream.write_all(&LinkHello { core }.encode()).await?;
+    let mut answer = [0u8; 1];
+    stream.read_exact(&mut answer).await?;
+    if answer[0] != LinkHello::FIRST {
+        return Err(std::io::Error::other(format!("answer {:#x}", answer[0])));
+    }
+    Ok(())
+}
+
 /// Writes frames in order: the small ones gathered into writes of up to `COALESCE_BYTES`, a
 /// larger one on its own; then flushes. A TLS stream's `write` returns once its plaintext is
 /// taken, with ciphertext the socket would not take yet still buffered in the session: without
@@ -269,6 +344,55 @@ async fn write_frames<W: futures_lite::AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A core link to a peer that does not answer its hello as a weir with core links does
+    /// (here, one that reads it as a frame and hangs up, as an older weir does) is declined,
+    /// so its messages go through core 0; one that answers is not.
+    #[test]
+    fn a_core_link_the_peer_does_not_answer_is_declined() {
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(1 << 20)
+            .spawn(|| async {
+                use futures_lite::AsyncReadExt;
+                use weir::protocol::peer::LinkHello;
+                let old = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let old_addr = old.local_addr().unwrap();
+                glommio::spawn_local(async move {
+                    loop {
+                        let mut s = old.accept().await.unwrap();
+                        assert!(read_frame(&mut s).await.is_err(), "a hello is no frame");
+                    }
+                })
+                .detach();
+                let new = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let new_addr = new.local_addr().unwrap();
+                let served = glommio::spawn_local(async move {
+                    let mut s = new.accept().await.unwrap();
+                    let mut hello = [0u8; LinkHello::LEN];
+                    s.read_exact(&mut hello).await.unwrap();
+                    assert_eq!(LinkHello::decode(&hello), Ok(LinkHello { core: 1 }));
+                    s.write_all(&[LinkHello::FIRST]).await.unwrap();
+                    read_frame(&mut s).await.unwrap()
+                });
+                let own: SocketAddr = "127.0.0.1:0".parse().unwrap();
+                let to_old = Peer::new(2, old_addr, own, 1, None, Some(1));
+                let to_new = Peer::new(3, new_addr, own, 1, None, Some(1));
+                glommio::spawn_local(to_old.clone().run()).detach();
+                glommio::spawn_local(to_new.clone().run()).detach();
+                to_old.send(&Frame::Ping(1));
+                to_new.send(&Frame::Ping(1));
+                assert_eq!(served.await, Some(Frame::Ping(1)));
+                assert!(!to_new.declined());
+                let t0 = Instant::now();
+                while !to_old.declined() {
+                    assert!(t0.elapsed() < Duration::from_secs(10), "never declined");
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
 
     /// Frames written together (small ones gathered, a large one alone) come back one by one
     /// and in order through a read buffer smaller than some of them.

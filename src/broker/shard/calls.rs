@@ -207,6 +207,10 @@ core_call!(
     /// it wake (`hibernate`).
     WakeReplicasOfCall(u64) => WakeReplicasOf, Done
 );
+core_call!(
+    /// A peer's core link for this core, its hello unread (`peer::links`).
+    PeerLinkCall { fd: std::os::fd::OwnedFd, addr: Option<std::net::SocketAddr> } => PeerLink, Done
+);
 
 // ---- Any core's own figures ----
 

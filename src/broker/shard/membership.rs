@@ -72,6 +72,7 @@ impl Shard {
                 })
                 .collect(),
             rack: self.config.rack.clone(),
+            peer_links: true,
         }
     }
 

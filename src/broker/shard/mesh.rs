@@ -170,6 +170,10 @@ impl Shard {
                 self.wake_replicas_of(peer);
                 Resp::Done
             }
+            Req::PeerLink { fd, addr } => {
+                self.take_link(fd, self.id as u16, addr);
+                Resp::Done
+            }
             Req::Submit(records) => Resp::Stored(self.submit_for_core(records).await),
             Req::CreateTopics {
                 topics,

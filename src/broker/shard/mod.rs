@@ -185,6 +185,8 @@ pub struct Shard {
     controller: RefCell<Option<Rc<crate::broker::controller::Node>>>,
     /// Core 0 of a broker in a cluster: the connections to the other brokers.
     peers: RefCell<Option<Rc<crate::broker::peer::Peers>>>,
+    /// Every core of a broker in a cluster: its links to and from the peers' cores.
+    links: RefCell<Option<Rc<crate::broker::peer::links::Links>>>,
     /// The group coordinator of the offset buckets this core owns.
     groups: RefCell<Option<Rc<Coordinator>>>,
     /// The transaction coordinator of the transaction-log buckets this core owns.
@@ -280,6 +282,7 @@ impl Shard {
             admin_lock: Semaphore::new(1),
             controller: RefCell::new(None),
             peers: RefCell::new(None),
+            links: RefCell::new(None),
             groups: RefCell::new(None),
             txns: RefCell::new(None),
             stopping: Event::default(),

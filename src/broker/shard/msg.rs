@@ -323,6 +323,11 @@ pub enum Req {
     /// Core 0 → every core: a peer broker went down or came back; the sleeping partition
     /// groups with a replica on it wake (`hibernate`).
     WakeReplicasOf(u64),
+    /// Core 0 → the core a peer's core link is for: the connection, its hello unread.
+    PeerLink {
+        fd: std::os::fd::OwnedFd,
+        addr: Option<std::net::SocketAddr>,
+    },
     /// → core 0: metadata records to submit to the metadata group (a partition leader);
     /// answered `Stored`.
     Submit(Vec<weir::cluster::Record>),

@@ -1,40 +1,100 @@
-//! Partition groups' Raft messages between cores and brokers: out through core 0's peer
-//! connections (`peer::net`, frame kind 4), from another core over the request mesh
-//! (`Req::RaftOut`); in on core 0, handed to the replica's core (`Req::RaftIn`). The
-//! messages one task queues for a core before it yields cross the mesh in one call.
+//! Partition groups' Raft messages between cores and brokers (frame kind 4). To a peer that
+//! accepts core links (`BrokerInfo::peer_links`), a message goes from the core of the
+//! sending replica straight to the core of the receiving one (`peer::links`), and core 0's
+//! own messages for a peer's core 0 on its control connection (`peer::net`). To an older
+//! peer, or to a replica the metadata does not place yet, it goes out through core 0
+//! (`Req::RaftOut`), and arrives on core 0, which hands it to the replica's core
+//! (`Req::RaftIn`). The messages one task queues for a core before it yields cross the mesh
+//! in one call. Each hop through another core is counted (`peer_messages_relayed`).
 
 use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
+
+use weir::metadata::Metadata;
 
 use raft::prelude::Message;
 use tracing::debug;
 
 use super::*;
+use crate::broker::metrics::CoreMetrics;
+use crate::broker::peer::links::Links;
 use crate::broker::replica::Replica;
 use weir::protocol::peer::PartitionMessage;
 
 impl Shard {
-    /// Sends a group's messages to the replicas on other brokers, through core 0. From
-    /// another core, the messages of every group driven before the driver yields cross the
-    /// mesh in one call (one per group cost most of an idle broker's CPU with many groups).
+    /// This core's links to the peers' cores (a broker in a cluster).
+    pub fn links(&self) -> Option<Rc<Links>> {
+        self.links.borrow().clone()
+    }
+
+    pub fn set_links(&self, links: Rc<Links>) {
+        *self.links.borrow_mut() = Some(links);
+    }
+
+    /// A core link for core `core` of this broker, handed on by core 0 (`PeerHooks::link`):
+    /// served by that core.
+    pub fn take_link(self: &Rc<Self>, fd: OwnedFd, core: u16, addr: Option<SocketAddr>) {
+        let core = usize::from(core);
+        if core == self.id {
+            match self.links() {
+                Some(links) => {
+                    glommio::spawn_local(links.serve(fd, addr)).detach();
+                }
+                None => debug!(peer = ?addr, "a core link before this core has links: closed"),
+            }
+        } else if self.id == 0 && core < self.cores {
+            let shard = self.clone();
+            glommio::spawn_local(async move {
+                shard.ask(core, PeerLinkCall { fd, addr }).await;
+            })
+            .detach();
+        } else {
+            debug!(peer = ?addr, core, cores = self.cores, "a core link for a core this broker does not have: closed");
+        }
+    }
+
+    /// Sends a group's messages to the replicas on other brokers: each on this core's link
+    /// to the core of its replica, or through core 0 (see the module's comment). From
+    /// another core, the messages for core 0 of every group driven before the driver yields
+    /// cross the mesh in one call (one per group cost most of an idle broker's CPU with many
+    /// groups).
     pub(super) fn send_raft(self: &Rc<Self>, g: &Replica, msgs: Vec<Message>) {
         if msgs.is_empty() {
             return;
         }
-        let out = msgs.into_iter().map(|msg| {
-            (
-                msg.to,
-                PartitionMessage {
-                    topic_id: g.topic_id.clone(),
-                    partition: g.partition as u32,
-                    msg,
+        let meta = self.metadata();
+        let links = self.links();
+        let mut through_0 = Vec::new();
+        for msg in msgs {
+            let to = msg.to;
+            let m = PartitionMessage {
+                topic_id: g.topic_id.clone(),
+                partition: g.partition as u32,
+                msg,
+            };
+            match (&links, link_core(&meta, g, to)) {
+                // Core 0's messages for a peer's core 0: its control connection.
+                (_, Some(0)) if self.id == 0 => through_0.push((to, m)),
+                (Some(links), Some(core)) => match links.send(to, core, m) {
+                    None => CoreMetrics::bump(&self.metrics.peer_messages_linked),
+                    Some(m) => through_0.push((to, m)),
                 },
-            )
-        });
+                _ => through_0.push((to, m)),
+            }
+        }
+        if through_0.is_empty() {
+            return;
+        }
         if self.id == 0 {
-            self.raft_out(out.collect());
+            let linked = &self.metrics.peer_messages_linked;
+            linked.set(linked.get() + through_0.len() as u64);
+            self.raft_out(through_0);
         } else {
-            self.call_batched(0, |s, _| &s.raft_out_queue, out, RaftOutCall);
+            let relayed = &self.metrics.peer_messages_relayed;
+            relayed.set(relayed.get() + through_0.len() as u64);
+            self.call_batched(0, |s, _| &s.raft_out_queue, through_0, RaftOutCall);
         }
     }
 
@@ -53,8 +113,9 @@ impl Shard {
         self.topic_name(&uuid::Uuid::try_parse(&m.topic_id).ok()?)
     }
 
-    /// Core 0: a partition message from a peer, to the core holding this broker's replica;
-    /// the messages for another core read before this task yields cross the mesh in one call.
+    /// A partition message from a peer (on core 0, or on the core a core link is for), to
+    /// the core holding this broker's replica; the messages for another core read before
+    /// this task yields cross the mesh in one call.
     pub fn raft_in(self: &Rc<Self>, m: PartitionMessage) {
         let Some(name) = self.topic_of(&m) else {
             debug!(topic_id = %m.topic_id, "a Raft message for an unknown topic");
@@ -66,6 +127,7 @@ impl Shard {
         if core == self.id {
             self.deliver_raft(vec![m]);
         } else if core < self.cores {
+            CoreMetrics::bump(&self.metrics.peer_messages_relayed);
             self.call_batched(core, |s, c| &s.raft_in_queues[c], [m], RaftInCall);
         }
     }
@@ -122,8 +184,13 @@ impl Shard {
         }
     }
 
-    /// Wakes this core's sleeping groups with a replica on broker `peer`.
+    /// Wakes this core's sleeping groups with a replica on broker `peer`, and makes this
+    /// core's links to it again: one that carried frames into a cut link would stay mute
+    /// behind TCP's retransmission backoff after the link heals (`Peer::reconnect`).
     pub(super) fn wake_replicas_of(&self, peer: u64) {
+        if let Some(links) = self.links() {
+            links.reconnect(peer);
+        }
         let mut woken = 0usize;
         for g in self.replicas_now() {
             if g.asleep() && g.raw.borrow().raft.prs().iter().any(|(id, _)| *id == peer) {
@@ -139,4 +206,19 @@ impl Shard {
             self.replica_work.notify();
         }
     }
+}
+
+/// The core of broker `to`'s replica of `g`'s partition, if `to` accepts core links and the
+/// metadata places one there.
+fn link_core(meta: &Metadata, g: &Replica, to: u64) -> Option<u16> {
+    if !meta.brokers.get(&to)?.peer_links {
+        return None;
+    }
+    let replicas = meta
+        .topics
+        .get(&g.topic)?
+        .replicas
+        .get(usize::try_from(g.partition).ok()?)?;
+    let &(_, core) = replicas.iter().find(|(b, _)| *b == to)?;
+    u16::try_from(core).ok()
 }

@@ -12,6 +12,12 @@
 //! - kind 7: a keepalive (the sender's broker id, u64 BE).
 //!
 //! A frame that does not decode is an error for its connection only.
+//!
+//! A connection from one core of a broker to a chosen core of another (a *core link*,
+//! `broker::peer::links`) opens with a `LinkHello` before anything else, TLS included: six
+//! bytes `0xF7 'W' 'P' version core (u16 BE)`. Its first byte can begin neither a frame (whose
+//! length is at most `MAX_FRAME_BYTES`, so its first byte is 0 or 1) nor a TLS record (0x16),
+//! so the accepting core tells a core link from any other connection by that byte alone.
 
 mod call;
 mod partition;
@@ -35,6 +41,36 @@ const KIND_PARTITION: u8 = 4;
 const KIND_CALL: u8 = 5;
 const KIND_ANSWER: u8 = 6;
 const KIND_PING: u8 = 7;
+
+/// The first bytes of a core link: which core of the accepting broker it is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkHello {
+    pub core: u16,
+}
+
+impl LinkHello {
+    /// The hello's first byte, which no frame and no TLS record begins with.
+    pub const FIRST: u8 = 0xF7;
+    pub const LEN: usize = 6;
+    const VERSION: u8 = 1;
+
+    pub fn encode(&self) -> [u8; LinkHello::LEN] {
+        let [hi, lo] = self.core.to_be_bytes();
+        [Self::FIRST, b'W', b'P', Self::VERSION, hi, lo]
+    }
+
+    /// Reads a hello from its `LEN` bytes.
+    pub fn decode(b: &[u8]) -> Result<LinkHello, String> {
+        match b {
+            [Self::FIRST, b'W', b'P', Self::VERSION, hi, lo] => Ok(LinkHello {
+                core: u16::from_be_bytes([*hi, *lo]),
+            }),
+            [Self::FIRST, b'W', b'P', v, _, _] => Err(format!("core link version {v}")),
+            _ => Err("not a core link hello".into()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Forward {
     pub from: u64,
@@ -169,6 +205,29 @@ pub async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A core link's hello reads back; it cannot be taken for a frame's length (a stream of
+    /// frames read from a hello fails at once) nor for a TLS record, and other bytes, or a
+    /// later version, are refused by name.
+    #[test]
+    fn link_hello_roundtrips_and_is_no_frame() {
+        for core in [0u16, 1, 7, u16::MAX] {
+            let b = LinkHello { core }.encode();
+            assert_eq!(LinkHello::decode(&b), Ok(LinkHello { core }));
+            let mut stream = &b[..];
+            assert!(futures_lite::future::block_on(read_frame(&mut stream)).is_err());
+            assert_ne!(b[0], 0x16, "a TLS handshake record");
+        }
+        let frame = Frame::Ping(3).encode();
+        assert!(LinkHello::decode(&frame[..LinkHello::LEN]).is_err());
+        let mut later = LinkHello { core: 1 }.encode();
+        later[3] = 2;
+        assert_eq!(
+            LinkHello::decode(&later),
+            Err("core link version 2".to_string())
+        );
+        assert!(LinkHello::decode(&later[..5]).is_err());
+    }
 
     #[test]
     fn frames_roundtrip_and_garbage_is_an_error() {
