@@ -16,10 +16,60 @@ use crate::broker::group::{Coordinator, GroupConfig};
 
 use weir::metadata::{partition_dir, Metadata};
 
+/// How long after a partition failed to open (its log, or its replica's Raft group) the core
+/// tries again, doubling up to `REOPEN_MAX` while it keeps failing.
+const REOPEN_FIRST: Duration = Duration::from_secs(1);
+const REOPEN_MAX: Duration = Duration::from_secs(60);
+
 impl Shard {
     /// Opens the logs this core now owns, closes and deletes the ones of deleted topics,
-    /// updates configs, and installs the snapshot. Returns the logs that failed to open.
+    /// updates configs, and installs the snapshot. Returns the logs that failed to open;
+    /// they are tried again in the background (`reopen_failed`) until they open or the
+    /// metadata no longer places them here.
     pub async fn apply_metadata(self: &Rc<Self>, meta: Arc<Metadata>) -> Vec<OpenFailure> {
+        let Ok(_turn) = self.apply_lock.acquire_permit(1).await else {
+            return Vec::new();
+        };
+        let failures = self.apply_locked(meta).await;
+        if !failures.is_empty() && !self.reopening.replace(true) {
+            glommio::spawn_local(self.clone().reopen_failed()).detach();
+        }
+        failures
+    }
+
+    /// Tries the partitions that failed to open again, against the metadata applied last,
+    /// until none is left (or the broker stops).
+    async fn reopen_failed(self: Rc<Self>) {
+        let mut wait = REOPEN_FIRST;
+        let mut tries = 0u32;
+        loop {
+            futures_lite::future::or(glommio::timer::sleep(wait), self.shutdown.wait()).await;
+            if self.shutdown.is_fired() {
+                return;
+            }
+            tries += 1;
+            let left = match self.apply_lock.acquire_permit(1).await {
+                Ok(_turn) => self.apply_locked(self.metadata()).await.len(),
+                Err(_) => return,
+            };
+            if left == 0 {
+                info!(
+                    core = self.id,
+                    tries, "every partition that failed to open is open now"
+                );
+                self.reopening.set(false);
+                return;
+            }
+            debug!(
+                core = self.id,
+                left, tries, "partitions still fail to open; trying again"
+            );
+            wait = (wait * 2).min(REOPEN_MAX);
+        }
+    }
+
+    /// `apply_metadata`, with this core's turn to apply held.
+    async fn apply_locked(self: &Rc<Self>, meta: Arc<Metadata>) -> Vec<OpenFailure> {
         let mut failures = Vec::new();
         // Deleted (or recreated) topics first, so a recreated topic gets a fresh directory.
         let stale: Vec<(String, i32)> = self
@@ -59,6 +109,11 @@ impl Shard {
                 }
                 if let Some(existing) = self.partition(name, p) {
                     existing.log.set_config(config.clone());
+                    // Its replica failed to open before: tried again.
+                    if replicated && existing.replica().is_none() {
+                        let voters = t.replicas[p as usize].iter().map(|r| r.0).collect();
+                        new_groups.push((name.clone(), p, voters));
+                    }
                     continue;
                 }
                 match self
@@ -323,7 +378,8 @@ impl Shard {
     /// Opens the logs this core owns at start.
     pub async fn open_owned(self: &Rc<Self>) {
         let meta = self.metadata();
-        // Failures are logged; those partitions answer with an error until the next start.
+        // Failures are logged; those partitions answer with an error until they open
+        // (`reopen_failed`).
         self.apply_metadata(meta).await;
     }
 }

@@ -180,6 +180,10 @@ pub struct Shard {
     warned_queue_full: Cell<bool>,
 
     admin_lock: Semaphore,
+    /// One metadata snapshot applied at a time on this core (`apply_metadata`, and the
+    /// retries of partitions that failed to open: `reopening`).
+    apply_lock: Semaphore,
+    reopening: Cell<bool>,
     /// Core 0 of a broker in a cluster: the metadata Raft group's node (`None` elsewhere
     /// and on a standalone broker).
     controller: RefCell<Option<Rc<crate::broker::controller::Node>>>,
@@ -280,6 +284,8 @@ impl Shard {
             warned_queue_full: Cell::new(false),
             metrics: Default::default(),
             admin_lock: Semaphore::new(1),
+            apply_lock: Semaphore::new(1),
+            reopening: Cell::new(false),
             controller: RefCell::new(None),
             peers: RefCell::new(None),
             links: RefCell::new(None),
