@@ -38,11 +38,6 @@ pub struct BrokerInfo {
     /// `broker.rack` (absent in records of brokers without one, and of older weirs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
-    /// The broker accepts core links (`broker::peer::links`): a partition group's messages
-    /// go from the core of one replica straight to the core of another. Absent (false) in
-    /// records of older weirs, whose partition messages must all go through core 0.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub peer_links: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

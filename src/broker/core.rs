@@ -106,7 +106,6 @@ pub(super) async fn core_main(
     if let Some(boot) = links {
         let router = shard.clone();
         let links = super::peer::links::Links::new(boot, Box::new(move |m| router.raft_in(m)));
-        links.start();
         shard.set_links(links);
     }
     *shard.metadata_current.borrow_mut() = global.metadata_current.clone();
@@ -330,7 +329,7 @@ fn start_cluster(
     );
     let peer_hooks = super::peer::PeerHooks {
         partition: Box::new(move |m| router.raft_in(m)),
-        peer_changed: Box::new(move |peer| waker.peer_changed(peer)),
+        peer_changed: Box::new(move |peer, up| waker.peer_changed(peer, up)),
         call: Box::new(move |call| {
             let shard = server.clone();
             Box::pin(async move { shard.serve_peer_call(call).await })

@@ -135,6 +135,8 @@ pub struct CoreSnapshot {
     /// hibernate.
     pub raft_groups: usize,
     pub raft_groups_asleep: usize,
+    /// This core's open links to the peers' cores (`peer::links`).
+    pub peer_links: usize,
     pub partitions: Vec<PartitionSnapshot>,
 }
 
@@ -495,7 +497,7 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
         (
             "weir_peer_messages_linked_total",
             "counter",
-            "Partition Raft messages this core sent straight to the core of a peer's replica, on a connection of its own.",
+            "Partition Raft messages this core queued, on a connection of its own, for the core of a peer's replica (its link to that core, or core 0's control connection to the peer's core 0).",
             |c| c.peer_messages_linked,
         ),
         (
@@ -574,6 +576,11 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
             "weir_raft_groups_asleep",
             "Of those, the ones hibernating: not ticked, no heartbeats (replica.hibernate.enable).",
             |c| c.raft_groups_asleep,
+        ),
+        (
+            "weir_peer_links",
+            "The core's open connections to the cores of peer brokers for partition messages (core links; each closes after 10 s with nothing to carry).",
+            |c| c.peer_links,
         ),
     ] {
         o.head(name, "gauge", help);

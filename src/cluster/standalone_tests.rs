@@ -102,7 +102,6 @@ fn standalone_and_cluster_placements_do_not_mix() {
             cores: 2,
             listeners: Vec::new(),
             rack: None,
-            peer_links: false,
         },
     );
     let mut r = create("c", 1, 1);

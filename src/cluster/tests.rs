@@ -13,7 +13,6 @@ fn broker(cores: usize, port: i32) -> BrokerInfo {
                 .collect(),
         }],
         rack: None,
-        peer_links: false,
     }
 }
 

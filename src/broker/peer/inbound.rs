@@ -1,6 +1,6 @@
-//! Connections from peer brokers (`Peers::accept`, core 0). One whose first bytes are a core
-//! link's hello (`LinkHello`) is handed, unread, to the core it names (`PeerHooks::link`,
-//! served by `links`). Any other is core 0's: with `security.inter.broker.protocol=SSL` a TLS
+//! Connections from peer brokers (`Peers::accept`, core 0). One whose first byte is a core
+//! link's hello (`LinkHello`) has the hello read and is handed to the core it names
+//! (`PeerHooks::link`, served by `links`). Any other is core 0's: with `security.inter.broker.protocol=SSL` a TLS
 //! handshake first that only certificates of the cluster's CA pass, naming the peer
 //! (`authenticate`, `peer_tls`); then read by a task of its own, frame after frame through a
 //! read buffer (`serve_frames`), each frame noting that its sender is alive (`liveness`) and
@@ -8,11 +8,13 @@
 //! metadata group (`Controller`), partition messages to their replica's core and calls to the
 //! core that serves them (`PeerHooks`).
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures_lite::AsyncReadExt;
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
 use weir::protocol::peer::LinkHello;
@@ -118,9 +120,55 @@ pub(super) async fn authenticate(
 /// comes from once a frame named it; an `Err` from `on_frame` closes the connection with
 /// that reason. With TLS the first frame naming its sender fixes which of the brokers the
 /// certificate proves it may be, and a frame naming any other closes the connection, nothing
-/// of it handled.
+/// of it handled. With `silent`, a connection on which nothing arrives for that long is
+/// closed (its peer keeps it busy with keepalives while it uses it).
 pub(super) async fn serve_frames(
     c: Accepted,
+    silent: Option<Duration>,
+    on_frame: impl FnMut(Frame, Option<u64>) -> Result<(), String>,
+) {
+    let (fd, addr) = (c.fd, c.addr);
+    let heard = Rc::new(Cell::new(Instant::now()));
+    let reading = read_frames(c, heard.clone(), on_frame);
+    let Some(silent) = silent else {
+        return reading.await;
+    };
+    futures_lite::future::or(reading, async move {
+        loop {
+            glommio::timer::sleep(silent / 4).await;
+            if heard.get().elapsed() > silent {
+                hang_up(fd);
+                return debug!(peer = ?addr, "closing a silent peer connection");
+            }
+        }
+    })
+    .await
+}
+
+/// A connection's bytes, noting when some last arrived.
+struct Noted<R> {
+    inner: R,
+    heard: Rc<Cell<Instant>>,
+}
+
+impl<R: futures_lite::AsyncRead + Unpin> futures_lite::AsyncRead for Noted<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let read = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(read, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.heard.set(Instant::now());
+        }
+        read
+    }
+}
+
+/// `serve_frames`' reading.
+async fn read_frames(
+    c: Accepted,
+    heard: Rc<Cell<Instant>>,
     mut on_frame: impl FnMut(Frame, Option<u64>) -> Result<(), String>,
 ) {
     let Accepted {
@@ -129,6 +177,10 @@ pub(super) async fn serve_frames(
         addr,
         who,
     } = c;
+    let stream = Noted {
+        inner: stream,
+        heard,
+    };
     let mut stream = futures_lite::io::BufReader::with_capacity(net::PEER_READ_BUFFER, stream);
     // The peer this connection comes from, once a frame named it.
     let mut from = None;
@@ -169,27 +221,6 @@ pub(super) async fn serve_frames(
 /// write follows its connect at once; its keepalives come every `net::KEEPALIVE`).
 const FIRST_BYTE_TIMEOUT: Duration = peer_tls::HANDSHAKE_TIMEOUT;
 
-/// Waits for the hello of a core link whose first byte has arrived (it is read by peeking:
-/// the bytes stay for the core that serves the link).
-async fn peek_hello(stream: &TcpStream) -> Result<LinkHello, String> {
-    let mut hello = [0u8; LinkHello::LEN];
-    let deadline = std::time::Instant::now() + FIRST_BYTE_TIMEOUT;
-    loop {
-        let n = stream.peek(&mut hello).await.map_err(|e| e.to_string())?;
-        if n == LinkHello::LEN {
-            return LinkHello::decode(&hello);
-        }
-        if n == 0 {
-            return Err("closed before its hello".into());
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err("hello incomplete".into());
-        }
-        // A hello is one write right after the connection is made: the rest is in flight.
-        glommio::timer::sleep(Duration::from_millis(1)).await;
-    }
-}
-
 impl Peers {
     pub(super) async fn accept(self: Rc<Self>, listener: glommio::net::TcpListener) {
         loop {
@@ -205,9 +236,9 @@ impl Peers {
         }
     }
 
-    /// One accepted connection: a core link (its first byte is a `LinkHello`'s) is handed to
-    /// the core it names (`PeerHooks::link`); any other is core 0's, authenticated and read
-    /// here.
+    /// One accepted connection: a core link (its first byte is a `LinkHello`'s) has its hello
+    /// read and is handed to the core it names (`PeerHooks::link`); any other is core 0's,
+    /// authenticated and read here.
     async fn serve_accepted(self: Rc<Self>, stream: TcpStream) {
         let addr = stream.peer_addr().ok();
         let mut first = [0u8; 1];
@@ -224,9 +255,25 @@ impl Peers {
             None => return refused(addr, "nothing sent"),
         }
         if first[0] == LinkHello::FIRST {
-            let hello = match peek_hello(&stream).await {
-                Ok(h) => h,
-                Err(e) => return refused(addr, &format!("core link: {e}")),
+            // The hello is read here (exactly its bytes: the socket is not read ahead), one
+            // pending read under the same bound as the first byte.
+            let mut stream = stream;
+            let mut hello = [0u8; LinkHello::LEN];
+            let read = futures_lite::future::or(
+                async { Some(stream.read_exact(&mut hello).await) },
+                async {
+                    glommio::timer::sleep(FIRST_BYTE_TIMEOUT).await;
+                    None
+                },
+            )
+            .await;
+            let hello = match read.map(|r| r.map_err(|e| e.to_string())) {
+                Some(Ok(())) => match LinkHello::decode(&hello) {
+                    Ok(h) => h,
+                    Err(e) => return refused(addr, &format!("core link: {e}")),
+                },
+                Some(Err(e)) => return refused(addr, &format!("core link: {e}")),
+                None => return refused(addr, "core link: hello incomplete"),
             };
             // The socket goes on under a descriptor of its own; this one closes with `stream`.
             // SAFETY: `stream` owns the descriptor and outlives the borrow.
@@ -241,7 +288,7 @@ impl Peers {
             return;
         };
         let peers = self.clone();
-        serve_frames(accepted, move |frame, from| {
+        serve_frames(accepted, None, move |frame, from| {
             if let Some(peer) = from {
                 peers.heard_from(peer);
             }

@@ -31,7 +31,7 @@ impl Peers {
         p.heard.set(Some(Instant::now()));
         if !p.up.replace(true) {
             info!(peer, "peer broker up");
-            (self.hooks.peer_changed)(peer);
+            (self.hooks.peer_changed)(peer, true);
         }
     }
 
@@ -53,7 +53,7 @@ impl Peers {
                         "peer broker silent: taken to be down"
                     );
                     p.reconnect();
-                    (self.hooks.peer_changed)(p.id);
+                    (self.hooks.peer_changed)(p.id, false);
                 }
             }
         }

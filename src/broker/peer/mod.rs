@@ -54,8 +54,8 @@ pub struct PeerHooks {
     /// A partition group's message from a peer (`Shard::raft_in`).
     pub partition: Box<dyn Fn(PartitionMessage)>,
     /// A peer broker was taken to be down, or up again (`liveness`): the hibernating
-    /// partition groups with a replica on it wake (`Shard::peer_changed`).
-    pub peer_changed: Box<dyn Fn(u64)>,
+    /// partition groups with a replica on it wake (`Shard::peer_changed`); `true`: up.
+    pub peer_changed: Box<dyn Fn(u64, bool)>,
     /// Serves a peer's call (`Shard::serve_peer_call`).
     pub call: Box<dyn Fn(PeerCall) -> Local<PeerAnswer>>,
     /// A core link arrived for this broker's core `core` (its hello still unread in the

@@ -79,14 +79,22 @@ pub struct Peer {
     /// A core link (`links`): the peer's core it is for, named by the `LinkHello` each
     /// connection opens with. `None`: the control link of core 0 (no hello).
     link_core: Option<u16>,
-    /// A core link the peer did not accept (no answer to its hello: a weir from before core
-    /// links, after a downgrade): its messages go through core 0 instead (`links`) until an
-    /// attempt, every `DECLINED_PAUSE`, is accepted.
+    /// A core link whose hello was not answered at the last attempt (a weir from before core
+    /// links reads it as a bad frame and hangs up; or the core it names cannot take it): its
+    /// messages go through core 0 instead (`links`) until an attempt, every
+    /// `DECLINED_PAUSE`, is answered.
     declined: Cell<bool>,
+    /// A core link: when a frame was last queued on it, and whether it closed for being idle
+    /// that long (`LINK_IDLE`; its sender task has ended, and `links` makes a new one).
+    last_used: Cell<Instant>,
+    closed: Cell<bool>,
 }
 
 /// How often a declined core link is tried again.
-const DECLINED_PAUSE: Duration = Duration::from_secs(10);
+const DECLINED_PAUSE: Duration = Duration::from_secs(60);
+/// A core link with nothing to carry for this long closes (its keepalives would otherwise
+/// go on for ever, one per 100 ms per link, while the groups behind it hibernate).
+const LINK_IDLE: Duration = Duration::from_secs(10);
 /// How long the peer may take to accept a core link's hello.
 const HELLO_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -126,6 +134,8 @@ impl Peer {
             tls,
             link_core,
             declined: Cell::new(false),
+            last_used: Cell::new(Instant::now()),
+            closed: Cell::new(false),
         })
     }
 
@@ -171,6 +181,29 @@ impl Peer {
         self.declined.get()
     }
 
+    /// Whether this core link closed for being idle (a new one must be made).
+    pub fn closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    /// A core link, not declined, with nothing queued and nothing queued for `LINK_IDLE`:
+    /// closes (`closed`) so that its sender task ends.
+    fn idle_close(&self) -> bool {
+        let idle = self.link_core.is_some()
+            && !self.declined.get()
+            && self.queue.borrow().is_empty()
+            && self.last_used.get().elapsed() >= LINK_IDLE;
+        if idle {
+            self.closed.set(true);
+            debug!(
+                peer = self.id,
+                core = self.link_core,
+                "core link idle: closed"
+            );
+        }
+        idle
+    }
+
     /// Drops the connection to this peer and makes a new one (its sender task does, even in
     /// the middle of a write). Called when the peer went silent: the frames written into a
     /// link that dropped them wait in the kernel behind TCP's retransmission backoff, which
@@ -182,6 +215,7 @@ impl Peer {
     }
 
     pub fn send(&self, frame: &Frame) {
+        self.last_used.set(Instant::now());
         let bytes = frame.encode();
         let mut queued = self.queued_bytes.get() + bytes.len();
         let mut q = self.queue.borrow_mut();
@@ -228,6 +262,9 @@ impl Peer {
                         }
                     }
                     debug!(peer = self.id, addr = %self.addr, error = %e, dropped, "cannot reach peer");
+                    if self.idle_close() {
+                        return;
+                    }
                     let pause = if self.declined.get() {
                         DECLINED_PAUSE
                     } else {
@@ -268,6 +305,7 @@ impl Peer {
                     .await;
                     match woken {
                         Some(true) => continue,
+                        Some(false) if self.idle_close() => return,
                         Some(false) => frames.push(Frame::Ping(self.own_id).encode()),
                         None => {
                             info!(peer = self.id, "peer silent: connecting to it again");

@@ -205,7 +205,7 @@ core_call!(
 core_call!(
     /// A peer broker went down or came back: the sleeping partition groups with a replica on
     /// it wake (`hibernate`).
-    WakeReplicasOfCall(u64) => WakeReplicasOf, Done
+    WakeReplicasOfCall { peer: u64, up: bool } => WakeReplicasOf, Done
 );
 core_call!(
     /// A peer's core link for this core, its hello unread (`peer::links`).

@@ -72,7 +72,6 @@ impl Shard {
                 })
                 .collect(),
             rack: self.config.rack.clone(),
-            peer_links: true,
         }
     }
 

@@ -166,8 +166,8 @@ impl Shard {
                 self.deliver_raft(msgs);
                 Resp::Done
             }
-            Req::WakeReplicasOf(peer) => {
-                self.wake_replicas_of(peer);
+            Req::WakeReplicasOf { peer, up } => {
+                self.wake_replicas_of(peer, up);
                 Resp::Done
             }
             Req::PeerLink { fd, addr } => {

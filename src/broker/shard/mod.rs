@@ -403,6 +403,7 @@ impl Shard {
         let replicas = self.replicas_now();
         snap.raft_groups = replicas.len();
         snap.raft_groups_asleep = replicas.iter().filter(|g| g.asleep()).count();
+        snap.peer_links = self.links().map_or(0, |l| l.open());
         let mut parts: Vec<_> = self
             .partitions
             .borrow()

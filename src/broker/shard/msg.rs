@@ -322,7 +322,10 @@ pub enum Req {
     RaftIn(Vec<weir::protocol::peer::PartitionMessage>),
     /// Core 0 → every core: a peer broker went down or came back; the sleeping partition
     /// groups with a replica on it wake (`hibernate`).
-    WakeReplicasOf(u64),
+    WakeReplicasOf {
+        peer: u64,
+        up: bool,
+    },
     /// Core 0 → the core a peer's core link is for: the connection, its hello unread.
     PeerLink {
         fd: std::os::fd::OwnedFd,

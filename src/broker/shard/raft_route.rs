@@ -1,11 +1,12 @@
-//! Partition groups' Raft messages between cores and brokers (frame kind 4). To a peer that
-//! accepts core links (`BrokerInfo::peer_links`), a message goes from the core of the
-//! sending replica straight to the core of the receiving one (`peer::links`), and core 0's
-//! own messages for a peer's core 0 on its control connection (`peer::net`). To an older
-//! peer, or to a replica the metadata does not place yet, it goes out through core 0
-//! (`Req::RaftOut`), and arrives on core 0, which hands it to the replica's core
-//! (`Req::RaftIn`). The messages one task queues for a core before it yields cross the mesh
-//! in one call. Each hop through another core is counted (`peer_messages_relayed`).
+//! Partition groups' Raft messages between cores and brokers (frame kind 4). A message goes
+//! from the core of the sending replica straight to the core of the receiving one, found in
+//! the placement (`peer::links`); core 0's own messages for a peer's core 0 go on its control
+//! connection (`peer::net`). To a peer that declined the link (an older weir), or to a
+//! replica the metadata does not place yet, it goes out through core 0 (`Req::RaftOut`), and
+//! arrives on core 0, which hands it to the replica's core (`Req::RaftIn`). The messages one
+//! task queues for a core before it yields cross the mesh in one call. Each hop through
+//! another core is counted (`peer_messages_relayed`), each message sent from its replica's
+//! own core on a connection of that core (`peer_messages_linked`).
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -76,7 +77,10 @@ impl Shard {
             };
             match (&links, link_core(&meta, g, to)) {
                 // Core 0's messages for a peer's core 0: its control connection.
-                (_, Some(0)) if self.id == 0 => through_0.push((to, m)),
+                (_, Some(0)) if self.id == 0 => {
+                    CoreMetrics::bump(&self.metrics.peer_messages_linked);
+                    through_0.push((to, m));
+                }
                 (Some(links), Some(core)) => match links.send(to, core, m) {
                     None => CoreMetrics::bump(&self.metrics.peer_messages_linked),
                     Some(m) => through_0.push((to, m)),
@@ -88,8 +92,6 @@ impl Shard {
             return;
         }
         if self.id == 0 {
-            let linked = &self.metrics.peer_messages_linked;
-            linked.set(linked.get() + through_0.len() as u64);
             self.raft_out(through_0);
         } else {
             let relayed = &self.metrics.peer_messages_relayed;
@@ -173,22 +175,23 @@ impl Shard {
 
     /// Core 0: a peer broker was taken to be down or up again (`peer::liveness`): every
     /// core wakes its sleeping groups with a replica on it.
-    pub fn peer_changed(self: &Rc<Self>, peer: u64) {
-        self.wake_replicas_of(peer);
+    pub fn peer_changed(self: &Rc<Self>, peer: u64, up: bool) {
+        self.wake_replicas_of(peer, up);
         for core in (0..self.cores).filter(|&c| c != self.id) {
             let shard = self.clone();
             glommio::spawn_local(async move {
-                shard.ask(core, WakeReplicasOfCall(peer)).await;
+                shard.ask(core, WakeReplicasOfCall { peer, up }).await;
             })
             .detach();
         }
     }
 
-    /// Wakes this core's sleeping groups with a replica on broker `peer`, and makes this
-    /// core's links to it again: one that carried frames into a cut link would stay mute
-    /// behind TCP's retransmission backoff after the link heals (`Peer::reconnect`).
-    pub(super) fn wake_replicas_of(&self, peer: u64) {
-        if let Some(links) = self.links() {
+    /// Wakes this core's sleeping groups with a replica on broker `peer`; one that went down
+    /// (`up` false) has this core's links to it made again: one that carried frames into a
+    /// cut link would stay mute behind TCP's retransmission backoff after the link heals
+    /// (`Peer::reconnect`).
+    pub(super) fn wake_replicas_of(&self, peer: u64, up: bool) {
+        if let (false, Some(links)) = (up, self.links()) {
             links.reconnect(peer);
         }
         let mut woken = 0usize;
@@ -208,12 +211,8 @@ impl Shard {
     }
 }
 
-/// The core of broker `to`'s replica of `g`'s partition, if `to` accepts core links and the
-/// metadata places one there.
+/// The core of broker `to`'s replica of `g`'s partition, if the metadata places one there.
 fn link_core(meta: &Metadata, g: &Replica, to: u64) -> Option<u16> {
-    if !meta.brokers.get(&to)?.peer_links {
-        return None;
-    }
     let replicas = meta
         .topics
         .get(&g.topic)?
