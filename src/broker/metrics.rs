@@ -2,6 +2,9 @@
 //! cache in plain `Cell`s (nothing shared between cores on the data path); `render` turns
 //! every core's `CoreSnapshot` into the Prometheus text format, labelled by core. The HTTP
 //! endpoint that gathers the snapshots over the mesh is `metrics_endpoint`.
+//!
+//! Long because it is one table: every family's name, kind and help text sit beside the
+//! field that feeds it, so a new metric is added in one place.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
