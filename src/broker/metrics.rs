@@ -48,7 +48,7 @@ pub struct CoreMetrics {
     pub txn_commits: Cell<u64>,
     pub txn_aborts: Cell<u64>,
     pub txn_timeouts: Cell<u64>,
-    /// Partition Raft messages this core sent to a peer's core on a connection of its own
+    /// Partition Raft messages this core queued for a peer's core on a connection of its own
     /// (`peer::links`, or core 0's control connection), and those that went through another
     /// core of this broker on their way out or in (`shard::raft_route`).
     pub peer_messages_linked: Cell<u64>,
@@ -506,7 +506,7 @@ pub fn render(cores: &[CoreSnapshot]) -> String {
         (
             "weir_peer_messages_relayed_total",
             "counter",
-            "Partition Raft messages that crossed to another core of this broker on their way to or from a peer (a peer without core links, or a replica the metadata does not place yet).",
+            "Partition Raft messages that crossed to another core of this broker on their way to or from a peer (a peer that declined core links, or a replica the metadata does not place yet).",
             |c| c.peer_messages_relayed,
         ),
         (

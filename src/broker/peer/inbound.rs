@@ -33,7 +33,7 @@ thread_local! {
     static REFUSED: LogLimit = const { LogLimit::new(REFUSED_LOG_EVERY) };
 }
 
-pub(super) fn refused(peer: Option<SocketAddr>, why: &str) {
+fn refused(peer: Option<SocketAddr>, why: &str) {
     if let Some(left_out) = REFUSED.with(LogLimit::allow) {
         warn!(peer = ?peer, left_out, "refused a peer connection: {why}");
     }
@@ -127,13 +127,19 @@ pub(super) async fn serve_frames(
     silent: Option<Duration>,
     on_frame: impl FnMut(Frame, Option<u64>) -> Result<(), String>,
 ) {
+    let Some(silent) = silent else {
+        return read_frames(c, on_frame).await;
+    };
     let (fd, addr) = (c.fd, c.addr);
     let heard = Rc::new(Cell::new(Instant::now()));
-    let reading = read_frames(c, heard.clone(), on_frame);
-    let Some(silent) = silent else {
-        return reading.await;
+    let c = Accepted {
+        stream: Box::new(Noted {
+            inner: c.stream,
+            heard: heard.clone(),
+        }),
+        ..c
     };
-    futures_lite::future::or(reading, async move {
+    futures_lite::future::or(read_frames(c, on_frame), async move {
         loop {
             glommio::timer::sleep(silent / 4).await;
             if heard.get().elapsed() > silent {
@@ -168,7 +174,6 @@ impl<R: futures_lite::AsyncRead + Unpin> futures_lite::AsyncRead for Noted<R> {
 /// `serve_frames`' reading.
 async fn read_frames(
     c: Accepted,
-    heard: Rc<Cell<Instant>>,
     mut on_frame: impl FnMut(Frame, Option<u64>) -> Result<(), String>,
 ) {
     let Accepted {
@@ -177,10 +182,6 @@ async fn read_frames(
         addr,
         who,
     } = c;
-    let stream = Noted {
-        inner: stream,
-        heard,
-    };
     let mut stream = futures_lite::io::BufReader::with_capacity(net::PEER_READ_BUFFER, stream);
     // The peer this connection comes from, once a frame named it.
     let mut from = None;
@@ -239,7 +240,7 @@ impl Peers {
     /// One accepted connection: a core link (its first byte is a `LinkHello`'s) has its hello
     /// read and is handed to the core it names (`PeerHooks::link`); any other is core 0's,
     /// authenticated and read here.
-    async fn serve_accepted(self: Rc<Self>, stream: TcpStream) {
+    async fn serve_accepted(self: Rc<Self>, mut stream: TcpStream) {
         let addr = stream.peer_addr().ok();
         let mut first = [0u8; 1];
         let peeked =
@@ -257,7 +258,6 @@ impl Peers {
         if first[0] == LinkHello::FIRST {
             // The hello is read here (exactly its bytes: the socket is not read ahead), one
             // pending read under the same bound as the first byte.
-            let mut stream = stream;
             let mut hello = [0u8; LinkHello::LEN];
             let read = futures_lite::future::or(
                 async { Some(stream.read_exact(&mut hello).await) },

@@ -138,10 +138,15 @@ impl Links {
     }
 
     /// Makes this core's links to `peer` again (core 0 took it to be down: `Peer::reconnect`
-    /// says why); how many.
-    pub fn reconnect(&self, peer: u64) -> usize {
-        let out = self.out.borrow();
-        let links = out.range((peer, 0)..=(peer, u16::MAX));
-        links.map(|(_, link)| link.reconnect()).count()
+    /// says why).
+    pub fn reconnect(&self, peer: u64) {
+        for link in self
+            .out
+            .borrow()
+            .range((peer, 0)..=(peer, u16::MAX))
+            .map(|(_, l)| l)
+        {
+            link.reconnect();
+        }
     }
 }

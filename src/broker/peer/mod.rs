@@ -58,8 +58,8 @@ pub struct PeerHooks {
     pub peer_changed: Box<dyn Fn(u64, bool)>,
     /// Serves a peer's call (`Shard::serve_peer_call`).
     pub call: Box<dyn Fn(PeerCall) -> Local<PeerAnswer>>,
-    /// A core link arrived for this broker's core `core` (its hello still unread in the
-    /// socket): the core serves it (`Shard::take_link`, `links::Links::serve`).
+    /// A core link arrived for this broker's core `core` (its hello read): the core answers
+    /// and serves it (`Shard::take_link`, `links::Links::serve`).
     pub link: Box<dyn Fn(OwnedFd, u16, Option<SocketAddr>)>,
 }
 

@@ -215,7 +215,9 @@ impl Peer {
     }
 
     pub fn send(&self, frame: &Frame) {
-        self.last_used.set(Instant::now());
+        if self.link_core.is_some() {
+            self.last_used.set(Instant::now());
+        }
         let bytes = frame.encode();
         let mut queued = self.queued_bytes.get() + bytes.len();
         let mut q = self.queue.borrow_mut();

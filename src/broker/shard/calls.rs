@@ -208,7 +208,7 @@ core_call!(
     WakeReplicasOfCall { peer: u64, up: bool } => WakeReplicasOf, Done
 );
 core_call!(
-    /// A peer's core link for this core, its hello unread (`peer::links`).
+    /// A peer's core link for this core, its hello read by core 0 (`peer::links`).
     PeerLinkCall { fd: std::os::fd::OwnedFd, addr: Option<std::net::SocketAddr> } => PeerLink, Done
 );
 

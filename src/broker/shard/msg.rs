@@ -326,7 +326,7 @@ pub enum Req {
         peer: u64,
         up: bool,
     },
-    /// Core 0 → the core a peer's core link is for: the connection, its hello unread.
+    /// Core 0 → the core a peer's core link is for: the connection, its hello read.
     PeerLink {
         fd: std::os::fd::OwnedFd,
         addr: Option<std::net::SocketAddr>,

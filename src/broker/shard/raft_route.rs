@@ -66,6 +66,7 @@ impl Shard {
             return;
         }
         let meta = self.metadata();
+        let replicas = placement(&meta, g);
         let links = self.links();
         let mut through_0 = Vec::new();
         for msg in msgs {
@@ -75,7 +76,8 @@ impl Shard {
                 partition: g.partition as u32,
                 msg,
             };
-            match (&links, link_core(&meta, g, to)) {
+            let core = replicas.iter().find(|(b, _)| *b == to);
+            match (&links, core.and_then(|&(_, c)| u16::try_from(c).ok())) {
                 // Core 0's messages for a peer's core 0: its control connection.
                 (_, Some(0)) if self.id == 0 => {
                     CoreMetrics::bump(&self.metrics.peer_messages_linked);
@@ -211,13 +213,11 @@ impl Shard {
     }
 }
 
-/// The core of broker `to`'s replica of `g`'s partition, if the metadata places one there.
-fn link_core(meta: &Metadata, g: &Replica, to: u64) -> Option<u16> {
-    let replicas = meta
-        .topics
-        .get(&g.topic)?
-        .replicas
-        .get(usize::try_from(g.partition).ok()?)?;
-    let &(_, core) = replicas.iter().find(|(b, _)| *b == to)?;
-    u16::try_from(core).ok()
+/// Where the metadata places `g`'s partition: (broker, core) of each replica.
+fn placement<'m>(meta: &'m Metadata, g: &Replica) -> &'m [(u64, usize)] {
+    let p = usize::try_from(g.partition).unwrap_or(usize::MAX);
+    meta.topics
+        .get(&g.topic)
+        .and_then(|t| t.replicas.get(p))
+        .map_or(&[], Vec::as_slice)
 }
