@@ -104,12 +104,12 @@ pub(super) async fn core_main(
         shard.start_mesh(req_rx, resp_rx);
     }
     if let Some(boot) = links {
-        let router = shard.clone();
+        let router = shard.replica_host().clone();
         let links = super::peer::links::Links::new(boot, Box::new(move |m| router.raft_in(m)));
-        shard.set_links(links);
+        shard.replica_host().set_links(links);
     }
     *shard.metadata_current.borrow_mut() = global.metadata_current.clone();
-    *shard.rejoin.borrow_mut() = global.rejoin.clone();
+    shard.replica_host().set_rejoin(global.rejoin.clone());
     let id = shard.id;
     let step = |s: usize| global.steps[id].store(s, Ordering::Relaxed);
     step(1);
@@ -257,7 +257,7 @@ pub(super) async fn core_main(
     }
 
     // Shutdown watcher: woken by the byte the signal thread writes to this core's socket. In
-    // a cluster this core's leaderships move away first (`Shard::step_down`), while it goes
+    // a cluster this core's leaderships move away first (`ReplicaHost::step_down`), while it goes
     // on serving; then its listeners close.
     {
         let shard = shard.clone();
@@ -268,7 +268,7 @@ pub(super) async fn core_main(
             let mut byte = [0u8; 1];
             let _ = futures_lite::AsyncReadExt::read(&mut watch, &mut byte).await;
             shard.stopping.fire();
-            shard.step_down().await;
+            shard.replica_host().step_down().await;
             shard.shutdown.fire();
         })
         .detach();
@@ -319,13 +319,11 @@ fn start_cluster(
     shard: &std::rc::Rc<Shard>,
     boot: super::controller::Boot,
 ) -> Result<std::rc::Rc<super::controller::Node>, String> {
-    let (applier, reader, router, server, waker, linker) = (
-        shard.clone(),
-        shard.clone(),
-        shard.clone(),
-        shard.clone(),
-        shard.clone(),
-        shard.clone(),
+    let (applier, reader, server) = (shard.clone(), shard.clone(), shard.clone());
+    let (router, waker, linker) = (
+        shard.replica_host().clone(),
+        shard.replica_host().clone(),
+        shard.replica_host().clone(),
     );
     let peer_hooks = super::peer::PeerHooks {
         partition: Box::new(move |m| router.raft_in(m)),

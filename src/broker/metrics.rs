@@ -50,7 +50,7 @@ pub struct CoreMetrics {
     pub txn_timeouts: Cell<u64>,
     /// Partition Raft messages this core queued for a peer's core on a connection of its own
     /// (`peer::links`, or core 0's control connection), and those that went through another
-    /// core of this broker on their way out or in (`shard::raft_route`).
+    /// core of this broker on their way out or in (`shard::replica_host::route`).
     pub peer_messages_linked: Cell<u64>,
     pub peer_messages_relayed: Cell<u64>,
 }

@@ -9,7 +9,7 @@ use super::Node;
 use crate::broker::raft::{successor, Handover};
 
 impl Node {
-    /// Controlled shutdown (`Shard::step_down`): from now on this broker declines the
+    /// Controlled shutdown (`ReplicaHost::step_down`): from now on this broker declines the
     /// leadership; if it leads, it hands it to a voter in sync (active, holding every
     /// committed entry), the one furthest ahead.
     pub fn step_down(&self) -> Handover {

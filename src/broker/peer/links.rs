@@ -15,7 +15,7 @@
 //! A peer whose core 0 takes it to be down has this core's links to it made again
 //! (`Links::reconnect`, for the reason `Peer::reconnect` gives). A link whose hello goes
 //! unanswered (an older weir, during a rolling upgrade) is declined: its messages go through
-//! core 0 (`Shard::send_raft`), and it is tried again every minute.
+//! core 0 (`ReplicaHost::send_raft`), and it is tried again every minute.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -56,7 +56,7 @@ pub struct Links {
     tls: Option<PeerTls>,
     /// This core's outbound links, by (peer broker, its core).
     out: RefCell<BTreeMap<(u64, u16), Rc<Peer>>>,
-    /// Hands a partition message from a peer to its replica (`Shard::raft_in`).
+    /// Hands a partition message from a peer to its replica (`ReplicaHost::raft_in`).
     deliver: Box<dyn Fn(PartitionMessage)>,
 }
 

@@ -51,15 +51,15 @@ pub trait Controller {
 
 /// What peers send the rest of the broker.
 pub struct PeerHooks {
-    /// A partition group's message from a peer (`Shard::raft_in`).
+    /// A partition group's message from a peer (`ReplicaHost::raft_in`).
     pub partition: Box<dyn Fn(PartitionMessage)>,
     /// A peer broker was taken to be down, or up again (`liveness`): the hibernating
-    /// partition groups with a replica on it wake (`Shard::peer_changed`); `true`: up.
+    /// partition groups with a replica on it wake (`ReplicaHost::peer_changed`); `true`: up.
     pub peer_changed: Box<dyn Fn(u64, bool)>,
     /// Serves a peer's call (`Shard::serve_peer_call`).
     pub call: Box<dyn Fn(PeerCall) -> Local<PeerAnswer>>,
     /// A core link arrived for this broker's core `core` (its hello read): the core answers
-    /// and serves it (`Shard::take_link`, `links::Links::serve`).
+    /// and serves it (`ReplicaHost::take_link`, `links::Links::serve`).
     pub link: Box<dyn Fn(OwnedFd, u16, Option<SocketAddr>)>,
 }
 

@@ -275,7 +275,7 @@ mod tests {
                 }
                 drop((log, side)); // kill -9: nothing closed
 
-                // Reopened as `Shard::open_replica` does.
+                // Reopened as `ReplicaHost::open` does.
                 let log = Log::open(&dir, config()).await.expect("reopen");
                 let side = SideLog::open_sync(&dir).expect("side");
                 let state = RaftState::load_sync(&dir).expect("state").expect("saved");

@@ -12,7 +12,7 @@
 //! a snapshot, moving its snapshot point for retention and cuts, reading entries back for a
 //! lagging follower (`upkeep`), sleeping when idle (`hibernate`) — and reaches the rest of the
 //! broker only through its [`Host`]: the messages it sends, the leadership it reports, the
-//! broker's stopping and rejoining. The shard (`shard::replication`) is the host on a running
+//! broker's stopping and rejoining. The shard's `ReplicaHost` (`shard::replica_host`) is the host on a running
 //! broker: it opens replicas, drives them on its core's clock, routes their messages and serves
 //! produce through them.
 //!
@@ -47,7 +47,7 @@ use side::{SideEntry, SideLog};
 use state::RaftState;
 use storage::ReplicaStorage;
 
-/// The partition groups' Raft clock, in ticks of the driver (`shard::replication::TICK`).
+/// The partition groups' Raft clock, in ticks of the driver (`shard::replica_host::TICK`).
 const ELECTION_TICKS: usize = 10;
 const HEARTBEAT_TICKS: usize = 2;
 /// How many ticks the preferred replica of a new group campaigns (before the others' first
@@ -198,13 +198,13 @@ pub struct Replica {
     /// On the leader: the term it collected the remote orphans in (`Replica::tier`).
     pub(crate) orphans_term: Cell<u64>,
     /// Ticks left in which this replica, the preferred leader of a new group, campaigns as
-    /// long as no leader is known (`shard::leadership::campaign_if_preferred`).
+    /// long as no leader is known (`shard::replica_host::leadership::campaign_if_preferred`).
     pub(crate) eager_ticks: Cell<u32>,
     /// Its standing while the broker rejoins after a lost data directory (`raft::rejoin`).
     pub(crate) rejoin: crate::broker::raft::rejoin::Rejoin,
     /// The preferred leader (the first replica of the placement), and when this replica,
     /// leading, next checks whether to hand the leadership back to it
-    /// (`Shard::restore_preferred_leader`).
+    /// (`ReplicaHost::restore_preferred_leader`).
     pub(crate) preferred: u64,
     pub(crate) balance_at: Cell<Instant>,
     /// When a queued batch was last refused (`step_and_propose`): an idempotent batch that

@@ -18,14 +18,14 @@
 //!   holds every entry as committed, stops ticking too.
 //! - **Waking** (`Replica::wake`): a proposal; any message but a heartbeat answer (an append, a
 //!   vote, an unmarked heartbeat from a leader that woke); a peer broker with a replica of
-//!   the group going down or coming back (`peer::liveness`, `Shard::peer_changed`: a
+//!   the group going down or coming back (`peer::liveness`, `ReplicaHost::peer_changed`: a
 //!   follower whose leader went silent then elects a new one as Raft would, a second later
 //!   than without hibernation); and `QUIET_MAX` after it fell asleep, whatever happened,
 //!   so that a wake-up missed for any reason costs at most that long.
 //!
 //! Not ticking never breaks Raft's safety, only its liveness: a sleeping group elects no one
 //! and steps no leader down until something wakes it. While asleep, a leader still reports its
-//! in-sync replicas and checks its preferred leader every `shard::replication::HOUSEKEEPING_TICKS`.
+//! in-sync replicas and checks its preferred leader every `shard::replica_host::HOUSEKEEPING_TICKS`.
 
 use std::time::{Duration, Instant};
 

@@ -122,9 +122,14 @@ impl BucketReplica for BucketReplicas {
             if g.term() != term || !g.is_leader() {
                 return Err(errors::NOT_LEADER_OR_FOLLOWER);
             }
-            g.produce_checked(&shard, -1, batch, weir_storage::batch::Origin::Internal)
-                .await
-                .map(|_| ())
+            g.produce_checked(
+                &shard.replica_host,
+                -1,
+                batch,
+                weir_storage::batch::Origin::Internal,
+            )
+            .await
+            .map(|_| ())
         })
     }
 }

@@ -139,7 +139,7 @@ impl Shard {
         }
         self.install_metadata(meta);
         for (name, p, voters) in new_groups {
-            if let Err(e) = self.open_replica(&name, p, voters).await {
+            if let Err(e) = self.replica_host.open(&name, p, voters).await {
                 warn!(topic = %name, partition = p, error = %e, "cannot start the partition's Raft group");
                 failures.push(OpenFailure {
                     topic: name,
@@ -251,7 +251,7 @@ impl Shard {
                     continue;
                 }
                 self.attach_remote(&part.log, &topic, p).await;
-                part.tier(&self, wall_clock_ms()).await;
+                part.tier(&self.replica_host, wall_clock_ms()).await;
                 glommio::yield_if_needed().await;
             }
         }
@@ -269,7 +269,7 @@ impl Shard {
             let now_ms = wall_clock_ms();
             let parts = self.partitions_now();
             for (_, part) in parts {
-                part.retention(&self, now_ms).await;
+                part.retention(&self.replica_host, now_ms).await;
                 glommio::yield_if_needed().await;
             }
         }
@@ -322,9 +322,7 @@ impl Shard {
             .partition(topic, partition)
             .and_then(|p| p.take_replica())
         {
-            g.failed.set(true);
-            g.fail_waiters(errors::NOT_LEADER_OR_FOLLOWER);
-            self.rejoin.borrow().done(&g.rejoin);
+            self.replica_host.close(&g);
         }
     }
 

@@ -200,7 +200,7 @@ impl Shard {
             // every replica, answered once a majority has it (and refused unless this replica
             // leads: the coordinator asks again).
             let marker = weir_storage::batch::marker_batch(producer_id, epoch, commit, 0, now);
-            let code = part.write_marker(self, marker).await;
+            let code = part.write_marker(&self.replica_host, marker).await;
             if code != errors::NONE {
                 debug!(topic, partition, code, "transaction marker not committed");
             }

@@ -1,6 +1,8 @@
 //! This broker as a member of a cluster (`controller.quorum.voters`): its metadata group's
-//! node (core 0), its registration of its endpoints, and the node ids clients are told about
-//! (the brokers: `leadership`). Admin changes go through `admin` (the same way standalone).
+//! node (core 0) and the records other cores submit through it, its registration of its
+//! endpoints, and what clients are told of the cluster: the node ids, the brokers with their
+//! endpoints and racks (Metadata, DescribeCluster) and KIP-951 leader hints. Admin changes go
+//! through `admin` (the same way standalone).
 //!
 //! Standalone (no voters) nothing here changes a thing: `controller` is `None`, node ids
 //! are cores (or 0) and the brokers are this process's endpoints.
@@ -172,5 +174,111 @@ impl Shard {
     /// forwards admin requests to the metadata leader), else 0.
     pub fn controller_node(&self) -> i32 {
         self.metadata().local_broker.map_or(0, |_| self.node_of(0))
+    }
+    /// KIP-951: the leader a NOT_LEADER_OR_FOLLOWER (or FENCED_LEADER_EPOCH) answer about
+    /// partition `p` of `topic` names, as (node id, leader epoch), so that the client goes
+    /// there without a metadata round trip. `raft`: what this broker's replica's Raft group
+    /// knows (leader broker, term), which runs ahead of the metadata for a moment after a
+    /// leader change — a leadership just handed over names the new leader before its record
+    /// is applied. `None` when the leader known is this broker itself (nothing to hint) or
+    /// none is known.
+    pub fn leader_hint(
+        &self,
+        meta: &Metadata,
+        topic: &str,
+        p: i32,
+        raft: Option<(u64, u64)>,
+    ) -> Option<(i32, i32)> {
+        let t = meta.topics.get(topic)?;
+        let pu = usize::try_from(p).ok()?;
+        let here = meta.local_broker?;
+        let epoch = Metadata::leader_epoch(t, pu);
+        if let Some((b, term)) = raft.filter(|&(b, term)| b != 0 && b != here && term >= epoch) {
+            let core = t.replicas.get(pu)?.iter().find(|(r, _)| *r == b)?.1;
+            return Some((self.node_at(meta, b, core), i32::try_from(term).ok()?));
+        }
+        match t.brokers.get(pu) {
+            Some(&b) if b != here && epoch > 0 => {
+                Some((self.leader_node(meta, t, pu), i32::try_from(epoch).ok()?))
+            }
+            _ => None,
+        }
+    }
+
+    /// The brokers a client that came in on `listener` is told about, as (node id, host,
+    /// port): one per core with `listeners.per.core`, else one per broker (standalone: the
+    /// one node 0). In a cluster, every registered broker (and this one, registered or not).
+    pub fn brokers(&self, listener: usize) -> Vec<(i32, String, i32)> {
+        self.brokers_with_racks(listener)
+            .into_iter()
+            .map(|(id, h, p, _)| (id, h, p))
+            .collect()
+    }
+
+    /// `brokers`, each with its broker's `broker.rack` (Metadata, DescribeCluster).
+    pub fn brokers_with_racks(&self, listener: usize) -> Vec<(i32, String, i32, Option<String>)> {
+        let meta = self.metadata();
+        let Some(here) = meta.local_broker else {
+            let rack = &self.config.rack;
+            return match self.core_endpoints.borrow().get(listener) {
+                Some(e) => e
+                    .iter()
+                    .enumerate()
+                    .map(|(c, (h, p))| (c as i32, h.clone(), *p, rack.clone()))
+                    .collect(),
+                None => {
+                    let (h, p) = self
+                        .advertised
+                        .borrow()
+                        .get(listener)
+                        .cloned()
+                        .unwrap_or_default();
+                    vec![(0, h, p, rack.clone())]
+                }
+            };
+        };
+        let mut all = meta.brokers.clone();
+        all.insert(here, self.broker_info());
+        let mut out = Vec::new();
+        for (b, info) in all {
+            let Some(l) = info.listeners.get(listener).or(info.listeners.first()) else {
+                continue;
+            };
+            if l.cores.is_empty() {
+                let id = self.node_id(Some(b), 0, false);
+                out.push((id, l.host.clone(), l.port, info.rack.clone()));
+            } else {
+                for (c, (h, p)) in l.cores.iter().enumerate() {
+                    let id = self.node_id(Some(b), c, true);
+                    out.push((id, h.clone(), *p, info.rack.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// KIP-951's `NodeEndpoints`: (node id, host, port) on `listener` of the nodes named.
+    pub fn endpoints_of(
+        &self,
+        listener: usize,
+        nodes: &std::collections::BTreeSet<i32>,
+    ) -> Vec<(i32, String, i32)> {
+        self.brokers(listener)
+            .into_iter()
+            .filter(|(id, _, _)| nodes.contains(id))
+            .collect()
+    }
+
+    /// Core 0: submits metadata records another core asked for (a partition leader).
+    pub(super) async fn submit_for_core(
+        self: &Rc<Self>,
+        records: Vec<Record>,
+    ) -> Result<(), String> {
+        let node = self
+            .controller()
+            .ok_or("the metadata group is not running yet")?;
+        node.submit(records, Duration::from_secs(10))
+            .await
+            .map(|_| ())
     }
 }

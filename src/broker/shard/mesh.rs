@@ -159,19 +159,19 @@ impl Shard {
             }
             Req::Apply(meta) => Resp::Applied(self.apply_metadata(meta).await),
             Req::RaftOut(out) => {
-                self.raft_out(out);
+                self.replica_host.raft_out(out);
                 Resp::Done
             }
             Req::RaftIn(msgs) => {
-                self.deliver_raft(msgs);
+                self.replica_host.deliver_raft(msgs);
                 Resp::Done
             }
             Req::WakeReplicasOf { peer, up } => {
-                self.wake_replicas_of(peer, up);
+                self.replica_host.wake_replicas_of(peer, up);
                 Resp::Done
             }
             Req::PeerLink { fd, addr } => {
-                self.take_link(fd, self.id as u16, addr);
+                self.replica_host.take_link(fd, self.id as u16, addr);
                 Resp::Done
             }
             Req::Submit(records) => Resp::Stored(self.submit_for_core(records).await),
@@ -204,7 +204,7 @@ impl Shard {
                 commit,
                 parts,
             } => Resp::Codes(self.markers_local(producer_id, epoch, commit, parts).await),
-            Req::Elect(parts) => Resp::Codes(self.elect_local(parts).await),
+            Req::Elect(parts) => Resp::Codes(self.replica_host.elect(parts).await),
             Req::Txn(t) => {
                 // Boxed: ending a transaction calls other cores (`Shard::call` → here).
                 let serve: std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> =

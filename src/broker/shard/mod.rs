@@ -17,8 +17,6 @@ mod cleaner;
 mod commit;
 mod fetch;
 mod internal_topics;
-mod leader_report;
-mod leadership;
 mod lifecycle;
 mod markers;
 mod membership;
@@ -28,8 +26,7 @@ mod offsets;
 mod partition;
 mod peer_calls;
 mod produce;
-mod raft_route;
-mod replication;
+mod replica_host;
 mod txn;
 mod txn_stores;
 
@@ -46,7 +43,6 @@ use weir_storage::BatchCache;
 
 pub use cleaner::spawn_cleaner;
 
-use crate::broker::errors::{self};
 use crate::broker::group::Coordinator;
 use crate::broker::sync::{Event, FifoLock, Notify, Slot};
 use crate::broker::wheel::Wheel;
@@ -55,6 +51,7 @@ use weir::metadata::Metadata;
 
 pub use lifecycle::data_dir_ok;
 pub use partition::Partition;
+pub use replica_host::ReplicaHost;
 
 /// State shared by all cores (startup and shutdown coordination only; never on the data
 /// path).
@@ -150,14 +147,9 @@ pub struct Shard {
     /// name topics by id), rebuilt whenever a snapshot is installed.
     topic_ids: RefCell<HashMap<uuid::Uuid, String>>,
     partitions: RefCell<HashMap<(String, i32), Rc<Partition>>>,
-    /// Whether this core's group driver runs, and its wake-up.
-    replica_driver: Cell<bool>,
-    replica_work: Notify,
-    /// Partition messages on their way through the mesh, sent together once the task
-    /// queuing them yields (`Shard::send_raft`, `Shard::raft_in`): on a core other than 0,
-    /// those for core 0 to send to peers; on core 0, per core, those from peers.
-    raft_out_queue: RefCell<Vec<(u64, weir::protocol::peer::PartitionMessage)>>,
-    raft_in_queues: Vec<RefCell<Vec<weir::protocol::peer::PartitionMessage>>>,
+    /// The replicas of this core's replicated partitions: their driver, their messages'
+    /// routes, their reports (`replica_host`).
+    replica_host: Rc<ReplicaHost>,
     cache: Rc<BatchCache>,
 
     req_tx: Option<Senders<ReqMsg>>,
@@ -189,8 +181,6 @@ pub struct Shard {
     controller: RefCell<Option<Rc<crate::broker::controller::Node>>>,
     /// Core 0 of a broker in a cluster: the connections to the other brokers.
     peers: RefCell<Option<Rc<crate::broker::peer::Peers>>>,
-    /// Every core of a broker in a cluster: its links to and from the peers' cores.
-    links: RefCell<Option<Rc<crate::broker::peer::links::Links>>>,
     /// The group coordinator of the offset buckets this core owns.
     groups: RefCell<Option<Rc<Coordinator>>>,
     /// The transaction coordinator of the transaction-log buckets this core owns.
@@ -217,8 +207,6 @@ pub struct Shard {
     creating_internal_topics: RefCell<HashSet<&'static str>>,
     /// `Global::metadata_current` (set at start-up; a standalone broker's is always true).
     pub metadata_current: RefCell<Arc<AtomicBool>>,
-    /// `Global::rejoin` (set at start-up).
-    pub rejoin: RefCell<Arc<crate::broker::raft::rejoin::Shared>>,
 }
 
 /// Topic id → name of every topic of `meta` (ids are stored as hex).
@@ -249,9 +237,10 @@ impl Shard {
     ) -> Rc<Shard> {
         let depth = config.mesh_queue_depth;
         let reading = crate::broker::sync::ByteBudget::new(config.queued_max_request_bytes());
-        Rc::new(Shard {
+        Rc::new_cyclic(|shard| Shard {
             id,
             cores,
+            replica_host: ReplicaHost::new(shard.clone(), id, cores, config.clone()),
             cache: BatchCache::with_read_budget(
                 config.cache_bytes_per_core,
                 config.read_cache_bytes_per_core,
@@ -262,10 +251,6 @@ impl Shard {
             topic_ids: RefCell::new(index_topic_ids(&meta)),
             meta: RefCell::new(meta),
             partitions: RefCell::new(HashMap::new()),
-            replica_driver: Cell::new(false),
-            replica_work: Notify::default(),
-            raft_out_queue: RefCell::new(Vec::new()),
-            raft_in_queues: (0..cores).map(|_| RefCell::new(Vec::new())).collect(),
             req_tx,
             resp_tx,
             permits: (0..cores).map(|_| Semaphore::new(depth as u64)).collect(),
@@ -288,7 +273,6 @@ impl Shard {
             reopening: Cell::new(false),
             controller: RefCell::new(None),
             peers: RefCell::new(None),
-            links: RefCell::new(None),
             groups: RefCell::new(None),
             txns: RefCell::new(None),
             stopping: Event::default(),
@@ -300,7 +284,6 @@ impl Shard {
             last_producer_tick: Cell::new(0),
             creating_internal_topics: RefCell::new(HashSet::new()),
             metadata_current: RefCell::new(Arc::new(AtomicBool::new(true))),
-            rejoin: Default::default(),
         })
     }
 
@@ -329,6 +312,16 @@ impl Shard {
             .borrow()
             .get(&(topic.to_string(), partition))
             .cloned()
+    }
+
+    /// The replica of a replicated partition on this core.
+    fn replica(&self, topic: &str, partition: i32) -> Option<Rc<crate::broker::replica::Replica>> {
+        self.partition(topic, partition)?.replica()
+    }
+
+    /// The host of this core's replicas.
+    pub fn replica_host(&self) -> &Rc<ReplicaHost> {
+        &self.replica_host
     }
 
     /// This core's open replicas (of its replicated partitions), now.
@@ -403,7 +396,7 @@ impl Shard {
         let replicas = self.replicas_now();
         snap.raft_groups = replicas.len();
         snap.raft_groups_asleep = replicas.iter().filter(|g| g.asleep()).count();
-        snap.peer_links = self.links().map_or(0, |l| l.open());
+        snap.peer_links = self.replica_host.links().map_or(0, |l| l.open());
         let mut parts: Vec<_> = self
             .partitions
             .borrow()

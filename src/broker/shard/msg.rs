@@ -254,7 +254,7 @@ pub enum TxnResp {
 #[derive(Debug)]
 pub enum Req {
     /// ElectLeaders (PREFERRED) for these partitions of the receiving core's replicas
-    /// (`Shard::elect_local`). Answered `Resp::Codes`.
+    /// (`ReplicaHost::elect`). Answered `Resp::Codes`.
     Elect(Vec<(String, i32)>),
     /// Transaction markers to append (and flush) on these partitions of the receiving core.
     Markers {

@@ -22,7 +22,7 @@ impl Shard {
                 out.push((errors::UNKNOWN_TOPIC_OR_PARTITION, -1));
                 continue;
             };
-            out.push(part.delete_records(self, p.offset).await);
+            out.push(part.delete_records(&self.replica_host, p.offset).await);
         }
         out
     }

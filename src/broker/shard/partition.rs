@@ -29,7 +29,7 @@ pub struct Partition {
     pub log: Log,
     /// A cluster's partition: every write goes through its Raft group.
     replicated: bool,
-    /// Its replica, from `Shard::open_replica` to `Shard::close_replica`.
+    /// Its replica, from `ReplicaHost::open` to `Shard::close_replica`.
     replica: RefCell<Option<Rc<Replica>>>,
     pub(super) waiters: Waiters,
     /// Disk errors seen on this partition: the first is logged as a warning, the rest at

@@ -153,7 +153,7 @@ impl Shard {
     }
 
     /// ElectLeaders (PREFERRED) for partitions this broker leads, each on the core holding its
-    /// replica (`Shard::elect_local`). One code per partition, in order.
+    /// replica (`ReplicaHost::elect`). One code per partition, in order.
     pub(crate) async fn elect_here(self: &Rc<Self>, parts: Vec<(String, i32)>) -> Vec<i16> {
         self.on_replica_cores(parts, ElectCall).await
     }

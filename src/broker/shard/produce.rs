@@ -43,7 +43,7 @@ impl Shard {
         let Some(part) = self.partition(&p.topic, p.partition) else {
             return fail(errors::UNKNOWN_TOPIC_OR_PARTITION);
         };
-        match part.produce(self, acks, p.records).await {
+        match part.produce(&self.replica_host, acks, p.records).await {
             Ok(a) => ProduceResult {
                 base_offset: a.base_offset as i64,
                 log_start_offset: a.log_start_offset as i64,

@@ -218,7 +218,7 @@ impl World {
         }
     }
 
-    /// Every replica up does its round, as the broker's driver does (`drive_replica`). Now and
+    /// Every replica up does its round, as the broker's driver does (`ReplicaHost::drive_one`). Now and
     /// then a broker loses power in the middle of it: its disk takes a few more changes, then
     /// refuses the rest, and the broker is powered off where its round failed.
     pub(super) async fn drive(&mut self, faults: bool) -> Result<(), String> {

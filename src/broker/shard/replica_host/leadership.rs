@@ -2,16 +2,15 @@
 //! and "Controlled shutdown"): a new group's preferred replica campaigns first; a leader that
 //! is not the preferred replica hands its leadership back to it once that one has caught up
 //! (Kafka's automatic preferred-leader election); a broker told to stop hands every
-//! leadership it holds to an in-sync replica before it stops (Kafka's controlled shutdown).
-//! Also who clients are told leads, and where: the brokers with their endpoints and racks
-//! (Metadata, DescribeCluster) and KIP-951 hints.
+//! leadership it holds to an in-sync replica before it stops (Kafka's controlled shutdown);
+//! ElectLeaders moves a leadership to the preferred replica on request.
 
 use std::time::{Duration, Instant};
 
 use raft::StateRole;
 use tracing::{debug, info, warn};
 
-use super::*;
+use super::ReplicaHost;
 use crate::broker::errors;
 use crate::broker::raft::Handover;
 use crate::broker::replica::Replica;
@@ -24,7 +23,7 @@ const STEP_DOWN_POLL: Duration = Duration::from_millis(20);
 /// "not active" right after it means only "not heard from since". Two election timeouts.
 const INACTIVE_GRACE: Duration = Duration::from_secs(2);
 
-impl Shard {
+impl ReplicaHost {
     /// Controlled shutdown (`controlled.shutdown.enable`), on each core when the broker is
     /// told to stop: every partition group this core leads hands its leadership to an in-sync
     /// follower (`successor`), and core 0 hands over the metadata group's; the core goes on
@@ -34,8 +33,11 @@ impl Shard {
     /// declined (`step_and_propose`). Without it, the partitions this broker led would stay
     /// silent until the others' election timeout (1-2 s), and produces waiting on them until
     /// the connections were cut.
-    pub async fn step_down(self: &Rc<Self>) {
-        let node = self.controller.borrow().clone();
+    pub async fn step_down(&self) {
+        let Some(shard) = self.shard() else {
+            return;
+        };
+        let node = shard.controller();
         if self.config.voters.is_empty() || !self.config.controlled_shutdown {
             return;
         }
@@ -43,7 +45,7 @@ impl Shard {
         let deadline = started + Duration::from_millis(self.config.controlled_shutdown_timeout_ms);
         let mut led = None;
         let (moving, kept) = loop {
-            let groups = self.replicas_now();
+            let groups = shard.replicas_now();
             // Groups whose leadership is on its way, and groups without a follower in sync
             // (those keep their leader until the broker stops, as Kafka's controller leaves a
             // partition whose replicas are all out of sync).
@@ -77,30 +79,22 @@ impl Shard {
             if moving == 0 || Instant::now() >= deadline {
                 break (moving, kept);
             }
-            self.replica_work.notify();
+            self.work.notify();
             glommio::timer::sleep(STEP_DOWN_POLL).await;
         };
         let led = led.unwrap_or(0);
         let elapsed_ms = started.elapsed().as_millis() as u64;
         if moving == 0 {
             info!(
-                core = self.id,
+                core = self.core,
                 handed_over = led - kept,
                 kept,
                 elapsed_ms,
                 "controlled shutdown: leaderships handed over (kept: no follower in sync)"
             );
         } else {
-            warn!(core = self.id, handed_over = led - kept - moving, still_moving = moving, kept, elapsed_ms,
+            warn!(core = self.core, handed_over = led - kept - moving, still_moving = moving, kept, elapsed_ms,
                 "controlled shutdown: stopping while still leading (the handover did not finish in controlled.shutdown.timeout.ms)");
-        }
-    }
-
-    /// At shutdown the replica driver stops: the produces still waiting on a group are
-    /// answered (NOT_LEADER_OR_FOLLOWER, retriable) now, not when the connections are cut.
-    pub(super) fn fail_all_waiters(&self) {
-        for g in self.replicas_now() {
-            g.fail_waiters(crate::broker::errors::NOT_LEADER_OR_FOLLOWER);
         }
     }
 
@@ -111,12 +105,15 @@ impl Shard {
     /// code per partition: NONE (moved), ELECTION_NOT_NEEDED (the preferred replica leads),
     /// PREFERRED_LEADER_NOT_AVAILABLE (it is behind, or did not take over in time),
     /// NOT_LEADER_OR_FOLLOWER (this replica does not lead: ask the leader).
-    pub(super) async fn elect_local(self: &Rc<Self>, parts: Vec<(String, i32)>) -> Vec<i16> {
+    pub(in crate::broker::shard) async fn elect(&self, parts: Vec<(String, i32)>) -> Vec<i16> {
         const ELECT_WAIT: Duration = Duration::from_secs(5);
         let mut codes = Vec::with_capacity(parts.len());
+        let Some(shard) = self.shard() else {
+            return vec![errors::NOT_LEADER_OR_FOLLOWER; parts.len()];
+        };
         let mut moving = Vec::new();
         for (topic, partition) in &parts {
-            let Some(g) = self.replica(topic, *partition) else {
+            let Some(g) = shard.replica(topic, *partition) else {
                 codes.push(errors::NOT_LEADER_OR_FOLLOWER);
                 continue;
             };
@@ -150,7 +147,8 @@ impl Shard {
                 Err(code) => codes.push(code),
             }
         }
-        self.replica_work.notify();
+        drop(shard);
+        self.work.notify();
         let deadline = Instant::now() + ELECT_WAIT;
         while Instant::now() < deadline && moving.iter().any(|(_, g)| g.leader.get() != g.preferred)
         {
@@ -170,100 +168,6 @@ impl Shard {
     pub(super) fn new_leader_waits_to_rebalance(&self, g: &Replica) {
         let interval = Duration::from_secs(self.config.leader_imbalance_check_interval_s);
         g.balance_at.set(Instant::now() + interval);
-    }
-
-    /// KIP-951: the leader a NOT_LEADER_OR_FOLLOWER (or FENCED_LEADER_EPOCH) answer about
-    /// partition `p` of `topic` names, as (node id, leader epoch), so that the client goes
-    /// there without a metadata round trip. `raft`: what this broker's replica's Raft group
-    /// knows (leader broker, term), which runs ahead of the metadata for a moment after a
-    /// leader change — a leadership just handed over names the new leader before its record
-    /// is applied. `None` when the leader known is this broker itself (nothing to hint) or
-    /// none is known.
-    pub fn leader_hint(
-        &self,
-        meta: &Metadata,
-        topic: &str,
-        p: i32,
-        raft: Option<(u64, u64)>,
-    ) -> Option<(i32, i32)> {
-        let t = meta.topics.get(topic)?;
-        let pu = usize::try_from(p).ok()?;
-        let here = meta.local_broker?;
-        let epoch = Metadata::leader_epoch(t, pu);
-        if let Some((b, term)) = raft.filter(|&(b, term)| b != 0 && b != here && term >= epoch) {
-            let core = t.replicas.get(pu)?.iter().find(|(r, _)| *r == b)?.1;
-            return Some((self.node_at(meta, b, core), i32::try_from(term).ok()?));
-        }
-        match t.brokers.get(pu) {
-            Some(&b) if b != here && epoch > 0 => {
-                Some((self.leader_node(meta, t, pu), i32::try_from(epoch).ok()?))
-            }
-            _ => None,
-        }
-    }
-
-    /// The brokers a client that came in on `listener` is told about, as (node id, host,
-    /// port): one per core with `listeners.per.core`, else one per broker (standalone: the
-    /// one node 0). In a cluster, every registered broker (and this one, registered or not).
-    pub fn brokers(&self, listener: usize) -> Vec<(i32, String, i32)> {
-        self.brokers_with_racks(listener)
-            .into_iter()
-            .map(|(id, h, p, _)| (id, h, p))
-            .collect()
-    }
-
-    /// `brokers`, each with its broker's `broker.rack` (Metadata, DescribeCluster).
-    pub fn brokers_with_racks(&self, listener: usize) -> Vec<(i32, String, i32, Option<String>)> {
-        let meta = self.metadata();
-        let Some(here) = meta.local_broker else {
-            let rack = &self.config.rack;
-            return match self.core_endpoints.borrow().get(listener) {
-                Some(e) => e
-                    .iter()
-                    .enumerate()
-                    .map(|(c, (h, p))| (c as i32, h.clone(), *p, rack.clone()))
-                    .collect(),
-                None => {
-                    let (h, p) = self
-                        .advertised
-                        .borrow()
-                        .get(listener)
-                        .cloned()
-                        .unwrap_or_default();
-                    vec![(0, h, p, rack.clone())]
-                }
-            };
-        };
-        let mut all = meta.brokers.clone();
-        all.insert(here, self.broker_info());
-        let mut out = Vec::new();
-        for (b, info) in all {
-            let Some(l) = info.listeners.get(listener).or(info.listeners.first()) else {
-                continue;
-            };
-            if l.cores.is_empty() {
-                let id = self.node_id(Some(b), 0, false);
-                out.push((id, l.host.clone(), l.port, info.rack.clone()));
-            } else {
-                for (c, (h, p)) in l.cores.iter().enumerate() {
-                    let id = self.node_id(Some(b), c, true);
-                    out.push((id, h.clone(), *p, info.rack.clone()));
-                }
-            }
-        }
-        out
-    }
-
-    /// KIP-951's `NodeEndpoints`: (node id, host, port) on `listener` of the nodes named.
-    pub fn endpoints_of(
-        &self,
-        listener: usize,
-        nodes: &std::collections::BTreeSet<i32>,
-    ) -> Vec<(i32, String, i32)> {
-        self.brokers(listener)
-            .into_iter()
-            .filter(|(id, _, _)| nodes.contains(id))
-            .collect()
     }
 
     /// Kafka's automatic preferred-leader election (`auto.leader.rebalance.enable`): a leader

@@ -13,18 +13,20 @@ use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
 
-use weir::metadata::Metadata;
-
 use raft::prelude::Message;
 use tracing::debug;
+use weir::metadata::Metadata;
+use weir::protocol::peer::PartitionMessage;
 
-use super::*;
+use super::ReplicaHost;
 use crate::broker::metrics::CoreMetrics;
 use crate::broker::peer::links::Links;
 use crate::broker::replica::Replica;
-use weir::protocol::peer::PartitionMessage;
+use crate::broker::shard::{
+    CoreCall, PeerLinkCall, RaftInCall, RaftOutCall, Shard, WakeReplicasOfCall,
+};
 
-impl Shard {
+impl ReplicaHost {
     /// This core's links to the peers' cores (a broker in a cluster).
     pub fn links(&self) -> Option<Rc<Links>> {
         self.links.borrow().clone()
@@ -38,15 +40,17 @@ impl Shard {
     /// served by that core.
     pub fn take_link(self: &Rc<Self>, fd: OwnedFd, core: u16, addr: Option<SocketAddr>) {
         let core = usize::from(core);
-        if core == self.id {
+        if core == self.core {
             match self.links() {
                 Some(links) => {
                     glommio::spawn_local(links.serve(fd, addr)).detach();
                 }
                 None => debug!(peer = ?addr, "a core link before this core has links: closed"),
             }
-        } else if self.id == 0 && core < self.cores {
-            let shard = self.clone();
+        } else if self.core == 0 && core < self.cores {
+            let Some(shard) = self.shard() else {
+                return;
+            };
             glommio::spawn_local(async move {
                 shard.ask(core, PeerLinkCall { fd, addr }).await;
             })
@@ -65,9 +69,13 @@ impl Shard {
         if msgs.is_empty() {
             return;
         }
-        let meta = self.metadata();
+        let Some(shard) = self.shard() else {
+            return;
+        };
+        let meta = shard.metadata();
         let replicas = placement(&meta, g);
         let links = self.links();
+        let metrics = &shard.metrics;
         let mut through_0 = Vec::new();
         for msg in msgs {
             let to = msg.to;
@@ -79,12 +87,12 @@ impl Shard {
             let core = replicas.iter().find(|(b, _)| *b == to);
             match (&links, core.and_then(|&(_, c)| u16::try_from(c).ok())) {
                 // Core 0's messages for a peer's core 0: its control connection.
-                (_, Some(0)) if self.id == 0 => {
-                    CoreMetrics::bump(&self.metrics.peer_messages_linked);
+                (_, Some(0)) if self.core == 0 => {
+                    CoreMetrics::bump(&metrics.peer_messages_linked);
                     through_0.push((to, m));
                 }
                 (Some(links), Some(core)) => match links.send(to, core, m) {
-                    None => CoreMetrics::bump(&self.metrics.peer_messages_linked),
+                    None => CoreMetrics::bump(&metrics.peer_messages_linked),
                     Some(m) => through_0.push((to, m)),
                 },
                 _ => through_0.push((to, m)),
@@ -93,18 +101,18 @@ impl Shard {
         if through_0.is_empty() {
             return;
         }
-        if self.id == 0 {
+        if self.core == 0 {
             self.raft_out(through_0);
         } else {
-            let relayed = &self.metrics.peer_messages_relayed;
+            let relayed = &metrics.peer_messages_relayed;
             relayed.set(relayed.get() + through_0.len() as u64);
-            self.call_batched(0, |s, _| &s.raft_out_queue, through_0, RaftOutCall);
+            self.call_batched(&shard, 0, |h, _| &h.out_queue, through_0, RaftOutCall);
         }
     }
 
     /// Core 0: queues partition messages on the peer connections.
-    pub(super) fn raft_out(&self, out: Vec<(u64, PartitionMessage)>) {
-        let Some(peers) = self.peers() else {
+    pub(in crate::broker::shard) fn raft_out(&self, out: Vec<(u64, PartitionMessage)>) {
+        let Some(peers) = self.shard().and_then(|s| s.peers()) else {
             return;
         };
         for (to, m) in out {
@@ -112,27 +120,25 @@ impl Shard {
         }
     }
 
-    /// The name of a partition message's topic (by id, through the snapshot's index).
-    fn topic_of(&self, m: &PartitionMessage) -> Option<String> {
-        self.topic_name(&uuid::Uuid::try_parse(&m.topic_id).ok()?)
-    }
-
     /// A partition message from a peer (on core 0, or on the core a core link is for), to
     /// the core holding this broker's replica; the messages for another core read before
     /// this task yields cross the mesh in one call.
     pub fn raft_in(self: &Rc<Self>, m: PartitionMessage) {
-        let Some(name) = self.topic_of(&m) else {
+        let Some(shard) = self.shard() else {
+            return;
+        };
+        let Some(name) = topic_of(&shard, &m) else {
             debug!(topic_id = %m.topic_id, "a Raft message for an unknown topic");
             return;
         };
-        let Some(core) = self.metadata().local_replica(&name, m.partition as i32) else {
+        let Some(core) = shard.metadata().local_replica(&name, m.partition as i32) else {
             return;
         };
-        if core == self.id {
+        if core == self.core {
             self.deliver_raft(vec![m]);
         } else if core < self.cores {
-            CoreMetrics::bump(&self.metrics.peer_messages_relayed);
-            self.call_batched(core, |s, c| &s.raft_in_queues[c], [m], RaftInCall);
+            CoreMetrics::bump(&shard.metrics.peer_messages_relayed);
+            self.call_batched(&shard, core, |h, c| &h.in_queues[c], [m], RaftInCall);
         }
     }
 
@@ -141,8 +147,9 @@ impl Shard {
     /// so everything queued meanwhile goes in the same call.
     fn call_batched<T: 'static, C: CoreCall + 'static>(
         self: &Rc<Self>,
+        shard: &Rc<Shard>,
         core: usize,
-        queue: fn(&Shard, usize) -> &RefCell<Vec<T>>,
+        queue: fn(&ReplicaHost, usize) -> &RefCell<Vec<T>>,
         items: impl IntoIterator<Item = T>,
         req: fn(Vec<T>) -> C,
     ) {
@@ -153,9 +160,9 @@ impl Shard {
             first
         };
         if first {
-            let shard = self.clone();
+            let (host, shard) = (self.clone(), shard.clone());
             glommio::spawn_local(async move {
-                let items = std::mem::take(&mut *queue(&shard, core).borrow_mut());
+                let items = std::mem::take(&mut *queue(&host, core).borrow_mut());
                 shard.ask(core, req(items)).await;
             })
             .detach();
@@ -163,24 +170,30 @@ impl Shard {
     }
 
     /// On the replica's core: queues messages for the driver.
-    pub(super) fn deliver_raft(&self, msgs: Vec<PartitionMessage>) {
+    pub(in crate::broker::shard) fn deliver_raft(&self, msgs: Vec<PartitionMessage>) {
+        let Some(shard) = self.shard() else {
+            return;
+        };
         for m in msgs {
-            let Some(name) = self.topic_of(&m) else {
+            let Some(name) = topic_of(&shard, &m) else {
                 continue;
             };
-            if let Some(g) = self.replica(&name, m.partition as i32) {
+            if let Some(g) = shard.replica(&name, m.partition as i32) {
                 g.inbox.borrow_mut().push(m.msg);
             }
         }
-        self.replica_work.notify();
+        self.work.notify();
     }
 
     /// Core 0: a peer broker was taken to be down or up again (`peer::liveness`): every
     /// core wakes its sleeping groups with a replica on it.
-    pub fn peer_changed(self: &Rc<Self>, peer: u64, up: bool) {
+    pub fn peer_changed(&self, peer: u64, up: bool) {
         self.wake_replicas_of(peer, up);
-        for core in (0..self.cores).filter(|&c| c != self.id) {
-            let shard = self.clone();
+        let Some(shard) = self.shard() else {
+            return;
+        };
+        for core in (0..self.cores).filter(|&c| c != self.core) {
+            let shard = shard.clone();
             glommio::spawn_local(async move {
                 shard.ask(core, WakeReplicasOfCall { peer, up }).await;
             })
@@ -192,12 +205,15 @@ impl Shard {
     /// (`up` false) has this core's links to it made again: one that carried frames into a
     /// cut link would stay mute behind TCP's retransmission backoff after the link heals
     /// (`Peer::reconnect`).
-    pub(super) fn wake_replicas_of(&self, peer: u64, up: bool) {
+    pub(in crate::broker::shard) fn wake_replicas_of(&self, peer: u64, up: bool) {
         if let (false, Some(links)) = (up, self.links()) {
             links.reconnect(peer);
         }
+        let Some(shard) = self.shard() else {
+            return;
+        };
         let mut woken = 0usize;
-        for g in self.replicas_now() {
+        for g in shard.replicas_now() {
             if g.asleep() && g.raw.borrow().raft.prs().iter().any(|(id, _)| *id == peer) {
                 g.wake();
                 woken += 1;
@@ -208,9 +224,14 @@ impl Shard {
                 peer,
                 woken, "woke the sleeping groups with a replica on a peer"
             );
-            self.replica_work.notify();
+            self.work.notify();
         }
     }
+}
+
+/// The name of a partition message's topic (by id, through the snapshot's index).
+fn topic_of(shard: &Shard, m: &PartitionMessage) -> Option<String> {
+    shard.topic_name(&uuid::Uuid::try_parse(&m.topic_id).ok()?)
 }
 
 /// Where the metadata places `g`'s partition: (broker, core) of each replica.

@@ -8,15 +8,17 @@ use std::time::{Duration, Instant};
 use raft::StateRole;
 use tracing::debug;
 use weir::cluster::Record;
+use weir::metadata::Metadata;
 
-use super::*;
+use super::ReplicaHost;
 use crate::broker::replica::Replica;
+use crate::broker::shard::SubmitCall;
 
 /// How long a follower may go without holding every committed entry (or without being
 /// heard from) before it leaves the in-sync replicas Metadata lists.
 const ISR_LAG: Duration = Duration::from_secs(5);
 
-impl Shard {
+impl ReplicaHost {
     /// On a leader (after each `Ready` and every tick): what the metadata should say of its
     /// partition — this replica leading at its term, and the in-sync replicas — and, if it
     /// says something else, one `PartitionLeader` record through core 0 (one at a time: the
@@ -24,8 +26,11 @@ impl Shard {
     /// `ISR_LAG`, seen lately by raft-rs (`recent_active`) holding every committed entry
     /// (Kafka's `replica.lag.time.max.ms` rule, so a follower a few entries behind under
     /// load does not flap in and out); a new leader starts with every replica in sync.
-    pub(super) fn report_leadership(self: &Rc<Self>, g: &Rc<Replica>) {
-        if g.failed.get() || self.shutdown.is_fired() {
+    pub(super) fn report_leadership(&self, g: &Rc<Replica>) {
+        let Some(shard) = self.shard() else {
+            return;
+        };
+        if g.failed.get() || shard.shutdown.is_fired() {
             return;
         }
         let now = Instant::now();
@@ -62,7 +67,7 @@ impl Shard {
         if g.reporting.get() {
             return;
         }
-        let meta = self.metadata();
+        let meta = shard.metadata();
         let Some(here) = meta.local_broker else {
             return;
         };
@@ -80,12 +85,12 @@ impl Shard {
             topic_id: g.topic_id.clone(),
             partition: p,
             broker: here,
-            core: self.id,
+            core: self.core,
             epoch: term,
             isr,
         };
         g.reporting.set(true);
-        let (shard, g) = (self.clone(), g.clone());
+        let g = g.clone();
         glommio::spawn_local(async move {
             if let Some(Err(e)) = Box::pin(shard.ask(0, SubmitCall(vec![record]))).await {
                 debug!(topic = %g.topic, partition = g.partition, error = %e,
@@ -95,18 +100,5 @@ impl Shard {
             g.reporting.set(false);
         })
         .detach();
-    }
-
-    /// Core 0: submits metadata records another core asked for (a partition leader).
-    pub(super) async fn submit_for_core(
-        self: &Rc<Self>,
-        records: Vec<Record>,
-    ) -> Result<(), String> {
-        let node = self
-            .controller()
-            .ok_or("the metadata group is not running yet")?;
-        node.submit(records, Duration::from_secs(10))
-            .await
-            .map(|_| ())
     }
 }
