@@ -22,25 +22,26 @@ impl Shard {
         batches: Vec<(u64, Batch)>,
         last: u64,
     ) -> Vec<Vec<Outcome>> {
-        // Serialized with any other writer of core 0's metadata (the lock is never closed:
-        // the result is ignored only to apply in any case).
-        let _lock = self.admin_lock.acquire_permit(1).await;
+        // Serialized with any other writer of core 0's metadata; closed once this core
+        // closes its logs (`close_all`).
+        let lock = self.admin_lock.acquire_permit(1).await;
         let before = self.metadata();
         let mut meta = (*before).clone();
         let outcomes: Vec<Vec<Outcome>> = batches
             .iter()
             .map(|(index, b)| apply_logged(&mut meta, &b.records, *index))
             .collect();
-        self.remove_stale_dirs(&before, &meta).await;
-        if self.shutdown.is_fired() {
-            // The cores are closing their logs: not applied here now. The entries are
-            // committed; the next start applies them (the file keeps the older index).
+        if lock.is_err() || self.shutdown.is_fired() {
+            // The cores are closing their logs: not applied here now (nor a deleted topic's
+            // directory removed). The entries are committed; the next start applies them
+            // (the file keeps the older index).
             info!(
                 index = last,
                 "shutting down: committed metadata left to apply at the next start"
             );
             return outcomes;
         }
+        self.remove_stale_dirs(&before, &meta).await;
         meta.applied_index = last;
         match self.commit_metadata_reporting(meta).await {
             Ok(failures) => {

@@ -326,8 +326,17 @@ impl Shard {
         }
     }
 
-    /// Flushes and closes every log of this core (writes the clean-shutdown markers).
+    /// Flushes and closes every log of this core (writes the clean-shutdown markers). A
+    /// metadata change being applied here (and on core 0, an admin change being made)
+    /// finishes first; none is applied after (`apply_lock` and `admin_lock` are closed: a
+    /// standalone admin request then gets an error, a committed cluster record is applied at
+    /// the next start).
     pub async fn close_all(&self) {
+        for lock in [&self.admin_lock, &self.apply_lock] {
+            let turn = lock.acquire_permit(1).await;
+            lock.close();
+            drop(turn);
+        }
         for g in self.replicas_now() {
             self.close_replica(&g.topic, g.partition);
         }
