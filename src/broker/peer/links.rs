@@ -132,9 +132,13 @@ impl Links {
         .await;
     }
 
-    /// How many links this core has open (made and not closed idle).
+    /// How many links this core has open (made, not closed idle, not declined by the peer).
     pub fn open(&self) -> usize {
-        self.out.borrow().values().filter(|l| !l.closed()).count()
+        self.out
+            .borrow()
+            .values()
+            .filter(|l| !l.closed() && !l.declined())
+            .count()
     }
 
     /// Makes this core's links to `peer` again (core 0 took it to be down: `Peer::reconnect`
