@@ -17,6 +17,8 @@ log as if it remembered.
    3 (which lacks those records): 2 withholds its vote until it has caught up with a leader.
    When broker 1 returns, every acknowledged record is there. (Before, 3 was elected with 2's
    empty vote, and broker 1's records were cut when it came back.)
+3. A cluster broker's directory started without its cluster settings is refused, and left as
+   it was.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from clients import rd_conf
+from clients import rd_conf, rd_consume
 from cluster_net import start_cluster
-from conftest import ANSI_RE, close_brokers
+from conftest import ANSI_RE, BrokerError, close_brokers
 from history import History
 from test_cluster_faults import consumer_loop, consumer_reached, producer_loop, read_whole
 from test_cluster_metadata import NODE_ID_STRIDE, create, wait_until
@@ -259,3 +261,31 @@ def test_a_disk_replaced_after_the_others_retention_passed_its_end(retaining_clu
     got = rd_consume(everyone, KEPT, [0], n - above, offset=above)
     assert [r.value for r in got] == values(0, above, n, PAD)
     print(f"\nreplaced broker starts at {first_segment(replaced)} (the others at {low}); agree from {above}")
+
+
+def test_a_cluster_brokers_directory_is_refused_standalone(cluster):
+    """A cluster broker's data directory started without its cluster settings (no node.id, no
+    voters) is refused with a message naming the broker it belongs to: served standalone, its
+    replicated partitions would take writes the other replicas never see. Started as before, it
+    serves its records again."""
+    create(cluster[0].bootstrap, TOPIC, 1, replication_factor=3)
+    p = Producer(rd_conf(",".join(b.bootstrap for b in cluster), acks="all"))
+    delivered: list[int] = []
+    for i in range(3):
+        p.produce(TOPIC, value=f"before-{i}".encode(), partition=0,
+                  on_delivery=lambda err, m: err is None and delivered.append(m.offset()))
+    assert p.flush(60) == 0 and sorted(delivered) == [0, 1, 2], delivered
+    b = cluster[2]
+    b.stop()
+    before = sorted(f.name for f in b.data_dir.iterdir())
+    cluster_settings = dict(b.settings)
+    b.settings = {k: v for k, v in cluster_settings.items()
+                  if k not in ("node.id", "controller.quorum.voters", "security.inter.broker.protocol")}
+    with pytest.raises(BrokerError, match="data directory of broker 3 of a cluster"):
+        b.start()
+    assert sorted(f.name for f in b.data_dir.iterdir()) == before, "the refused start changed the directory"
+    b.settings = cluster_settings
+    b.start()
+    isr_everywhere(cluster, TOPIC, 0, {1, 2, 3})
+    got = rd_consume(b.bootstrap, TOPIC, [0], 3)
+    assert [r.value for r in got] == [b"before-0", b"before-1", b"before-2"]

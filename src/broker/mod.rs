@@ -377,7 +377,13 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
             info!(node = id, directory_id = %identity.directory_id, "data directory");
             identity.rejoining
         }
-        _ => None,
+        _ => {
+            raft::rejoin::refuse_cluster_dir_standalone(
+                &config.data_dir,
+                &controller::store::path(&config.data_dir),
+            )?;
+            None
+        }
     };
     // Metadata: loaded (or created) before any executor starts; partitions are re-spread
     // if the core count changed since the last run.

@@ -369,6 +369,29 @@ impl Identity {
     }
 }
 
+/// A broker started without a cluster (no `node.id`) on `data_dir`: refused if the directory
+/// belongs to a cluster broker (its `meta.properties`, or an older weir's metadata group log).
+/// Its partitions are placed on brokers and replicated: served standalone they would take
+/// writes their other replicas never see, and the broker could not rejoin its cluster after.
+pub fn refuse_cluster_dir_standalone(data_dir: &Path, metadata_log: &Path) -> Result<(), String> {
+    let props = data_dir.join(META_PROPERTIES);
+    let owner = std::fs::read_to_string(&props).ok().map(|text| {
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(key, _)| key.trim() == "node.id")
+            .map_or("?".to_string(), |(_, v)| v.trim().to_string())
+    });
+    let owner = match owner {
+        Some(o) => o,
+        None if metadata_log.exists() => "?".to_string(),
+        None => return Ok(()),
+    };
+    Err(format!(
+        "{} is the data directory of broker {owner} of a cluster: start it with --node-id          {owner} and --peers (controller.quorum.voters) as before, or give a standalone broker          a data directory of its own",
+        data_dir.display()
+    ))
+}
+
 /// Writes `path` whole and durably (a temporary file renamed over it, the directory synced).
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let ctx = |e: std::io::Error| format!("{}: {e}", path.display());
