@@ -33,7 +33,8 @@ then gives what TLS between brokers costs (throughput ratio, broker CPU s/GB, la
 
 Where the time goes, per run: CPU of each broker and of the load generator (utime + stime from
 /proc; the generator's from wait4), of everything else on the machine and idle (/proc/stat), as %
-of one CPU (the machine has `nproc` of them); the device's MB written and cache flushes per second
+of one CPU (the machine has `nproc` of them), and the run's brokers' CPU seconds per GB
+acknowledged; the device's MB written and cache flushes per second
 (/proc/diskstats of the --data device) and MB written per MB acknowledged; fdatasyncs of the
 topic's partitions per broker (`weir_flush_duration_seconds_count`).
 
@@ -334,7 +335,7 @@ class Runner:
             "rec_s": figure(report, "weir produce", "records/s"),
             "acked": acked, "errors": int(figure(report, "produce errors", "records")),
             "p50_ms": lat["p50"] / 1000, "p99_ms": lat["p99"] / 1000, "p999_ms": lat["p999"] / 1000,
-            "cpu_pct": cpu, "wall_s": wall,
+            "cpu_pct": cpu, "wall_s": wall, "brokers": [b.name for b in brokers],
             "disk_mb_s": (d1[0] - d0[0]) / wall / 1e6,
             "disk_flushes_s": (d1[1] - d0[1]) / wall,
         }
@@ -398,13 +399,20 @@ class Runner:
 
     def print_run(self, r: dict) -> None:
         cpu = r["cpu_pct"]
-        cpus = " ".join(f"{k} {v:.0f}" for k, v in cpu.items())
+        cpus = " ".join(f"{k} {v:.0f}" for k, v in cpu.items()) + f" (brokers {broker_cpu_s_per_gb(r):.2f} s/GB)"
         fs = " ".join(f"{k} {v:.0f} ({r['fsync_ms'][k]:.1f} ms)" for k, v in r["fsyncs_s"].items())
         log(f"  r{r['round']} {r['config']:<6} {r['load']:<5} {r['mb_s']:7.1f} MB/s {r['rec_s']:9.0f} rec/s  "
             f"ack p50 {r['p50_ms']:7.2f} p99 {r['p99_ms']:7.2f} p999 {r['p999_ms']:7.2f} ms | "
             f"CPU% {cpus} | disk {r['disk_mb_s']:.0f} MB/s ({r['disk_per_acked']:.2f} x acked), "
             f"{r['disk_flushes_s']:.0f} flushes/s | fdatasyncs/s (mean) {fs} | Produce in broker "
             f"{r['produce_req_ms']:.1f} ms, {r['produce_req_kib']:.0f} KiB | guard {r['guard']}")
+
+
+def broker_cpu_s_per_gb(r: dict) -> float:
+    """CPU seconds of the run's brokers (leaders and followers) per GB acknowledged."""
+    pct = sum(r["cpu_pct"][name] for name in r["brokers"])
+    gb = r["mb_s"] * r["wall_s"] / 1000
+    return pct / 100 * r["wall_s"] / gb if gb else float("nan")
 
 
 # -- summary ---------------------------------------------------------------------------------------
@@ -432,7 +440,7 @@ def summary(a: argparse.Namespace, runs: list[dict], raws: list[dict], cmd: str,
         return [r for r in runs if r["config"] == config and r["load"] == load]
 
     log(f"{'config':<8} {'load':<9} {'MB/s':<22} {'records/s':<26} {'ack p50 ms':<22} {'p99 ms':<22} "
-        f"{'p999 ms':<22} {'disk MB/acked MB':<18} CPU % (brokers / bench / others / idle)")
+        f"{'p999 ms':<22} {'disk MB/acked MB':<18} {'broker CPU s/GB':<22} CPU % (brokers / bench / others / idle)")
     for load in loads:
         for config in CONFIGS:
             rs = sel(config, load)
@@ -444,6 +452,7 @@ def summary(a: argparse.Namespace, runs: list[dict], raws: list[dict], cmd: str,
                 f"{mm([r['rec_s'] for r in rs], '{:.0f}'):<26} {mm([r['p50_ms'] for r in rs], '{:.2f}'):<22} "
                 f"{mm([r['p99_ms'] for r in rs], '{:.2f}'):<22} {mm([r['p999_ms'] for r in rs], '{:.2f}'):<22} "
                 f"{mm([r['disk_per_acked'] for r in rs], '{:.2f}'):<18} "
+                f"{mm([broker_cpu_s_per_gb(r) for r in rs], '{:.2f}'):<22} "
                 f"{brokers} / {cpu['bench']:.0f} / {cpu['others']:.0f} / {cpu['idle']:.0f}")
 
     def paired(load, key, num, den, op):
