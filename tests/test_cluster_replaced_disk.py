@@ -23,6 +23,7 @@ log as if it remembered.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import threading
@@ -37,7 +38,7 @@ from conftest import ANSI_RE, BrokerError, close_brokers
 from history import History
 from test_cluster_faults import consumer_loop, consumer_reached, producer_loop, read_whole
 from test_cluster_metadata import NODE_ID_STRIDE, create, wait_until
-from test_cluster_replication import high_watermark, isr_everywhere, leader_of
+from test_cluster_replication import high_watermark, isr_everywhere, leader_of, same_batches_everywhere
 
 TOPIC = "replaced"
 PARTITIONS = 3
@@ -276,16 +277,25 @@ def test_a_cluster_brokers_directory_is_refused_standalone(cluster):
                   on_delivery=lambda err, m: err is None and delivered.append(m.offset()))
     assert p.flush(60) == 0 and sorted(delivered) == [0, 1, 2], delivered
     b = cluster[2]
+    same_batches_everywhere(cluster, TOPIC, 0, 3)
     b.stop()
-    before = sorted(f.name for f in b.data_dir.iterdir())
+    before = directory_state(b.data_dir)
     cluster_settings = dict(b.settings)
     b.settings = {k: v for k, v in cluster_settings.items()
                   if k not in ("node.id", "controller.quorum.voters", "security.inter.broker.protocol")}
     with pytest.raises(BrokerError, match="data directory of broker 3 of a cluster"):
         b.start()
-    assert sorted(f.name for f in b.data_dir.iterdir()) == before, "the refused start changed the directory"
+    assert directory_state(b.data_dir) == before, "the refused start changed the directory"
     b.settings = cluster_settings
     b.start()
     isr_everywhere(cluster, TOPIC, 0, {1, 2, 3})
     got = rd_consume(b.bootstrap, TOPIC, [0], 3)
     assert [r.value for r in got] == [b"before-0", b"before-1", b"before-2"]
+    # Broker 3's own replica kept them (the read above may have gone to another leader).
+    same_batches_everywhere(cluster, TOPIC, 0, 3)
+
+
+def directory_state(d) -> dict:
+    """Every file under `d`: its size and a hash of its bytes."""
+    return {str(f.relative_to(d)): (f.stat().st_size, hashlib.sha256(f.read_bytes()).hexdigest())
+            for f in sorted(d.rglob("*")) if f.is_file()}

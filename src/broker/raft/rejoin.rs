@@ -387,7 +387,9 @@ pub fn refuse_cluster_dir_standalone(data_dir: &Path, metadata_log: &Path) -> Re
         None => return Ok(()),
     };
     Err(format!(
-        "{} is the data directory of broker {owner} of a cluster: start it with --node-id          {owner} and --peers (controller.quorum.voters) as before, or give a standalone broker          a data directory of its own",
+        "{} is the data directory of broker {owner} of a cluster: start it with --node-id \
+         {owner} and --peers (controller.quorum.voters) as before, or give a standalone broker \
+         a data directory of its own",
         data_dir.display()
     ))
 }

@@ -25,7 +25,9 @@ impl Shard {
     /// Opens the logs this core now owns, closes and deletes the ones of deleted topics,
     /// updates configs, and installs the snapshot. Returns the logs that failed to open;
     /// they are tried again in the background (`reopen_failed`) until they open or the
-    /// metadata no longer places them here.
+    /// metadata no longer places them here. Once this core closes its logs (`close_all`)
+    /// nothing is applied and nothing reported failed: the saved metadata is applied at the
+    /// next start.
     pub async fn apply_metadata(self: &Rc<Self>, meta: Arc<Metadata>) -> Vec<OpenFailure> {
         let Ok(_turn) = self.apply_lock.acquire_permit(1).await else {
             return Vec::new();
@@ -328,12 +330,25 @@ impl Shard {
 
     /// Flushes and closes every log of this core (writes the clean-shutdown markers). A
     /// metadata change being applied here (and on core 0, an admin change being made)
-    /// finishes first; none is applied after (`apply_lock` and `admin_lock` are closed: a
-    /// standalone admin request then gets an error, a committed cluster record is applied at
-    /// the next start).
+    /// finishes first, waited for up to `CLOSE_WAIT` (one waiting on a core that already
+    /// exited would never finish); none is applied after (`apply_lock` and `admin_lock` are
+    /// closed: a standalone admin request then gets an error, a committed cluster record is
+    /// applied at the next start).
     pub async fn close_all(&self) {
-        for lock in [&self.admin_lock, &self.apply_lock] {
-            let turn = lock.acquire_permit(1).await;
+        const CLOSE_WAIT: Duration = Duration::from_secs(5);
+        for (lock, what) in [(&self.admin_lock, "admin"), (&self.apply_lock, "metadata")] {
+            let turn =
+                futures_lite::future::or(async { Some(lock.acquire_permit(1).await) }, async {
+                    glommio::timer::sleep(CLOSE_WAIT).await;
+                    None
+                })
+                .await;
+            if turn.is_none() {
+                warn!(
+                    core = self.id,
+                    what, "a change still under way at shutdown: closing the logs anyway"
+                );
+            }
             lock.close();
             drop(turn);
         }
