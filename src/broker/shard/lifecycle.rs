@@ -1,6 +1,6 @@
 //! Partition lifecycle: applying a metadata snapshot (opening the logs this core now owns,
-//! retiring the ones it no longer does), tiering and retention, the group coordinator's logs,
-//! and the orderly close at shutdown.
+//! retiring the ones it no longer does), tiering and retention, the group and transaction
+//! coordinators' logs, and the orderly close at shutdown.
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -11,8 +11,11 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 use weir_storage::Log;
 
+use super::txn_stores::TxnCoordinator;
 use super::*;
+use crate::broker::group::offsets::BucketReplica;
 use crate::broker::group::{Coordinator, GroupConfig};
+use crate::broker::txn::{self, TxnStore};
 
 use weir::metadata::{partition_dir, Metadata};
 
@@ -275,6 +278,51 @@ impl Shard {
                 glommio::yield_if_needed().await;
             }
         }
+    }
+
+    /// Opens the transaction logs of the buckets this core owns (standalone; in a cluster
+    /// the buckets are the `__transaction_state` partitions, loaded when this core leads
+    /// them) and starts the tick.
+    pub async fn open_txns(self: &Rc<Self>) -> Result<(), String> {
+        let mut stores = std::collections::HashMap::new();
+        let replica: Option<Rc<dyn BucketReplica>> = if self.config.voters.is_empty() {
+            for bucket in (0..txn::BUCKETS).filter(|b| b % self.cores == self.id) {
+                let s = TxnStore::open(&self.config.data_dir, bucket, self.cache.clone())
+                    .await
+                    .map_err(|e| format!("opening transaction log {bucket}: {e}"))?;
+                stores.insert(bucket, Rc::new(s));
+            }
+            None
+        } else {
+            Some(Rc::new(super::internal_topics::BucketReplicas {
+                shard: Rc::downgrade(self),
+                topic: txn::TXN_TOPIC,
+            }))
+        };
+        let c = Rc::new(TxnCoordinator::new(Rc::downgrade(self), stores, replica));
+        *self.txns.borrow_mut() = Some(c);
+        let weak = Rc::downgrade(self);
+        glommio::spawn_local(async move {
+            loop {
+                // Sleep first: right after start-up the other cores may still be opening
+                // the logs the first tick's markers go to.
+                glommio::timer::sleep(Duration::from_millis(1000)).await;
+                let Some(shard) = weak.upgrade() else { break };
+                if shard.shutdown.is_fired() {
+                    break;
+                }
+                let Some(c) = shard.txns.borrow().clone() else {
+                    break;
+                };
+                c.tick(&shard).await;
+            }
+        })
+        .detach();
+        Ok(())
+    }
+
+    pub(super) fn take_txns(&self) -> Option<Rc<TxnCoordinator>> {
+        self.txns.borrow_mut().take()
     }
 
     /// Opens this core's group coordinator (its offsets logs) and drives its session and

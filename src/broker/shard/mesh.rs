@@ -206,10 +206,19 @@ impl Shard {
             } => Resp::Codes(self.markers_local(producer_id, epoch, commit, parts).await),
             Req::Elect(parts) => Resp::Codes(self.replica_host.elect(parts).await),
             Req::Txn(t) => {
-                // Boxed: ending a transaction calls other cores (`Shard::call` → here).
-                let serve: std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> =
-                    Box::pin(self.txn_serve(t));
-                Resp::Txn(serve.await)
+                let coordinator = self.txns.borrow().clone();
+                match coordinator {
+                    Some(c) => {
+                        // Boxed: ending a transaction calls other cores (`Shard::call` → here).
+                        let serve: std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>> =
+                            Box::pin(c.serve(t));
+                        Resp::Txn(serve.await)
+                    }
+                    None => Resp::Txn(txn::refused(
+                        t,
+                        crate::broker::errors::COORDINATOR_NOT_AVAILABLE,
+                    )),
+                }
             }
             Req::Group(g) => {
                 let coordinator = self.groups.borrow().clone();

@@ -1,13 +1,15 @@
 //! The transaction coordinator of the transaction-log buckets this core owns (Kafka's
 //! `TransactionCoordinator`): InitProducerId with a transactional id, AddPartitionsToTxn,
 //! AddOffsetsToTxn and EndTxn arrive here as [`TxnReq`] (sent by `kafka::txn` to
-//! `Shard::txn_core(id)`). Each state change is durable in the bucket's transaction log
-//! (`broker::txn`) before it is acted on. On a standalone broker a core owns the buckets
-//! `b % cores == core` for good; in a cluster it owns those whose `__transaction_state`
-//! partition it leads (docs/replication.md, "Transaction coordinators in a cluster"): it loads
-//! such a bucket (replays the partition) once an entry of its term is committed — at its tick
-//! or at the first request, whichever comes first — and drops it at the tick after it lost
-//! the leadership. Ending a transaction:
+//! `Shard::txn_core(id)`) and are served by the core's [`TxnCoordinator`] (`serve`; its
+//! state in `txn_stores`), which the shard owns and which reaches the shard (metadata,
+//! producer ids, markers) through a weak reference. Each state change is durable in the
+//! bucket's transaction log (`broker::txn`) before it is acted on. On a standalone broker a
+//! core owns the buckets `b % cores == core` for good; in a cluster it owns those whose
+//! `__transaction_state` partition it leads (docs/replication.md, "Transaction coordinators
+//! in a cluster"): it loads such a bucket (replays the partition) once an entry of its term
+//! is committed — at its tick or at the first request, whichever comes first — and drops it
+//! at the tick after it lost the leadership. Ending a transaction:
 //!
 //! 1. `Prepare{Commit,Abort}` is stored;
 //! 2. a marker (control batch) is appended and flushed on every partition of the transaction
@@ -24,9 +26,8 @@
 //! `transactional.id.expiration.ms`. One operation per transactional id at a time: another
 //! request meanwhile gets CONCURRENT_TRANSACTIONS, which clients retry.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::rc::Rc;
-use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
@@ -36,61 +37,18 @@ use super::txn_stores::Busy;
 pub use super::txn_stores::TxnCoordinator;
 use super::Shard;
 use crate::broker::errors;
-use crate::broker::group::offsets::BucketReplica;
 use crate::broker::txn::{self, TxnMeta, TxnState, TxnStore};
 
-impl Shard {
-    /// Opens the transaction logs of the buckets this core owns (standalone; in a cluster
-    /// the buckets are the `__transaction_state` partitions, loaded when this core leads
-    /// them) and starts the tick.
-    pub async fn open_txns(self: &Rc<Self>) -> Result<(), String> {
-        let mut stores = HashMap::new();
-        let replica: Option<Rc<dyn BucketReplica>> = if self.config.voters.is_empty() {
-            for bucket in (0..txn::BUCKETS).filter(|b| b % self.cores == self.id) {
-                let s = TxnStore::open(&self.config.data_dir, bucket, self.cache.clone())
-                    .await
-                    .map_err(|e| format!("opening transaction log {bucket}: {e}"))?;
-                stores.insert(bucket, Rc::new(s));
-            }
-            None
-        } else {
-            Some(Rc::new(super::internal_topics::BucketReplicas {
-                shard: Rc::downgrade(self),
-                topic: txn::TXN_TOPIC,
-            }))
-        };
-        let c = Rc::new(TxnCoordinator::new(stores, replica));
-        *self.txns.borrow_mut() = Some(c);
-        let weak = Rc::downgrade(self);
-        glommio::spawn_local(async move {
-            loop {
-                // Sleep first: right after start-up the other cores may still be opening
-                // the logs the first tick's markers go to.
-                glommio::timer::sleep(Duration::from_millis(1000)).await;
-                let Some(shard) = weak.upgrade() else { break };
-                if shard.shutdown.is_fired() {
-                    break;
-                }
-                shard.txn_tick().await;
-            }
-        })
-        .detach();
-        Ok(())
-    }
-
-    pub(super) fn take_txns(&self) -> Option<Rc<TxnCoordinator>> {
-        self.txns.borrow_mut().take()
-    }
-
+impl TxnCoordinator {
     /// Serves a transaction request on the core that owns its transactional id.
-    pub(super) async fn txn_serve(self: &Rc<Self>, req: TxnReq) -> TxnResp {
-        let Some(c) = self.txns.borrow().clone() else {
+    pub(super) async fn serve(self: &Rc<Self>, req: TxnReq) -> TxnResp {
+        let Some(shard) = self.shard.upgrade() else {
             return refused(req, errors::COORDINATOR_NOT_AVAILABLE);
         };
         if let Some(txn_id) = req.txn_id() {
             // In a cluster: a bucket this core has just come to lead is loaded now rather
             // than at the next tick. A failure shows as COORDINATOR_LOAD_IN_PROGRESS below.
-            let _ = c.load(txn::bucket_of(txn_id)).await;
+            let _ = self.load(txn::bucket_of(txn_id)).await;
         }
         match req {
             TxnReq::Init {
@@ -99,7 +57,7 @@ impl Shard {
                 producer_id,
                 epoch,
             } => self
-                .txn_init(&c, &txn_id, timeout_ms, producer_id, epoch)
+                .init(&shard, &txn_id, timeout_ms, producer_id, epoch)
                 .await
                 .unwrap_or_else(|error| TxnResp::Init {
                     error,
@@ -114,7 +72,7 @@ impl Shard {
             } => {
                 let n = parts.len();
                 match self
-                    .txn_add(&c, &txn_id, producer_id, epoch, parts, None)
+                    .add(&shard, &txn_id, producer_id, epoch, parts, None)
                     .await
                 {
                     Ok(codes) => TxnResp::Codes(codes),
@@ -127,7 +85,7 @@ impl Shard {
                 epoch,
                 group,
             } => TxnResp::Code(
-                self.txn_add(&c, &txn_id, producer_id, epoch, Vec::new(), Some(group))
+                self.add(&shard, &txn_id, producer_id, epoch, Vec::new(), Some(group))
                     .await
                     .err()
                     .unwrap_or(errors::NONE),
@@ -138,7 +96,7 @@ impl Shard {
                 epoch,
                 commit,
             } => TxnResp::Code(
-                self.txn_end(&c, &txn_id, producer_id, epoch, commit)
+                self.end(&shard, &txn_id, producer_id, epoch, commit)
                     .await
                     .err()
                     .unwrap_or(errors::NONE),
@@ -148,7 +106,7 @@ impl Shard {
                 producer_id,
                 epoch,
                 parts,
-            } => TxnResp::Code(match Self::txn_checked(&c, &txn_id, producer_id, epoch) {
+            } => TxnResp::Code(match self.checked(&txn_id, producer_id, epoch) {
                 Err(code) => code,
                 Ok((_, m))
                     if m.state == TxnState::Ongoing
@@ -162,7 +120,7 @@ impl Shard {
                 }
             }),
             TxnReq::Describe => {
-                TxnResp::Described(c.served().iter().flat_map(|s| s.all()).collect())
+                TxnResp::Described(self.served().iter().flat_map(|s| s.all()).collect())
             }
         }
     }
@@ -170,13 +128,13 @@ impl Shard {
     /// The stored state of `txn_id`, checked against the producer id and epoch a client
     /// sent: INVALID_PRODUCER_ID_MAPPING for an unknown id or another producer id,
     /// PRODUCER_FENCED for another epoch.
-    fn txn_checked(
-        c: &TxnCoordinator,
+    fn checked(
+        &self,
         txn_id: &str,
         producer_id: i64,
         epoch: i16,
     ) -> Result<(Rc<TxnStore>, TxnMeta), i16> {
-        let store = c.store(txn_id)?;
+        let store = self.store(txn_id)?;
         let m = store
             .get(txn_id)
             .ok_or(errors::INVALID_PRODUCER_ID_MAPPING)?;
@@ -191,7 +149,7 @@ impl Shard {
 
     /// A local storage error is COORDINATOR_NOT_AVAILABLE (the client retries); in a cluster
     /// a lost leadership is NOT_COORDINATOR (it finds the new coordinator).
-    async fn txn_put(store: &TxnStore, txn_id: &str, m: Option<TxnMeta>) -> Result<(), i16> {
+    async fn put(store: &TxnStore, txn_id: &str, m: Option<TxnMeta>) -> Result<(), i16> {
         store.put(txn_id, m).await.map_err(|e| {
             warn!(txn = txn_id, error = %e, "writing the transaction log failed");
             e.code_or(errors::COORDINATOR_NOT_AVAILABLE)
@@ -201,24 +159,24 @@ impl Shard {
     /// InitProducerId for a transactional id: a new producer id, or the id's producer id
     /// with its epoch bumped — which fences the previous instance; a transaction it left
     /// open is aborted first.
-    async fn txn_init(
-        self: &Rc<Self>,
-        c: &TxnCoordinator,
+    async fn init(
+        &self,
+        shard: &Rc<Shard>,
         txn_id: &str,
         timeout_ms: i32,
         producer_id: i64,
         epoch: i16,
     ) -> Result<TxnResp, i16> {
-        let max = self.config.transaction_max_timeout_ms;
+        let max = shard.config.transaction_max_timeout_ms;
         if timeout_ms <= 0 || i64::from(timeout_ms) > max {
             return Err(errors::INVALID_TRANSACTION_TIMEOUT);
         }
-        let store = c.store(txn_id)?;
-        let _busy = Busy::take(&c.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
+        let store = self.store(txn_id)?;
+        let _busy = Busy::take(&self.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
         let now = wall_clock_ms();
         let mut m = match store.get(txn_id) {
             None => TxnMeta {
-                producer_id: self.new_producer_id(),
+                producer_id: shard.new_producer_id(),
                 epoch: 0,
                 timeout_ms,
                 state: TxnState::Empty,
@@ -235,7 +193,7 @@ impl Shard {
                 }
                 let mut m = old.clone();
                 if let Some(commit) = m.state.preparing() {
-                    m = self.txn_finish(&store, txn_id, m, commit).await?;
+                    m = self.finish(shard, &store, txn_id, m, commit).await?;
                 }
                 if m.state == TxnState::Ongoing {
                     // Abort with the next epoch: the old instance is fenced on every
@@ -247,10 +205,10 @@ impl Shard {
                     );
                     fence(&mut m);
                     m.state = TxnState::PrepareAbort;
-                    Self::txn_put(&store, txn_id, Some(m.clone())).await?;
-                    m = self.txn_finish(&store, txn_id, m, false).await?;
+                    Self::put(&store, txn_id, Some(m.clone())).await?;
+                    m = self.finish(shard, &store, txn_id, m, false).await?;
                 } else {
-                    bump(&mut m, self);
+                    bump(&mut m, shard);
                 }
                 m.timeout_ms = timeout_ms;
                 m.state = TxnState::Empty;
@@ -262,7 +220,7 @@ impl Shard {
             }
         };
         m.update_ms = now;
-        Self::txn_put(&store, txn_id, Some(m.clone())).await?;
+        Self::put(&store, txn_id, Some(m.clone())).await?;
         debug!(
             txn = txn_id,
             producer_id = m.producer_id,
@@ -278,21 +236,21 @@ impl Shard {
 
     /// AddPartitionsToTxn (`parts`) or AddOffsetsToTxn (`group`): the transaction is open
     /// from here on.
-    async fn txn_add(
-        self: &Rc<Self>,
-        c: &TxnCoordinator,
+    async fn add(
+        &self,
+        shard: &Shard,
         txn_id: &str,
         producer_id: i64,
         epoch: i16,
         parts: Vec<(String, i32)>,
         group: Option<String>,
     ) -> Result<Vec<i16>, i16> {
-        let _busy = Busy::take(&c.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
-        let (store, mut m) = Self::txn_checked(c, txn_id, producer_id, epoch)?;
+        let _busy = Busy::take(&self.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
+        let (store, mut m) = self.checked(txn_id, producer_id, epoch)?;
         if m.state.preparing().is_some() {
             return Err(errors::CONCURRENT_TRANSACTIONS);
         }
-        let meta = self.metadata();
+        let meta = shard.metadata();
         // In a cluster a partition may be led by another broker (its markers are written
         // there): it must only exist.
         let unknown: Vec<bool> = parts
@@ -327,28 +285,28 @@ impl Shard {
         m.groups.extend(group);
         if m != before {
             m.update_ms = wall_clock_ms();
-            Self::txn_put(&store, txn_id, Some(m)).await?;
+            Self::put(&store, txn_id, Some(m)).await?;
         }
         Ok(vec![errors::NONE; n])
     }
 
     /// EndTxn: writes the markers and answers once they are durable everywhere.
-    async fn txn_end(
-        self: &Rc<Self>,
-        c: &TxnCoordinator,
+    async fn end(
+        &self,
+        shard: &Rc<Shard>,
         txn_id: &str,
         producer_id: i64,
         epoch: i16,
         commit: bool,
     ) -> Result<(), i16> {
-        let _busy = Busy::take(&c.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
-        let (store, mut m) = Self::txn_checked(c, txn_id, producer_id, epoch)?;
+        let _busy = Busy::take(&self.busy, txn_id).ok_or(errors::CONCURRENT_TRANSACTIONS)?;
+        let (store, mut m) = self.checked(txn_id, producer_id, epoch)?;
         match (m.state, commit) {
             (TxnState::Ongoing, _) => {}
             // A retry of an EndTxn that completed.
             (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => return Ok(()),
             (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-                self.txn_finish(&store, txn_id, m, commit).await?;
+                self.finish(shard, &store, txn_id, m, commit).await?;
                 return Ok(());
             }
             _ => return Err(errors::INVALID_TXN_STATE),
@@ -359,28 +317,30 @@ impl Shard {
             TxnState::PrepareAbort
         };
         m.update_ms = wall_clock_ms();
-        Self::txn_put(&store, txn_id, Some(m.clone())).await?;
-        self.txn_finish(&store, txn_id, m, commit).await?;
+        Self::put(&store, txn_id, Some(m.clone())).await?;
+        self.finish(shard, &store, txn_id, m, commit).await?;
         Ok(())
     }
 
     /// Writes the markers of a prepared transaction and stores its completion.
-    async fn txn_finish(
-        self: &Rc<Self>,
+    async fn finish(
+        &self,
+        shard: &Rc<Shard>,
         store: &TxnStore,
         txn_id: &str,
         mut m: TxnMeta,
         commit: bool,
     ) -> Result<TxnMeta, i16> {
-        self.write_markers(
-            m.producer_id,
-            m.epoch,
-            commit,
-            m.start_ms,
-            &m.partitions,
-            &m.groups,
-        )
-        .await?;
+        shard
+            .write_markers(
+                m.producer_id,
+                m.epoch,
+                commit,
+                m.start_ms,
+                &m.partitions,
+                &m.groups,
+            )
+            .await?;
         m.state = if commit {
             TxnState::CompleteCommit
         } else {
@@ -389,11 +349,11 @@ impl Shard {
         m.partitions.clear();
         m.groups.clear();
         m.update_ms = wall_clock_ms();
-        Self::txn_put(store, txn_id, Some(m.clone())).await?;
+        Self::put(store, txn_id, Some(m.clone())).await?;
         let ended = if commit {
-            &self.metrics.txn_commits
+            &shard.metrics.txn_commits
         } else {
-            &self.metrics.txn_aborts
+            &shard.metrics.txn_aborts
         };
         ended.set(ended.get() + 1);
         debug!(txn = txn_id, commit, "transaction ended");
@@ -404,37 +364,33 @@ impl Shard {
     /// cluster — what the previous leader of a bucket left), aborts timed-out ones, forgets
     /// expired ids: over the buckets this core serves, after (in a cluster) loading those it
     /// has come to lead and dropping those it lost.
-    async fn txn_tick(self: &Rc<Self>) {
-        let Some(c) = self.txns.borrow().clone() else {
-            return;
-        };
-        c.follow_leadership().await;
+    pub(super) async fn tick(&self, shard: &Rc<Shard>) {
+        self.follow_leadership().await;
         let now = wall_clock_ms();
-        let expiration = self.config.transactional_id_expiration_ms;
-        for store in &c.served() {
+        let expiration = shard.config.transactional_id_expiration_ms;
+        for store in &self.served() {
             for (id, m) in store.all() {
-                let Some(_busy) = Busy::take(&c.busy, &id) else {
+                let Some(_busy) = Busy::take(&self.busy, &id) else {
                     continue;
                 };
                 let r = if let Some(commit) = m.state.preparing() {
-                    self.txn_finish(store, &id, m, commit).await.map(drop)
+                    self.finish(shard, store, &id, m, commit).await.map(drop)
                 } else if m.state == TxnState::Ongoing && now - m.start_ms > i64::from(m.timeout_ms)
                 {
                     info!(txn = %id, timeout_ms = m.timeout_ms, "transaction timed out: aborting it");
-                    self.metrics
-                        .txn_timeouts
-                        .set(self.metrics.txn_timeouts.get() + 1);
+                    let timeouts = &shard.metrics.txn_timeouts;
+                    timeouts.set(timeouts.get() + 1);
                     let mut m = m;
                     fence(&mut m);
                     m.state = TxnState::PrepareAbort;
                     m.update_ms = now;
-                    match Self::txn_put(store, &id, Some(m.clone())).await {
-                        Ok(()) => self.txn_finish(store, &id, m, false).await.map(drop),
+                    match Self::put(store, &id, Some(m.clone())).await {
+                        Ok(()) => self.finish(shard, store, &id, m, false).await.map(drop),
                         Err(e) => Err(e),
                     }
                 } else if m.state != TxnState::Ongoing && now - m.update_ms > expiration {
                     debug!(txn = %id, "transactional id expired");
-                    Self::txn_put(store, &id, None).await
+                    Self::put(store, &id, None).await
                 } else {
                     Ok(())
                 };

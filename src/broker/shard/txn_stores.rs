@@ -6,17 +6,20 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use tracing::{info, warn};
 
 use super::msg::TxnReq;
+use super::Shard;
 use crate::broker::errors;
 use crate::broker::group::offsets::BucketReplica;
 use crate::broker::txn::{self, TxnStore};
 
 /// This core's transaction coordinator.
 pub struct TxnCoordinator {
+    /// The shard it serves on (which owns it): the metadata, producer ids, markers.
+    pub(super) shard: Weak<Shard>,
     /// The stores of the buckets this core serves (in a cluster: loaded so far, each for the
     /// term it was loaded at; only those of the current term are served).
     stores: RefCell<HashMap<usize, Rc<TxnStore>>>,
@@ -32,10 +35,12 @@ impl TxnCoordinator {
     /// A coordinator with the stores of `stores` (standalone: every bucket this core owns),
     /// or, in a cluster (`replica`), none yet.
     pub(super) fn new(
+        shard: Weak<Shard>,
         stores: HashMap<usize, Rc<TxnStore>>,
         replica: Option<Rc<dyn BucketReplica>>,
     ) -> TxnCoordinator {
         TxnCoordinator {
+            shard,
             stores: RefCell::new(stores),
             busy: RefCell::new(HashSet::new()),
             replica,
