@@ -18,7 +18,7 @@ log as if it remembered.
    When broker 1 returns, every acknowledged record is there. (Before, 3 was elected with 2's
    empty vote, and broker 1's records were cut when it came back.)
 3. A cluster broker's directory started without its cluster settings is refused, and left as
-   it was.
+   it was; so is a copy of it that lost its identity and metadata log too.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from confluent_kafka import Producer
 
 from clients import rd_conf, rd_consume
 from cluster_net import start_cluster
-from conftest import ANSI_RE, BrokerError, close_brokers
+from conftest import ANSI_RE, Broker, BrokerError, _new_workdir, close_brokers
 from history import History
 from test_cluster_faults import consumer_loop, consumer_reached, producer_loop, read_whole
 from test_cluster_metadata import NODE_ID_STRIDE, create, wait_until
@@ -286,6 +286,18 @@ def test_a_cluster_brokers_directory_is_refused_standalone(cluster):
     with pytest.raises(BrokerError, match="data directory of broker 3 of a cluster"):
         b.start()
     assert directory_state(b.data_dir) == before, "the refused start changed the directory"
+    # A copy that lost its identity and its metadata log too: its topics are still placed on
+    # the cluster's brokers, and that refuses it.
+    lost = _new_workdir("lost-identity")
+    shutil.copytree(b.data_dir, lost / "data")
+    (lost / "data" / "meta.properties").unlink()
+    (lost / "data" / "metadata-raft.log").unlink()
+    orphan = Broker(lost, b.settings, cores=b.cores)
+    try:
+        with pytest.raises(BrokerError, match="placed on the brokers of a cluster"):
+            orphan.start()
+    finally:
+        orphan.close()
     b.settings = cluster_settings
     b.start()
     isr_everywhere(cluster, TOPIC, 0, {1, 2, 3})

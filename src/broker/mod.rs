@@ -388,6 +388,16 @@ pub fn serve(args: ServeArgs) -> Result<(), String> {
     // Metadata: loaded (or created) before any executor starts; partitions are re-spread
     // if the core count changed since the last run.
     let mut meta = Metadata::load(&config.data_dir)?.unwrap_or_else(|| Metadata::empty(cores));
+    if config.node_id.is_none() && meta.topics.values().any(|t| !t.brokers.is_empty()) {
+        // A cluster broker's directory that lost its identity and its metadata log too
+        // (`refuse_cluster_dir_standalone` found neither): its topics are placed on brokers.
+        return Err(format!(
+            "{}: the topics here are placed on the brokers of a cluster: start this directory's \
+             broker with --node-id and --peers as before, or give a standalone broker a data \
+             directory of its own",
+            config.data_dir.display()
+        ));
+    }
     meta.local_broker = config.node_id;
     if config.node_id.is_some()
         && meta.cores != cores
