@@ -311,12 +311,7 @@ impl Identity {
         let ctx = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
         match std::fs::read_to_string(&props) {
             Ok(text) => {
-                let field = |k: &str| {
-                    text.lines()
-                        .filter_map(|l| l.split_once('='))
-                        .find(|(key, _)| key.trim() == k)
-                        .map(|(_, v)| v.trim().to_string())
-                };
+                let field = |k: &str| property(&text, k);
                 let owner = field("node.id").and_then(|v| v.parse::<u64>().ok());
                 if owner != Some(node_id) {
                     return Err(format!(
@@ -375,12 +370,9 @@ impl Identity {
 /// writes their other replicas never see, and the broker could not rejoin its cluster after.
 pub fn refuse_cluster_dir_standalone(data_dir: &Path, metadata_log: &Path) -> Result<(), String> {
     let props = data_dir.join(META_PROPERTIES);
-    let owner = std::fs::read_to_string(&props).ok().map(|text| {
-        text.lines()
-            .filter_map(|l| l.split_once('='))
-            .find(|(key, _)| key.trim() == "node.id")
-            .map_or("?".to_string(), |(_, v)| v.trim().to_string())
-    });
+    let owner = std::fs::read_to_string(&props)
+        .ok()
+        .map(|text| property(&text, "node.id").unwrap_or_else(|| "?".to_string()));
     let owner = match owner {
         Some(o) => o,
         None if metadata_log.exists() => "?".to_string(),
@@ -392,6 +384,14 @@ pub fn refuse_cluster_dir_standalone(data_dir: &Path, metadata_log: &Path) -> Re
          a data directory of its own",
         data_dir.display()
     ))
+}
+
+/// The value of `key` in a properties file's `text` (`key=value` lines).
+fn property(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| k.trim() == key)
+        .map(|(_, v)| v.trim().to_string())
 }
 
 /// Writes `path` whole and durably (a temporary file renamed over it, the directory synced).
