@@ -14,6 +14,8 @@
 //! - [`BLOCK`]: the alignment of every direct read and write.
 //! - [`set_open_file_limit`], [`open_file_stats`]: the most segment files a thread keeps open
 //!   (an LRU; `open_files.rs`), and how many it has open.
+//! - [`spare_write_buffer_bytes`], [`expire_spare_write_buffers`]: the large write buffers
+//!   (appender chunks) a thread keeps after their writes, for the next one (`file.rs`).
 //!
 //! With the `sim` feature also `Vfs`, `IoFile`, `IoBuf` (so a test can write files on the
 //! simulated disk and open a log on it with `Log::open_in`), and the simulated disk itself:
@@ -30,6 +32,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 pub use dma_probe::prime_dma_probe;
+pub use file::{expire_spare_write_buffers, spare_write_buffer_bytes, SPARE_IDLE};
 #[cfg(not(feature = "sim"))]
 pub(crate) use file::{IoBuf, IoFile, Vfs};
 #[cfg(feature = "sim")]

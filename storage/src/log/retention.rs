@@ -152,6 +152,7 @@ impl Inner {
     /// partitions). The next append allocates a new chunk.
     fn release_if_idle(&self) {
         self.reader.expire_idle();
+        crate::io::expire_spare_write_buffers(std::time::Instant::now());
         if self.idle_mark.get() == self.log_end.get() {
             super::tiered::release_remote_reads(self);
         }
