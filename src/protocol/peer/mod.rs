@@ -22,6 +22,7 @@
 mod call;
 mod partition;
 
+use bytes::Bytes;
 use futures_lite::AsyncReadExt;
 use protobuf::Message as _;
 use raft::prelude::Message;
@@ -111,31 +112,60 @@ impl Frame {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let (kind, body) = match self {
-            Frame::Raft(m) => (KIND_RAFT, m.write_to_bytes().expect("a message encodes")),
-            Frame::Forward(f) => (KIND_FORWARD, serde_json::to_vec(f).expect("encodes")),
-            Frame::Reply(r) => (KIND_REPLY, serde_json::to_vec(r).expect("encodes")),
-            Frame::Partition(p) => (
-                KIND_PARTITION,
-                p.encode_body()
-                    .expect("a partition message of a known topic encodes"),
-            ),
-            Frame::Call(c) => (KIND_CALL, serde_json::to_vec(c).expect("encodes")),
-            Frame::Answer(a) => (KIND_ANSWER, serde_json::to_vec(a).expect("encodes")),
-            Frame::Ping(from) => (KIND_PING, from.to_be_bytes().to_vec()),
+        // Length and kind first (the length is filled in last), then the body written in
+        // place: one allocation, and a Raft message's entries copied once.
+        let mut out = vec![0u8; 5];
+        let kind = match self {
+            Frame::Raft(m) => {
+                out.reserve(m.compute_size() as usize);
+                m.write_to_vec(&mut out).expect("a message encodes");
+                KIND_RAFT
+            }
+            Frame::Forward(f) => {
+                serde_json::to_writer(&mut out, f).expect("encodes");
+                KIND_FORWARD
+            }
+            Frame::Reply(r) => {
+                serde_json::to_writer(&mut out, r).expect("encodes");
+                KIND_REPLY
+            }
+            Frame::Partition(p) => {
+                p.encode_body_into(&mut out)
+                    .expect("a partition message of a known topic encodes");
+                KIND_PARTITION
+            }
+            Frame::Call(c) => {
+                serde_json::to_writer(&mut out, c).expect("encodes");
+                KIND_CALL
+            }
+            Frame::Answer(a) => {
+                serde_json::to_writer(&mut out, a).expect("encodes");
+                KIND_ANSWER
+            }
+            Frame::Ping(from) => {
+                out.extend_from_slice(&from.to_be_bytes());
+                KIND_PING
+            }
         };
-        let mut out = Vec::with_capacity(5 + body.len());
-        out.extend_from_slice(&(body.len() as u32 + 1).to_be_bytes());
-        out.push(kind);
-        out.extend_from_slice(&body);
+        let len = (out.len() - 4) as u32;
+        out[..4].copy_from_slice(&len.to_be_bytes());
+        out[4] = kind;
         out
     }
 
     /// Decodes a frame's kind and body (after the length).
     pub fn decode(kind_and_body: &[u8]) -> Result<Frame, String> {
-        let (&kind, body) = kind_and_body.split_first().ok_or("empty frame")?;
+        Self::decode_bytes(Bytes::copy_from_slice(kind_and_body))
+    }
+
+    /// [`Frame::decode`] of a received frame's bytes: a Raft message's entries are slices of
+    /// them, not copies.
+    pub fn decode_bytes(kind_and_body: Bytes) -> Result<Frame, String> {
+        let (&kind, _) = kind_and_body.split_first().ok_or("empty frame")?;
+        let rest = kind_and_body.slice(1..);
+        let body = &rest[..];
         match kind {
-            KIND_RAFT => Message::parse_from_bytes(body)
+            KIND_RAFT => Message::parse_from_carllerche_bytes(&rest)
                 .map(Frame::Raft)
                 .map_err(|e| format!("bad Raft message: {e}")),
             KIND_FORWARD => serde_json::from_slice(body)
@@ -144,7 +174,7 @@ impl Frame {
             KIND_REPLY => serde_json::from_slice(body)
                 .map(Frame::Reply)
                 .map_err(|e| format!("bad reply: {e}")),
-            KIND_PARTITION => PartitionMessage::decode_body(body).map(Frame::Partition),
+            KIND_PARTITION => PartitionMessage::decode_body_bytes(&rest).map(Frame::Partition),
             KIND_CALL => serde_json::from_slice(body)
                 .map(Frame::Call)
                 .map_err(|e| format!("bad call: {e}")),
@@ -199,7 +229,10 @@ pub async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
             buf.len()
         ));
     }
-    Frame::decode(&buf).map(Some)
+    // The entries decoded from it share this buffer (and may be cached as long as the log's
+    // recent batches are): no spare capacity rides along with them.
+    buf.shrink_to_fit();
+    Frame::decode_bytes(Bytes::from(buf)).map(Some)
 }
 
 #[cfg(test)]
@@ -288,6 +321,48 @@ mod tests {
         assert!(Frame::decode(&[KIND_CALL, b'[']).is_err());
         assert!(Frame::decode(&[KIND_ANSWER, b'{', b'}']).is_err());
         assert!(Frame::decode(&[KIND_PING, 0, 0, 1]).is_err());
+    }
+
+    /// A received partition message's entries are slices of the frame, not copies; and the
+    /// frame's bytes are the message's encoding, once.
+    #[test]
+    fn entries_are_decoded_in_place_and_encoded_once() {
+        let e = raft::prelude::Entry {
+            index: 5,
+            term: 2,
+            data: Bytes::from(vec![7u8; 10_000]),
+            ..Default::default()
+        };
+        let mut msg = Message {
+            from: 1,
+            to: 2,
+            term: 2,
+            ..Default::default()
+        };
+        msg.entries = vec![e.clone(), e].into();
+        let f = Frame::Partition(PartitionMessage {
+            topic_id: "0123456789abcdef0123456789abcdef".into(),
+            partition: 1,
+            msg,
+        });
+        let bytes = f.encode();
+        assert!(
+            bytes.len() < 20_100,
+            "{} bytes for 20,000 of entries",
+            bytes.len()
+        );
+        let frame = Bytes::from(bytes[4..].to_vec());
+        let range = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+        let Frame::Partition(p) = Frame::decode_bytes(frame.clone()).unwrap() else {
+            panic!("not a partition message");
+        };
+        assert_eq!(Frame::Partition(p.clone()), f);
+        for e in p.msg.entries.iter() {
+            assert!(
+                range.contains(&(e.data.as_ptr() as usize)),
+                "entry data copied"
+            );
+        }
     }
 
     #[test]

@@ -21,19 +21,29 @@ pub struct PartitionMessage {
 
 impl PartitionMessage {
     pub fn encode_body(&self) -> Result<Vec<u8>, String> {
-        let id = hex16(&self.topic_id)?;
-        let msg = self
-            .msg
-            .write_to_bytes()
-            .map_err(|e| format!("encoding a Raft message: {e}"))?;
-        let mut out = Vec::with_capacity(HEAD_BYTES + msg.len());
-        out.extend_from_slice(&id);
-        out.extend_from_slice(&self.partition.to_be_bytes());
-        out.extend_from_slice(&msg);
+        let mut out = Vec::new();
+        self.encode_body_into(&mut out)?;
         Ok(out)
     }
 
+    /// Appends the body to `out`: the entries' bytes are copied once, into `out`.
+    pub fn encode_body_into(&self, out: &mut Vec<u8>) -> Result<(), String> {
+        let id = hex16(&self.topic_id)?;
+        out.reserve(HEAD_BYTES + self.msg.compute_size() as usize);
+        out.extend_from_slice(&id);
+        out.extend_from_slice(&self.partition.to_be_bytes());
+        self.msg
+            .write_to_vec(out)
+            .map_err(|e| format!("encoding a Raft message: {e}"))
+    }
+
     pub fn decode_body(body: &[u8]) -> Result<PartitionMessage, String> {
+        Self::decode_body_bytes(&bytes::Bytes::copy_from_slice(body))
+    }
+
+    /// [`Self::decode_body`] of a received frame's bytes: the entries' data are slices of
+    /// `body`, not copies.
+    pub fn decode_body_bytes(body: &bytes::Bytes) -> Result<PartitionMessage, String> {
         if body.len() < HEAD_BYTES {
             return Err(format!("partition message of {} bytes", body.len()));
         }
@@ -44,7 +54,7 @@ impl PartitionMessage {
         if partition > i32::MAX as u32 {
             return Err(format!("partition {partition}"));
         }
-        let msg = Message::parse_from_bytes(&body[HEAD_BYTES..])
+        let msg = Message::parse_from_carllerche_bytes(&body.slice(HEAD_BYTES..))
             .map_err(|e| format!("bad Raft message: {e}"))?;
         Ok(PartitionMessage {
             topic_id,
