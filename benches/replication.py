@@ -45,7 +45,11 @@ report in --out/<config>-<load>-r<round>.{json,txt}.
     cargo build --release --features rdkafka && python3 benches/replication.py [--rounds 3] [--duration 6]
         [--rates 2000,20000] [--rate-duration 5] [--producers 2] [--partitions 3] [--cores 1]
         [--raw-secs 1] [--client rdkafka|native] [--configs single,rf1,rf3] [--data DIR]
-        [--out DIR] [--keep] [--smoke]
+        [--out DIR] [--keep] [--smoke] [--perf-stat] [--broker-set KEY=VALUE ...]
+
+--perf-stat: per run, the run's brokers' page faults, context switches, io_uring_enter and mmap
+calls per second (`perf stat`, kept in --out/<run>.perf). --broker-set: `weir serve --set` for
+every broker (e.g. cache.bytes.per.core=16777216, so that a short run sees the cache full).
 
 --smoke: one round, 2 s runs, one rate (about 30 s): checks the script and the guard.
 """
@@ -57,6 +61,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -74,6 +79,11 @@ TICKS = os.sysconf("SC_CLK_TCK")
 NODE_ID_STRIDE = 1024  # node id = broker * 1024 + core with listeners.per.core
 CONFIGS = ("single", "rf1", "rf3", "rf3tls")
 DEFAULT_CONFIGS = ("single", "rf1", "rf3")
+# `--broker-set KEY=VALUE`: settings every broker of this run gets.
+BROKER_SETTINGS: list[str] = []
+# What `--perf-stat` counts on the run's brokers (per second of the run).
+PERF_EVENTS = {"page-faults": "faults", "context-switches": "ctx",
+               "syscalls:sys_enter_io_uring_enter": "uring_enter", "syscalls:sys_enter_mmap": "mmap"}
 
 
 def log(msg: str) -> None:
@@ -91,6 +101,8 @@ class Broker:
         self.out = self.dir / "weir.out"
         args = [str(WEIR), "serve", "--data-dir", str(self.dir / "data"), "--listen", "127.0.0.1:0",
                 "--set", "metrics.listen=127.0.0.1:0", "--cores", str(cores)] + extra
+        for kv in BROKER_SETTINGS:
+            args += ["--set", kv]
         self.proc = subprocess.Popen(args, stdout=open(self.out, "wb"), stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         deadline = time.time() + 30
@@ -318,8 +330,20 @@ class Runner:
             bench_args += ["--producers", str(a.producers), "--duration", str(a.duration)]
         else:
             bench_args += ["--producers", "1", "--duration", str(a.rate_duration), "--rate", str(rate)]
-        report, bench_cpu = run_bench(f"{config}-{load.replace('/s', '')}-r{rnd}", self.out, bench_args)
+        name = f"{config}-{load.replace('/s', '')}-r{rnd}"
+        perf = None
+        if a.perf_stat:
+            perf = subprocess.Popen(["perf", "stat", "-x,", "-o", str(self.out / f"{name}.perf"),
+                                     "-e", ",".join(PERF_EVENTS),
+                                     "-p", ",".join(str(b.proc.pid) for b in brokers)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        report, bench_cpu = run_bench(name, self.out, bench_args)
         wall = time.monotonic() - t0
+        events = {}
+        if perf is not None:
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+            events = perf_counts(self.out / f"{name}.perf", wall)
         d1 = disk_counters(self.dev)
         m1 = machine_cpu()
         cpu = {b.name: (b.cpu() - cpu0[b.name]) / wall * 100 for b in self.all_brokers}
@@ -335,7 +359,7 @@ class Runner:
             "rec_s": figure(report, "weir produce", "records/s"),
             "acked": acked, "errors": int(figure(report, "produce errors", "records")),
             "p50_ms": lat["p50"] / 1000, "p99_ms": lat["p99"] / 1000, "p999_ms": lat["p999"] / 1000,
-            "cpu_pct": cpu, "wall_s": wall, "brokers": [b.name for b in brokers],
+            "cpu_pct": cpu, "wall_s": wall, "brokers": [b.name for b in brokers], "events_s": events,
             "disk_mb_s": (d1[0] - d0[0]) / wall / 1e6,
             "disk_flushes_s": (d1[1] - d0[1]) / wall,
         }
@@ -405,7 +429,19 @@ class Runner:
             f"ack p50 {r['p50_ms']:7.2f} p99 {r['p99_ms']:7.2f} p999 {r['p999_ms']:7.2f} ms | "
             f"CPU% {cpus} | disk {r['disk_mb_s']:.0f} MB/s ({r['disk_per_acked']:.2f} x acked), "
             f"{r['disk_flushes_s']:.0f} flushes/s | fdatasyncs/s (mean) {fs} | Produce in broker "
-            f"{r['produce_req_ms']:.1f} ms, {r['produce_req_kib']:.0f} KiB | guard {r['guard']}")
+            f"{r['produce_req_ms']:.1f} ms, {r['produce_req_kib']:.0f} KiB | guard {r['guard']}"
+            + ("" if not r.get("events_s") else " | brokers per s: "
+               + ", ".join(f"{k} {v:.0f}" for k, v in r["events_s"].items())))
+
+
+def perf_counts(path: Path, wall: float) -> dict[str, float]:
+    """`perf stat -x,` output: each of PERF_EVENTS per second of the run (all its brokers)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        f = line.split(",")
+        if len(f) > 2 and f[2] in PERF_EVENTS and f[0].strip().isdigit():
+            out[PERF_EVENTS[f[2]]] = int(f[0]) / wall
+    return out
 
 
 def broker_cpu_s_per_gb(r: dict) -> float:
@@ -531,7 +567,13 @@ def main() -> int:
                     help="which of single,rf1,rf3,rf3tls to run (rf3tls: a second cluster of three "
                          "whose brokers talk over mutual TLS; the others use PLAINTEXT between brokers)")
     ap.add_argument("--smoke", action="store_true", help="one round, 2 s runs, one rate")
+    ap.add_argument("--perf-stat", action="store_true",
+                    help="count the run's brokers' page faults, context switches, io_uring_enter and "
+                         "mmap calls (perf stat; root or perf_event_paranoid <= 0)")
+    ap.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for every broker (weir serve --set), repeatable")
     a = ap.parse_args()
+    BROKER_SETTINGS.extend(a.broker_set)
     if a.smoke:
         a.rounds, a.duration, a.rate_duration, a.rates, a.raw_secs = 1, 2, 2, "2000", 0.5
     a.rate_list = [int(x) for x in a.rates.split(",") if x.strip()]
