@@ -65,6 +65,8 @@ impl Appender {
         next_offset: u64,
         preallocated_to: u64,
     ) -> Appender {
+        let chunk_bytes = align_up(chunk_bytes as u64) as usize;
+        crate::io::reuse_size(chunk_bytes);
         let chunk_pos = align_down(size);
         assert_eq!(
             tail.len() as u64,
@@ -76,7 +78,7 @@ impl Appender {
         Appender {
             file,
             segment_base,
-            chunk_bytes: align_up(chunk_bytes as u64) as usize,
+            chunk_bytes,
             chunk: None,
             saved_tail: tail.to_vec(),
             chunk_pos,

@@ -211,7 +211,9 @@ impl ReplicaStorage {
                 end: stop,
             });
             if e.data.is_empty() && !e.context.is_empty() {
-                c.contexts.insert(e.index, e.context.clone());
+                // A copy: a received entry's bytes are a slice of its whole frame.
+                c.contexts
+                    .insert(e.index, bytes::Bytes::copy_from_slice(&e.context));
             }
             c.cache_bytes += e.data.len();
             c.cache.insert(e.index, e.clone());

@@ -117,7 +117,8 @@ impl Frame {
         let mut out = vec![0u8; 5];
         let kind = match self {
             Frame::Raft(m) => {
-                out.reserve(m.compute_size() as usize);
+                // +1: protobuf's flush reserves one more byte, which would double a full Vec.
+                out.reserve(m.compute_size() as usize + 1);
                 m.write_to_vec(&mut out).expect("a message encodes");
                 KIND_RAFT
             }
@@ -350,6 +351,12 @@ mod tests {
             bytes.len() < 20_100,
             "{} bytes for 20,000 of entries",
             bytes.len()
+        );
+        // One allocation of the frame's size (protobuf's flush once doubled a full buffer).
+        assert!(
+            bytes.capacity() <= bytes.len() + 1,
+            "capacity {}",
+            bytes.capacity()
         );
         let frame = Bytes::from(bytes[4..].to_vec());
         let range = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();

@@ -29,7 +29,8 @@ impl PartitionMessage {
     /// Appends the body to `out`: the entries' bytes are copied once, into `out`.
     pub fn encode_body_into(&self, out: &mut Vec<u8>) -> Result<(), String> {
         let id = hex16(&self.topic_id)?;
-        out.reserve(HEAD_BYTES + self.msg.compute_size() as usize);
+        // +1: protobuf's flush reserves one more byte, which would double a full Vec.
+        out.reserve(HEAD_BYTES + self.msg.compute_size() as usize + 1);
         out.extend_from_slice(&id);
         out.extend_from_slice(&self.partition.to_be_bytes());
         self.msg

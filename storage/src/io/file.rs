@@ -240,9 +240,11 @@ impl IoFile {
     /// Its contents are unspecified: callers write every byte they hand to [`IoFile::write_at`].
     pub fn alloc(&self, size: usize) -> IoBuf {
         match self {
-            IoFile::Dma(_) => {
-                IoBuf::Dma(spare::take(size).unwrap_or_else(|| glommio::allocate_dma_buffer(size)))
-            }
+            IoFile::Dma(_) if spare::reusable(size) => IoBuf::Dma(
+                // Not from the executor's registered memory: it is kept long.
+                spare::take(size).unwrap_or_else(|| glommio::allocate_dma_buffer_global(size)),
+            ),
+            IoFile::Dma(_) => IoBuf::Dma(glommio::allocate_dma_buffer(size)),
             #[cfg(feature = "sim")]
             IoFile::Sim(..) => IoBuf::Heap(vec![0; size]),
         }
@@ -388,10 +390,11 @@ pub const SPARE_IDLE: Duration = Duration::from_secs(10);
 ///
 /// An appender's chunk (`write_chunk_bytes`, 1 MiB by default) is written whole and a new one
 /// is allocated for the data that follows. Allocations that large come from `mmap` and go back
-/// to the kernel when freed, so every new chunk cost its 256 pages in page faults and zeroing:
-/// at 20,000 records/s with replication factor 3 these were most of the brokers' page faults.
-/// A few spares per thread make a chunk's pages stay mapped from one write to the next.
-/// Spares unused for [`SPARE_IDLE`] are dropped by [`expire_spare_write_buffers`].
+/// to the kernel when freed, so every new chunk cost its 256 pages in page faults and zeroing.
+/// Only the chunk sizes of this thread's appenders ([`reuse_size`]) are kept, so that partial
+/// writes of other sizes do not push chunks out; and such buffers are never taken from the
+/// executor's registered memory, which is for short-lived buffers. Spares unused for
+/// [`SPARE_IDLE`] are dropped by [`expire_spare_write_buffers`].
 mod spare {
     use super::*;
 
@@ -399,17 +402,33 @@ mod spare {
     const MIN: usize = 128 << 10;
     /// At most this many bytes of spares per thread.
     const MAX_BYTES: usize = 4 << 20;
+    /// At most this many distinct chunk sizes per thread.
+    const MAX_SIZES: usize = 4;
     pub(super) const IDLE: Duration = super::SPARE_IDLE;
 
     thread_local! {
         static SPARES: RefCell<Vec<(DmaBuffer, Instant)>> = const { RefCell::new(Vec::new()) };
+        static SIZES: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn allow(size: usize) {
+        if !(MIN..=MAX_BYTES).contains(&size) {
+            return;
+        }
+        SIZES.with(|s| {
+            let mut s = s.borrow_mut();
+            if !s.contains(&size) && s.len() < MAX_SIZES {
+                s.push(size);
+            }
+        });
+    }
+
+    pub(super) fn reusable(size: usize) -> bool {
+        size >= MIN && SIZES.with(|s| s.borrow().contains(&size))
     }
 
     /// A spare of exactly `size` bytes, the most recently written first.
     pub(super) fn take(size: usize) -> Option<DmaBuffer> {
-        if size < MIN {
-            return None;
-        }
         SPARES.with(|s| {
             let mut s = s.borrow_mut();
             let i = s.iter().rposition(|(b, _)| b.len() == size)?;
@@ -417,9 +436,9 @@ mod spare {
         })
     }
 
-    /// Keeps a written buffer (if large enough), dropping the oldest spares over the bound.
+    /// Keeps a written buffer of a chunk size, dropping the oldest spares over the bound.
     pub(super) fn give(b: DmaBuffer) {
-        if b.len() < MIN || b.len() > MAX_BYTES {
+        if !reusable(b.len()) {
             return;
         }
         SPARES.with(|s| {
@@ -441,6 +460,12 @@ mod spare {
     pub(super) fn bytes() -> usize {
         SPARES.with(|s| s.borrow().iter().map(|(b, _)| b.len()).sum())
     }
+}
+
+/// Buffers of `size` bytes (an appender's chunk size) are kept after their writes for the next
+/// one on this thread (sizes from 128 KiB to 4 MiB; a few distinct sizes per thread).
+pub(crate) fn reuse_size(size: usize) {
+    spare::allow(size);
 }
 
 /// Drops this thread's spare write buffers that no write has used for [`SPARE_IDLE`] before

@@ -32,6 +32,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 pub use dma_probe::prime_dma_probe;
+pub(crate) use file::reuse_size;
 pub use file::{expire_spare_write_buffers, spare_write_buffer_bytes, SPARE_IDLE};
 #[cfg(not(feature = "sim"))]
 pub(crate) use file::{IoBuf, IoFile, Vfs};
