@@ -45,7 +45,7 @@ report in --out/<config>-<load>-r<round>.{json,txt}.
     cargo build --release --features rdkafka && python3 benches/replication.py [--rounds 3] [--duration 6]
         [--rates 2000,20000] [--rate-duration 5] [--producers 2] [--partitions 3] [--cores 1]
         [--raw-secs 1] [--client rdkafka|native] [--configs single,rf1,rf3] [--data DIR]
-        [--out DIR] [--keep] [--smoke] [--perf-stat] [--broker-set KEY=VALUE ...]
+        [--out DIR] [--keep] [--smoke] [--perf-stat] [--broker-set KEY=VALUE ...] [--linger-ms 1]
 
 --perf-stat: per run, the run's brokers' page faults, context switches, io_uring_enter and mmap
 calls per second (`perf stat`, kept in --out/<run>.perf). --broker-set: `weir serve --set` for
@@ -324,7 +324,7 @@ class Runner:
         t0 = time.monotonic()
         bench_args = ["produce", "--bootstrap", brokers[0].bootstrap, "--topic", topic,
                       "--partitions", str(parts), "--client", a.client, "--acks", "-1",
-                      "--record-size", str(a.record_size), "--raw-secs", "0",
+                      "--record-size", str(a.record_size), "--raw-secs", "0", "--linger-ms", str(a.linger_ms),
                       "--work-dir", str(self.data / "bench-work")]
         if rate is None:
             bench_args += ["--producers", str(a.producers), "--duration", str(a.duration)]
@@ -567,6 +567,8 @@ def main() -> int:
                     help="which of single,rf1,rf3,rf3tls to run (rf3tls: a second cluster of three "
                          "whose brokers talk over mutual TLS; the others use PLAINTEXT between brokers)")
     ap.add_argument("--smoke", action="store_true", help="one round, 2 s runs, one rate")
+    ap.add_argument("--linger-ms", type=int, default=1,
+                    help="the producers' linger.ms (weir bench's default 1; librdkafka's own is 5)")
     ap.add_argument("--perf-stat", action="store_true",
                     help="count the run's brokers' page faults, context switches, io_uring_enter and "
                          "mmap calls (perf stat; root or perf_event_paranoid <= 0)")
