@@ -117,32 +117,18 @@ impl Frame {
         let mut out = vec![0u8; 5];
         let kind = match self {
             Frame::Raft(m) => {
-                // +1: protobuf's flush reserves one more byte, which would double a full Vec.
-                out.reserve(m.compute_size() as usize + 1);
-                m.write_to_vec(&mut out).expect("a message encodes");
+                partition::write_message(&mut out, &[], m).expect("a message encodes");
                 KIND_RAFT
-            }
-            Frame::Forward(f) => {
-                serde_json::to_writer(&mut out, f).expect("encodes");
-                KIND_FORWARD
-            }
-            Frame::Reply(r) => {
-                serde_json::to_writer(&mut out, r).expect("encodes");
-                KIND_REPLY
             }
             Frame::Partition(p) => {
                 p.encode_body_into(&mut out)
                     .expect("a partition message of a known topic encodes");
                 KIND_PARTITION
             }
-            Frame::Call(c) => {
-                serde_json::to_writer(&mut out, c).expect("encodes");
-                KIND_CALL
-            }
-            Frame::Answer(a) => {
-                serde_json::to_writer(&mut out, a).expect("encodes");
-                KIND_ANSWER
-            }
+            Frame::Forward(f) => json(&mut out, f, KIND_FORWARD),
+            Frame::Reply(r) => json(&mut out, r, KIND_REPLY),
+            Frame::Call(c) => json(&mut out, c, KIND_CALL),
+            Frame::Answer(a) => json(&mut out, a, KIND_ANSWER),
             Frame::Ping(from) => {
                 out.extend_from_slice(&from.to_be_bytes());
                 KIND_PING
@@ -189,6 +175,12 @@ impl Frame {
             k => Err(format!("unknown frame kind {k}")),
         }
     }
+}
+
+/// Appends `v` as JSON to a frame being encoded; returns `kind`.
+fn json<T: Serialize>(out: &mut Vec<u8>, v: &T, kind: u8) -> u8 {
+    serde_json::to_writer(out, v).expect("encodes");
+    kind
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of the stream. Peers' connections are read

@@ -28,14 +28,10 @@ impl PartitionMessage {
 
     /// Appends the body to `out`: the entries' bytes are copied once, into `out`.
     pub fn encode_body_into(&self, out: &mut Vec<u8>) -> Result<(), String> {
-        let id = hex16(&self.topic_id)?;
-        // +1: protobuf's flush reserves one more byte, which would double a full Vec.
-        out.reserve(HEAD_BYTES + self.msg.compute_size() as usize + 1);
-        out.extend_from_slice(&id);
-        out.extend_from_slice(&self.partition.to_be_bytes());
-        self.msg
-            .write_to_vec(out)
-            .map_err(|e| format!("encoding a Raft message: {e}"))
+        let mut head = [0u8; HEAD_BYTES];
+        head[..16].copy_from_slice(&hex16(&self.topic_id)?);
+        head[16..].copy_from_slice(&self.partition.to_be_bytes());
+        write_message(out, &head, &self.msg).map_err(|e| format!("encoding a Raft message: {e}"))
     }
 
     pub fn decode_body(body: &[u8]) -> Result<PartitionMessage, String> {
@@ -63,6 +59,22 @@ impl PartitionMessage {
             msg,
         })
     }
+}
+
+/// Appends `head` and then `msg`'s encoding to `out`, in one allocation: the message is sized
+/// once and written in place, so its entries are copied once. One byte more is reserved
+/// because protobuf's flush reserves it, which would double a `Vec` filled to capacity.
+pub(super) fn write_message(
+    out: &mut Vec<u8>,
+    head: &[u8],
+    msg: &Message,
+) -> protobuf::ProtobufResult<()> {
+    let size = msg.compute_size() as usize;
+    out.reserve(head.len() + size + 1);
+    out.extend_from_slice(head);
+    let mut os = protobuf::CodedOutputStream::vec(out);
+    msg.write_to_with_cached_sizes(&mut os)?;
+    os.flush()
 }
 
 fn hex16(id: &str) -> Result<[u8; 16], String> {

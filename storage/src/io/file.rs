@@ -391,7 +391,7 @@ pub const SPARE_IDLE: Duration = Duration::from_secs(10);
 /// An appender's chunk (`write_chunk_bytes`, 1 MiB by default) is written whole and a new one
 /// is allocated for the data that follows. Allocations that large come from `mmap` and go back
 /// to the kernel when freed, so every new chunk cost its 256 pages in page faults and zeroing.
-/// Only the chunk sizes of this thread's appenders ([`reuse_size`]) are kept, so that partial
+/// Only the chunk sizes of this thread's appenders (`reuse_size`) are kept, so that partial
 /// writes of other sizes do not push chunks out; and such buffers are never taken from the
 /// executor's registered memory, which is for short-lived buffers. Spares unused for
 /// [`SPARE_IDLE`] are dropped by [`expire_spare_write_buffers`].
@@ -404,14 +404,15 @@ mod spare {
     const MAX_BYTES: usize = 4 << 20;
     /// At most this many distinct chunk sizes per thread.
     const MAX_SIZES: usize = 4;
-    pub(super) const IDLE: Duration = super::SPARE_IDLE;
 
     thread_local! {
         static SPARES: RefCell<Vec<(DmaBuffer, Instant)>> = const { RefCell::new(Vec::new()) };
         static SIZES: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     }
 
-    pub(super) fn allow(size: usize) {
+    /// Buffers of `size` bytes (an appender's chunk size) are kept after their writes for the
+    /// next one on this thread (sizes from 128 KiB to 4 MiB; a few distinct sizes per thread).
+    pub(crate) fn reuse_size(size: usize) {
         if !(MIN..=MAX_BYTES).contains(&size) {
             return;
         }
@@ -450,31 +451,20 @@ mod spare {
         });
     }
 
-    pub(super) fn expire(now: Instant) {
+    /// Drops this thread's spare write buffers that no write has used for [`SPARE_IDLE`]
+    /// before `now` (a log's retention check calls it, so an idle core holds none).
+    pub fn expire_spare_write_buffers(now: Instant) {
         SPARES.with(|s| {
             s.borrow_mut()
-                .retain(|(_, at)| now.duration_since(*at) < IDLE)
+                .retain(|(_, at)| now.duration_since(*at) < SPARE_IDLE)
         });
     }
 
-    pub(super) fn bytes() -> usize {
+    /// Bytes of spare write buffers this thread holds.
+    pub fn spare_write_buffer_bytes() -> usize {
         SPARES.with(|s| s.borrow().iter().map(|(b, _)| b.len()).sum())
     }
 }
 
-/// Buffers of `size` bytes (an appender's chunk size) are kept after their writes for the next
-/// one on this thread (sizes from 128 KiB to 4 MiB; a few distinct sizes per thread).
-pub(crate) fn reuse_size(size: usize) {
-    spare::allow(size);
-}
-
-/// Drops this thread's spare write buffers that no write has used for [`SPARE_IDLE`] before
-/// `now` (a log's retention check calls it, so an idle core holds none).
-pub fn expire_spare_write_buffers(now: Instant) {
-    spare::expire(now);
-}
-
-/// Bytes of spare write buffers this thread holds.
-pub fn spare_write_buffer_bytes() -> usize {
-    spare::bytes()
-}
+pub(crate) use spare::reuse_size;
+pub use spare::{expire_spare_write_buffers, spare_write_buffer_bytes};
